@@ -1,0 +1,82 @@
+"""One frozen configuration tree; each component takes only its own part.
+
+Built from keyword arguments (``LLM(...)``), CLI flags or ``EDGE_LLM_*`` environment variables.
+Building does no I/O: values that need the model files (the context length, the dtype "auto")
+are resolved later by the loader, which returns a resolved copy with ``dataclasses.replace``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SUPPORTED_DTYPES = ("auto", "float32", "float16", "bfloat16")
+SUPPORTED_BLOCK_SIZES = (8, 16, 32)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str | None = None  # local folder or hub id; None means the built-in demo model
+    revision: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"  # "auto" picks cuda when available
+    max_model_len: int | None = None  # None: the model's own context length
+    seed: int = 0
+    trust_remote_code: bool = False
+    chat_template: str | None = None  # a file or an inline template overriding the tokenizer's
+
+    def __post_init__(self) -> None:
+        if self.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"dtype must be one of {SUPPORTED_DTYPES}, got {self.dtype!r}.")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}.")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory: int | None = None  # bytes; overrides gpu_memory_utilization
+    swap_space: float = 4.0  # GiB of (pinned on CUDA) host memory for swapped-out blocks
+    enable_prefix_caching: bool = True
+    num_gpu_blocks_override: int | None = None  # tests: force a tiny KV budget
+
+    def __post_init__(self) -> None:
+        if self.block_size not in SUPPORTED_BLOCK_SIZES:
+            raise ValueError(
+                f"block_size must be one of {SUPPORTED_BLOCK_SIZES}, got {self.block_size}."
+            )
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}."
+            )
+        if self.kv_cache_memory is not None and self.kv_cache_memory <= 0:
+            raise ValueError(f"kv_cache_memory must be > 0 bytes, got {self.kv_cache_memory}.")
+        if self.swap_space < 0:
+            raise ValueError(f"swap_space must be >= 0 GiB, got {self.swap_space}.")
+        if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 1:
+            raise ValueError("num_gpu_blocks_override must be >= 1.")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 2048  # resolved from ModelConfig and the model files
+    enable_chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}.")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(
+                f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}."
+            )
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    enforce_eager: bool = False
+    debug_integrity: bool = False  # check the block pool whenever the engine goes idle

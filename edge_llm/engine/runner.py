@@ -1,0 +1,181 @@
+"""ModelRunner: turns a SchedulerOutput into one forward pass and sampled tokens.
+
+It owns the KV cache tensors, applies swaps and copies (block-id pairs only: it never learns
+request identities from them), flattens the scheduled tokens into one batch, and samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from edge_llm.config import CacheConfig, SchedulerConfig
+from edge_llm.model.attention_metadata import AttentionMetadata
+from edge_llm.model.loader import LoadedModel
+
+from .kv_cache import KVCache, KVCachePlan, plan_kv_cache
+from .sampler import Sampler, SampleRow, compute_prompt_logprobs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunnerOutput:
+    sampled: dict[int, int] = field(default_factory=dict)  # seq_id -> token id
+    logprobs: dict[int, dict[int, float] | None] = field(default_factory=dict)
+    sampled_logprobs: dict[int, float] = field(default_factory=dict)
+    prompt_logprobs: dict[int, list[dict[int, float]]] = field(default_factory=dict)
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        cache_config: CacheConfig,
+        scheduler_config: SchedulerConfig,
+        seed: int = 0,
+    ) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.device = loaded.device
+        self.dtype = loaded.dtype
+        self.block_size = cache_config.block_size
+        self.cache_config = cache_config
+        self.scheduler_config = scheduler_config
+        self.sampler = Sampler(seed=seed)
+        peak = self._profile_peak_memory()
+        self.plan: KVCachePlan = plan_kv_cache(
+            loaded.arch, cache_config, self.dtype, self.device,
+            scheduler_config.max_model_len, peak,
+        )
+        start = time.perf_counter()
+        self.kv = KVCache(loaded.arch, self.plan, self.block_size, self.dtype, self.device)
+        logger.info(
+            "KV cache: %d blocks of %d tokens (%.2f GiB), %d CPU swap blocks, in %.2f s",
+            self.plan.num_gpu_blocks, self.block_size,
+            self.plan.num_gpu_blocks * self.plan.block_bytes / (1 << 30),
+            self.plan.num_cpu_blocks, time.perf_counter() - start,
+        )
+
+    @torch.inference_mode()
+    def _profile_peak_memory(self) -> int:
+        """Peak device memory of the weights plus the largest batch's activations (CUDA)."""
+        if self.device.type != "cuda":
+            return 0
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        arch = self.loaded.arch
+        tokens = min(self.scheduler_config.max_num_batched_tokens,
+                     self.scheduler_config.max_model_len)
+        nblk = -(-tokens // self.block_size)
+        shape = (nblk, self.block_size, arch.num_kv_heads, arch.head_dim)
+        kv = [(torch.empty(shape, dtype=self.dtype, device=self.device),
+               torch.empty(shape, dtype=self.dtype, device=self.device))
+              for _ in range(arch.num_layers)]
+        ids = torch.randint(0, arch.vocab_size, (tokens,), device=self.device)
+        meta = AttentionMetadata(
+            slot_mapping=torch.arange(tokens, device=self.device),
+            query_start_loc=torch.tensor([0, tokens], dtype=torch.int32, device=self.device),
+            seq_lens=torch.tensor([tokens], dtype=torch.int32, device=self.device),
+            block_tables=torch.arange(nblk, dtype=torch.int32, device=self.device).view(1, -1),
+            max_query_len=tokens, max_seq_len=tokens,
+        )
+        hidden = self.model(ids, torch.arange(tokens, device=self.device), kv, meta)
+        rows = min(self.scheduler_config.max_num_seqs, tokens)
+        self.model.compute_logits(hidden[:rows]).softmax(-1)
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        kv_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
+        del kv, hidden
+        torch.cuda.empty_cache()
+        return peak - kv_bytes
+
+    @torch.inference_mode()
+    def execute(self, sched) -> RunnerOutput:
+        """Apply swap-out, swap-in, copies; run the scheduled tokens; sample ``do_sample`` rows."""
+        self.kv.swap_out(sched.blocks_to_swap_out)
+        self.kv.swap_in(sched.blocks_to_swap_in)
+        self.kv.copy(sched.blocks_to_copy)
+        out = RunnerOutput()
+        if not sched.scheduled:
+            return out
+        ids, positions, meta, sample_idx, prompt_rows = self._prepare(sched.scheduled)
+        hidden = self.model(ids, positions, self.kv.layers, meta)
+        rows = [s for s in sched.scheduled if s.do_sample]
+        if rows:
+            logits = self.model.compute_logits(hidden[sample_idx])
+            sample_rows = [
+                SampleRow(
+                    params=s.seq.params,
+                    prompt_token_ids=s.seq.prompt_token_ids,
+                    output_token_ids=s.seq.output_token_ids,
+                    generator_key=s.seq.seq_id,
+                    choice_index=s.seq.index,
+                )
+                for s in rows
+            ]
+            res = self.sampler(logits, sample_rows)
+            for i, s in enumerate(rows):
+                out.sampled[s.seq.seq_id] = res.token_ids[i]
+                out.logprobs[s.seq.seq_id] = res.logprobs[i]
+                out.sampled_logprobs[s.seq.seq_id] = res.sampled_logprobs[i]
+        for s, lo, hi in prompt_rows:
+            k = s.seq.params.prompt_logprobs
+            targets = self._prompt_targets(s)
+            n = len(targets)  # rows whose next token is a prompt token
+            logits = self.model.compute_logits(hidden[lo : lo + n])
+            out.prompt_logprobs[s.seq.seq_id] = compute_prompt_logprobs(
+                logits, torch.tensor(targets, device=logits.device), k
+            )
+        return out
+
+    @staticmethod
+    def _prompt_targets(s) -> list[int]:
+        prompt = s.seq.prompt_token_ids
+        end = min(s.start_pos + s.num_scheduled_tokens, len(prompt) - 1)
+        return prompt[s.start_pos + 1 : end + 1]
+
+    def _prepare(self, scheduled):
+        bs = self.block_size
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        qsl = [0]
+        seq_lens: list[int] = []
+        sample_idx: list[int] = []
+        prompt_rows = []
+        max_blocks = max(len(s.block_table) for s in scheduled)
+        tables = []
+        for s in scheduled:
+            n = s.num_scheduled_tokens
+            start = s.start_pos
+            ids.extend(s.token_ids)
+            positions.extend(range(start, start + n))
+            table = s.block_table
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+            if s.seq.params.prompt_logprobs is not None and start < s.seq.num_prompt_tokens - 1:
+                prompt_rows.append((s, qsl[-1], qsl[-1] + n))
+            qsl.append(qsl[-1] + n)
+            seq_lens.append(start + n)
+            if s.do_sample:
+                sample_idx.append(qsl[-1] - 1)
+            tables.append(table + [0] * (max_blocks - len(table)))
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            query_start_loc=torch.tensor(qsl, dtype=torch.int32),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
+            max_query_len=max(s.num_scheduled_tokens for s in scheduled),
+            max_seq_len=max(seq_lens),
+        )
+        return (
+            torch.tensor(ids, dtype=torch.int64, device=dev),
+            torch.tensor(positions, dtype=torch.int64, device=dev),
+            meta,
+            torch.tensor(sample_idx, dtype=torch.int64, device=dev),
+            prompt_rows,
+        )

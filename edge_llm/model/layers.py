@@ -1,0 +1,91 @@
+"""Building blocks of the Llama-family decoder: RMSNorm, rotary embedding, SiLU MLP."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .arch import ArchConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # normalise in fp32 as transformers does, then scale in the input dtype
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+    def add_forward(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``residual += x`` then normalise; returns (normed, new residual)."""
+        residual = residual + x
+        return self.forward(residual), residual
+
+
+def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    # Llama 3.1 frequency-dependent scaling: long wavelengths slowed by `factor`, short kept,
+    # a smooth blend in between (Meta's reference implementation).
+    factor = float(scaling["factor"])
+    low = float(scaling.get("low_freq_factor", 1.0))
+    high = float(scaling.get("high_freq_factor", 4.0))
+    old_ctx = float(scaling.get("original_max_position_embeddings", 8192))
+    low_wavelen = old_ctx / low
+    high_wavelen = old_ctx / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    mid = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(mid, blended, scaled)
+
+
+class RotaryEmbedding(nn.Module):
+    """Neox-style rotary embedding (rotate_half), cos/sin tables indexed by position."""
+
+    def __init__(self, arch: ArchConfig, max_positions: int) -> None:
+        super().__init__()
+        self.arch = arch
+        self.max_positions = max_positions
+        self.build_tables(None)
+
+    def build_tables(self, device: torch.device | str | None) -> None:
+        """(Re)compute the cos/sin tables on ``device`` (the loader builds the model on meta)."""
+        arch, max_positions = self.arch, self.max_positions
+        d = arch.head_dim
+        # fp32 as transformers computes it, so parity tests compare like with like
+        inv_freq = 1.0 / (arch.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+        scaling = arch.rope_scaling
+        if scaling is not None:
+            rope_type = scaling.get("rope_type", scaling.get("type"))
+            if rope_type == "llama3":
+                inv_freq = _llama3_inv_freq(inv_freq, scaling)
+            elif rope_type == "linear":
+                inv_freq = inv_freq / float(scaling["factor"])
+        t = torch.arange(max_positions, dtype=torch.float32, device=device)
+        inv_freq = inv_freq.to(device)
+        freqs = torch.outer(t, inv_freq.float())  # (P, d/2)
+        self.register_buffer("cos", freqs.cos(), persistent=False)
+        self.register_buffer("sin", freqs.sin(), persistent=False)
+
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # q: (T, H, D), k: (T, Hkv, D); positions: (T,)
+        cos = self.cos[positions].unsqueeze(1)  # (T, 1, D/2)
+        sin = self.sin[positions].unsqueeze(1)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)

@@ -1,0 +1,142 @@
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) over a paged KV cache.
+
+Module names follow transformers' so checkpoint tensors map one to one. Linear layers come from
+a factory so the same code runs fp16/bf16/fp32 weights and every 4-bit format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from edge_llm.kernels import paged_attention, write_kv
+
+from .arch import ArchConfig
+from .attention_metadata import AttentionMetadata
+from .layers import RMSNorm, RotaryEmbedding
+
+# (in_features, out_features, bias) -> module with .forward(x)
+LinearFactory = Callable[[int, int, bool], nn.Module]
+KVCache = tuple[torch.Tensor, torch.Tensor]
+
+
+def plain_linear(in_features: int, out_features: int, bias: bool) -> nn.Module:
+    return nn.Linear(in_features, out_features, bias=bias)
+
+
+class Attention(nn.Module):
+    def __init__(self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.num_heads = arch.num_heads
+        self.num_kv_heads = arch.num_kv_heads
+        self.head_dim = arch.head_dim
+        self.scale = arch.head_dim**-0.5
+        h, d = arch.hidden_size, arch.head_dim
+        self.q_proj = linear(h, self.num_heads * d, arch.qkv_bias)
+        self.k_proj = linear(h, self.num_kv_heads * d, arch.qkv_bias)
+        self.v_proj = linear(h, self.num_kv_heads * d, arch.qkv_bias)
+        self.o_proj = linear(self.num_heads * d, h, False)
+        if arch.qk_norm:
+            self.q_norm = RMSNorm(d, arch.rms_norm_eps)
+            self.k_norm = RMSNorm(d, arch.rms_norm_eps)
+        self.qk_norm = arch.qk_norm
+        self._rotary = [rotary]  # shared, kept out of this module's state dict
+
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, kv: KVCache, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)  # (T, H, D)
+        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self._rotary[0](positions, q, k)
+        k_cache, v_cache = kv
+        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        o = paged_attention(
+            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale
+        )
+        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, arch: ArchConfig, linear: LinearFactory) -> None:
+        super().__init__()
+        self.gate_proj = linear(arch.hidden_size, arch.intermediate_size, False)
+        self.up_proj = linear(arch.hidden_size, arch.intermediate_size, False)
+        self.down_proj = linear(arch.intermediate_size, arch.hidden_size, False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.self_attn = Attention(arch, linear, rotary)
+        self.mlp = MLP(arch, linear)
+        self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        positions: torch.Tensor,
+        kv: KVCache,
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = x
+            h = self.input_layernorm(x)
+        else:
+            h, residual = self.input_layernorm.add_forward(x, residual)
+        h = self.self_attn(h, positions, kv, meta)
+        h, residual = self.post_attention_layernorm.add_forward(h, residual)
+        return self.mlp(h), residual
+
+
+class Model(nn.Module):
+    def __init__(
+        self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding
+    ) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        self.layers = nn.ModuleList(
+            DecoderLayer(arch, linear, rotary) for _ in range(arch.num_layers)
+        )
+        self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    """``forward`` returns final hidden states (T, hidden); ``compute_logits`` projects rows."""
+
+    def __init__(
+        self, arch: ArchConfig, max_positions: int, linear: LinearFactory = plain_linear
+    ) -> None:
+        super().__init__()
+        self.arch = arch
+        self.rotary = RotaryEmbedding(arch, max_positions)
+        self.model = Model(arch, linear, self.rotary)
+        # lm_head stays unquantized in every published 4-bit checkpoint
+        self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (T,)
+        positions: torch.Tensor,  # (T,)
+        kv_caches: list[KVCache],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        x = self.model.embed_tokens(input_ids)  # (T, hidden)
+        residual = None
+        for layer, kv in zip(self.model.layers, kv_caches, strict=True):
+            x, residual = layer(x, residual, positions, kv, meta)
+        x, _ = self.model.norm.add_forward(x, residual)
+        return x
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()  # (rows, vocab)

@@ -1,0 +1,171 @@
+"""Build a decoder from a checkpoint folder or hub id and load its weights once, in place.
+
+The model is built on the meta device, then each checkpoint tensor is moved once to its final
+device and dtype (quantized linears convert their format tensors to the runtime layout).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .arch import ArchConfig, parse_arch_config
+from .llama import CausalLM, plain_linear
+from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
+
+logger = logging.getLogger(__name__)
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class LoadedModel:
+    model: CausalLM
+    arch: ArchConfig
+    path: Path
+    hf_config: dict[str, Any]
+    quant_spec: Any  # edge_llm.quant.QuantSpec | None
+    dtype: torch.dtype
+    device: torch.device
+    load_seconds: float
+    num_bytes: int
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but no CUDA GPU is available.")
+    return dev
+
+
+def resolve_dtype(dtype: str, arch: ArchConfig, quantized: bool, device: torch.device):
+    if dtype != "auto":
+        return _DTYPES[dtype]
+    if device.type == "cpu":
+        return torch.float32  # the CPU path is the fp32 reference
+    if quantized:
+        return torch.float16
+    return torch.bfloat16 if arch.torch_dtype == "bfloat16" else torch.float16
+
+
+def _linear_factory(spec, dtype: torch.dtype):
+    if spec is None:
+        return plain_linear
+    from edge_llm.quant import make_linear
+
+    return lambda i, o, b: make_linear(i, o, b, spec, dtype)
+
+
+def load_model(
+    model: str,
+    *,
+    revision: str | None = None,
+    dtype: str = "auto",
+    device: str = "auto",
+    max_positions: int | None = None,
+    progress: bool = True,
+) -> LoadedModel:
+    path = resolve_model_path(model, revision)
+    hf_config = json.loads((path / "config.json").read_text())
+    arch = parse_arch_config(hf_config)
+    from edge_llm.quant import detect_quant_spec
+
+    spec = detect_quant_spec(path, hf_config)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, arch, spec is not None, dev)
+    files = checkpoint_files(path)
+    total = sum(validate_safetensors(f) for f in files)  # refuse corrupt files before loading
+    positions = max_positions or arch.max_position_embeddings
+    start = time.perf_counter()
+    with torch.device("meta"):
+        lm = CausalLM(arch, positions, _linear_factory(spec, torch_dtype))
+    _load_weights(lm, files, torch_dtype, dev, progress)
+    lm.rotary.build_tables(dev)
+    lm.eval()
+    seconds = time.perf_counter() - start
+    logger.info(
+        "Loaded %s (%s%s, %s) in %.2f s: %.2f GB at %.2f GB/s",
+        path.name, arch.architecture, f", {spec.method} 4-bit" if spec else "",
+        str(torch_dtype).removeprefix("torch."), seconds, total / 1e9,
+        total / 1e9 / max(seconds, 1e-9),
+    )
+    return LoadedModel(lm, arch, path, hf_config, spec, torch_dtype, dev, seconds, total)
+
+
+def _load_weights(
+    lm: CausalLM, files: list[Path], dtype: torch.dtype, device: torch.device, progress: bool
+) -> None:
+    from edge_llm.quant import QuantLinear
+
+    modules = dict(lm.named_modules())
+    pending: dict[str, dict[str, torch.Tensor]] = {}  # quantized module -> its format tensors
+    loaded: set[str] = set()
+    names = [n for f in files for n in _keys(f)]
+    bar = tqdm(total=len(names), desc="Loading weights", disable=not progress, unit="tensor")
+    for name, tensor in iter_tensors(files):
+        bar.update(1)
+        prefix, _, attr = name.rpartition(".")
+        module = modules.get(prefix)
+        if module is None:
+            if name.endswith("rotary_emb.inv_freq"):
+                continue
+            raise ValueError(f"Unexpected tensor {name!r} in the checkpoint.")
+        if isinstance(module, QuantLinear):
+            if attr == "weight":  # a linear the producer left unquantized
+                module = _replace_with_plain(lm, modules, prefix, tensor)
+            else:
+                pending.setdefault(prefix, {})[attr] = tensor
+                continue
+        _set_param(module, attr, tensor, dtype, device, name)
+        loaded.add(name)
+    bar.close()
+    for prefix, tensors in pending.items():
+        modules[prefix].load_checkpoint_tensors(tensors, device)
+        loaded.update(f"{prefix}.{k}" for k in tensors)
+    if "lm_head.weight" not in loaded and lm.model.embed_tokens.weight.device.type != "meta":
+        lm.lm_head.weight = lm.model.embed_tokens.weight  # tied embeddings
+    missing = [n for n, p in lm.named_parameters() if p.device.type == "meta"]
+    missing += [n for n, b in lm.named_buffers() if b.device.type == "meta" and "rotary" not in n]
+    if missing:
+        raise ValueError(f"Checkpoint lacks tensors: {missing[:8]}{'...' if len(missing) > 8 else ''}")
+
+
+def _keys(file: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(file), framework="pt", device="cpu") as f:
+        return list(f.keys())
+
+
+def _set_param(
+    module: nn.Module, attr: str, tensor: torch.Tensor, dtype, device, name: str
+) -> None:
+    current = getattr(module, attr, None)
+    if not isinstance(current, torch.Tensor):
+        raise ValueError(f"Unexpected tensor {name!r} in the checkpoint.")
+    if tuple(current.shape) != tuple(tensor.shape):
+        raise ValueError(
+            f"Tensor {name!r} has shape {tuple(tensor.shape)}, the model expects "
+            f"{tuple(current.shape)}."
+        )
+    value = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)
+    module._parameters[attr] = nn.Parameter(value, requires_grad=False)
+
+
+def _replace_with_plain(lm: CausalLM, modules: dict, prefix: str, weight: torch.Tensor):
+    parent_name, _, child = prefix.rpartition(".")
+    old = modules[prefix]
+    with torch.device("meta"):
+        new = nn.Linear(old.in_features, old.out_features, bias=old.bias is not None)
+    setattr(modules[parent_name], child, new)
+    modules[prefix] = new
+    return new

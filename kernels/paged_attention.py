@@ -1,0 +1,115 @@
+"""Paged attention over a block-structured KV cache, and the write of new K/V into it.
+
+KV cache layout, one pair of tensors per layer (vLLM's "flash" layout):
+
+    k_cache, v_cache: (num_blocks, block_size, num_kv_heads, head_dim)
+    slot = block_id * block_size + offset_in_block
+
+A step's batch is flat: the query tokens of all sequences are concatenated.
+
+    query_start_loc: (B + 1,) int32   seq b's queries are q[query_start_loc[b]:query_start_loc[b+1]]
+    seq_lens:        (B,)     int32   context length of seq b after this step (cached + new)
+    block_tables:    (B, max_blocks) int32, padded with any valid id beyond ceil(seq_len/bs)
+
+    positions of seq b:  0 ............ seq_len - num_q ......... seq_len - 1
+                         |<- from the cache ->|<----- new queries ----->|
+    query i (0-based among the new ones) sees keys 0 .. seq_len - num_q + i (causal).
+
+The torch references below are the CPU path and the oracle for the Triton kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def write_kv_ref(
+    k: torch.Tensor,  # (T, Hkv, D)
+    v: torch.Tensor,  # (T, Hkv, D)
+    k_cache: torch.Tensor,  # (num_blocks, bs, Hkv, D)
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # (T,) int64
+) -> None:
+    """Store each new token's K/V at its slot; slots < 0 are skipped (padding)."""
+    num_blocks, bs, hkv, d = k_cache.shape
+    keep = slot_mapping >= 0
+    if not bool(keep.all()):
+        k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    k_cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+def _gather_context(
+    cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
+) -> torch.Tensor:
+    bs = cache.shape[1]
+    nblk = (seq_len + bs - 1) // bs
+    blocks = cache.index_select(0, block_table[:nblk].long())  # (nblk, bs, Hkv, D)
+    return blocks.reshape(nblk * bs, *cache.shape[2:])[:seq_len]  # (L, Hkv, D)
+
+
+def paged_attention_ref(
+    q: torch.Tensor,  # (T, H, D)
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,  # (B, max_blocks) int32
+    query_start_loc: torch.Tensor,  # (B + 1,) int32, on the host or the device
+    seq_lens: torch.Tensor,  # (B,) int32
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of each sequence's new queries over its whole cached context.
+
+    The K/V of the new tokens must already be in the cache (``write_kv`` first). Computes in
+    fp32 and returns q's dtype, (T, H, D).
+    """
+    t, h, d = q.shape
+    hkv = k_cache.shape[2]
+    group = h // hkv
+    out = torch.empty_like(q)
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    if len(lens) and all(starts[b + 1] - starts[b] == 1 for b in range(len(lens))):
+        return _decode_ref(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    for b, seq_len in enumerate(lens):
+        qs, qe = starts[b], starts[b + 1]
+        nq = qe - qs
+        if nq == 0:
+            continue
+        k = _gather_context(k_cache, block_tables[b], seq_len).float()  # (L, Hkv, D)
+        v = _gather_context(v_cache, block_tables[b], seq_len).float()
+        qb = q[qs:qe].float().view(nq, hkv, group, d)  # (nq, Hkv, G, D)
+        scores = torch.einsum("qhgd,khd->hgqk", qb, k) * scale  # (Hkv, G, nq, L)
+        qpos = torch.arange(seq_len - nq, seq_len).view(nq, 1)
+        kpos = torch.arange(seq_len).view(1, seq_len)
+        scores.masked_fill_(kpos > qpos, float("-inf"))
+        probs = scores.softmax(dim=-1)
+        ob = torch.einsum("hgqk,khd->qhgd", probs, v)  # (nq, Hkv, G, D)
+        out[qs:qe] = ob.reshape(nq, h, d).to(q.dtype)
+    return out
+
+
+def _decode_ref(
+    q: torch.Tensor,  # (B, H, D): one query per sequence
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Batched single-query attention: gather every table padded to the longest context."""
+    b, h, d = q.shape
+    _, bs, hkv, _ = k_cache.shape
+    group = h // hkv
+    max_len = int(seq_lens.max())
+    nblk = (max_len + bs - 1) // bs
+    table = block_tables[:, :nblk].long()  # (B, nblk)
+    k = k_cache[table].reshape(b, nblk * bs, hkv, d).float()  # (B, S, Hkv, D)
+    v = v_cache[table].reshape(b, nblk * bs, hkv, d).float()
+    qf = q.float().view(b, hkv, group, d)  # (B, Hkv, G, D)
+    scores = torch.einsum("bhgd,bshd->bhgs", qf, k) * scale  # (B, Hkv, G, S)
+    kpos = torch.arange(nblk * bs, device=q.device).view(1, -1)
+    pad = kpos >= seq_lens.to(q.device).view(-1, 1).long()  # (B, S)
+    scores.masked_fill_(pad.view(b, 1, 1, -1), float("-inf"))
+    probs = scores.softmax(dim=-1)
+    out = torch.einsum("bhgs,bshd->bhgd", probs, v)  # (B, Hkv, G, D)
+    return out.reshape(b, h, d).to(q.dtype)
