@@ -1,0 +1,28 @@
+"""edge-llm: 4-bit GPTQ/AWQ LLMs on one consumer GPU behind an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .outputs import CompletionOutput, RequestOutput
+from .sampling_params import SamplingParams
+
+__version__ = "0.1.0"
+__all__ = ["LLM", "AsyncEngine", "SamplingParams", "RequestOutput", "CompletionOutput"]
+
+if TYPE_CHECKING:
+    from .engine.async_engine import AsyncEngine
+    from .engine.llm import LLM
+
+
+def __getattr__(name: str):
+    # torch and transformers load only when the engine is asked for
+    if name == "LLM":
+        from .engine.llm import LLM
+
+        return LLM
+    if name == "AsyncEngine":
+        from .engine.async_engine import AsyncEngine
+
+        return AsyncEngine
+    raise AttributeError(name)

@@ -1,0 +1,265 @@
+"""LLMEngine: the synchronous core. ``step()`` is schedule, run, postprocess.
+
+Also owns request admission (tokenization, validation) and turning sampled tokens into
+``RequestOutput`` objects (detokenization, stop strings, logprobs, finish reasons).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field, replace
+
+from edge_llm.config import EngineConfig
+from edge_llm.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from edge_llm.sampling_params import SamplingParams
+
+from .detokenizer import IncrementalDetokenizer
+from .runner import ModelRunner, RunnerOutput
+from .scheduler import Scheduler
+from .sequence import Sequence, SequenceStatus
+from .tokenizer import eos_token_ids, load_tokenizer
+
+logger = logging.getLogger(__name__)
+PromptInput = str | list[int] | dict
+
+
+@dataclass
+class _Choice:
+    detok: IncrementalDetokenizer
+    out: CompletionOutput
+    done: bool = False
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    metrics: RequestMetrics
+    choices: dict[int, _Choice] = field(default_factory=dict)
+    prompt_logprobs: list | None = None
+    num_cached_tokens: int = 0
+
+
+class StepError(RuntimeError):
+    """A step raised; its requests were aborted (blocks freed) and are named in ``ids``."""
+
+    def __init__(self, ids: set[str], cause: BaseException) -> None:
+        super().__init__(f"step failed for {len(ids)} requests: {cause!r}")
+        self.ids = ids
+        self.cause = cause
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        from edge_llm.model.loader import load_model
+
+        self.config = config
+        mc = config.model
+        model = mc.model
+        if model is None:
+            from edge_llm.model.demo import ensure_demo_model
+
+            model = str(ensure_demo_model())
+        self.loaded = load_model(model, revision=mc.revision, dtype=mc.dtype, device=mc.device)
+        arch = self.loaded.arch
+        self.max_model_len = self._resolve_max_model_len()
+        self.config = config = replace(
+            config, scheduler=replace(config.scheduler, max_model_len=self.max_model_len)
+        )
+        self.tokenizer = load_tokenizer(self.loaded.path, mc.chat_template)
+        gen_file = self.loaded.path / "generation_config.json"
+        gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
+        self.eos_token_ids = eos_token_ids(self.tokenizer, arch.eos_token_ids, gen)
+        self.model_name = _model_name(model, mc.model is None)
+        self.runner = ModelRunner(self.loaded, config.cache, config.scheduler, seed=mc.seed)
+        self.scheduler = Scheduler(
+            config.scheduler, config.cache, self.runner.plan.num_gpu_blocks,
+            self.runner.plan.num_cpu_blocks,
+        )
+        self.requests: dict[str, _Request] = {}
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    def _resolve_max_model_len(self) -> int:
+        arch = self.loaded.arch
+        limit = arch.max_position_embeddings
+        if arch.sliding_window:  # full attention is exact only within the window
+            limit = min(limit, arch.sliding_window)
+        asked = self.config.model.max_model_len
+        if asked is not None and asked > limit:
+            raise ValueError(
+                f"max_model_len={asked} exceeds the model's context length {limit}."
+            )
+        return asked or limit
+
+    # ---- admission -------------------------------------------------------------------------
+    def tokenize(self, prompt: PromptInput) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" in prompt:
+                return prompt.get("prompt"), list(prompt["prompt_token_ids"])
+            prompt = prompt["prompt"]
+        if isinstance(prompt, str):
+            # a rendered chat template already starts with BOS: don't add a second one
+            bos = self.tokenizer.bos_token
+            add = not (bos and prompt.startswith(bos))
+            return prompt, self.tokenizer.encode(prompt, add_special_tokens=add)
+        return None, list(prompt)
+
+    def add_request(
+        self, request_id: str, prompt: PromptInput, params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> None:
+        """Validate and queue; a bad prompt raises ValueError and leaves nothing behind."""
+        if request_id in self.requests:
+            raise ValueError(f"Request id {request_id!r} is already in use.")
+        text, ids = self.tokenize(prompt)
+        vocab = self.loaded.arch.vocab_size
+        if not ids:
+            raise ValueError("The prompt is empty: it must contain at least one token.")
+        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+            raise ValueError(f"Prompt token ids must be integers in [0, {vocab}).")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"This model's maximum context length is {self.max_model_len} tokens, but the "
+                f"prompt has {len(ids)} tokens."
+            )
+        params = params.clone()
+        if not params.ignore_eos:
+            params.all_stop_token_ids |= self.eos_token_ids
+        arrival = arrival_time or time.time()
+        self.scheduler.add_request(request_id, ids, params, arrival)
+        req = _Request(request_id, text, ids, params, RequestMetrics(arrival_time=arrival))
+        self.requests[request_id] = req
+        self.prompt_tokens_total += len(ids)
+
+    def abort(self, request_id: str) -> None:
+        req = self.requests.pop(request_id, None)
+        if req is not None:
+            self.scheduler.abort(request_id)
+            for choice in req.choices.values():
+                if not choice.done:
+                    self.runner.sampler.forget_request(request_id)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- one iteration ---------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        sched = self.scheduler.schedule()
+        try:
+            result = self.runner.execute(sched)
+        except Exception as exc:
+            ids = {s.seq.request_id for s in sched.scheduled}
+            for rid in ids:
+                self.abort(rid)
+            raise StepError(ids, exc) from exc
+        seqs = self.scheduler.update_from_output(sched, result.sampled)
+        return self._postprocess(seqs, result)
+
+    def _postprocess(self, seqs: list[Sequence], result: RunnerOutput) -> list[RequestOutput]:
+        now = time.time()
+        touched: dict[str, _Request] = {}
+        for seq_id, lps in result.prompt_logprobs.items():
+            seq = next((s for s in seqs if s.seq_id == seq_id), None)
+            if seq is not None and seq.request_id in self.requests:
+                req = self.requests[seq.request_id]
+                req.prompt_logprobs = (req.prompt_logprobs or [None]) + lps
+        for seq in seqs:
+            req = self.requests.get(seq.request_id)
+            if req is None:
+                continue
+            touched[req.request_id] = req
+            self._advance(req, seq, result, now)
+        outputs = []
+        for req in touched.values():
+            finished = len(req.choices) == req.params.n and all(
+                c.done for c in req.choices.values()
+            )
+            outputs.append(self._make_output(req, finished))
+            if finished:
+                req.metrics.finished_time = now
+                del self.requests[req.request_id]
+        return outputs
+
+    def _advance(self, req: _Request, seq: Sequence, result: RunnerOutput, now: float) -> None:
+        choice = req.choices.get(seq.index)
+        if choice is None:
+            detok = IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids, req.params)
+            choice = _Choice(detok, CompletionOutput(index=seq.index, text="", token_ids=[]))
+            choice.out.cumulative_logprob = 0.0 if req.params.logprobs is not None else None
+            if req.params.logprobs is not None:
+                choice.out.logprobs = []
+            req.choices[seq.index] = choice
+            req.num_cached_tokens = max(req.num_cached_tokens, seq.num_cached_tokens)
+        if req.metrics.first_token_time is None:
+            req.metrics.first_token_time = now
+        req.metrics.last_token_time = now
+        token = seq.output_token_ids[-1]
+        out = choice.out
+        self.generation_tokens_total += 1
+        out.token_ids.append(token)
+        out.token_ids_delta.append(token)
+        delta = choice.detok.add([token])
+        if req.params.logprobs is not None:
+            lp = result.logprobs.get(seq.seq_id) or {}
+            out.logprobs.append(lp)
+            out.logprobs_delta = (out.logprobs_delta or []) + [lp]
+            out.cumulative_logprob += result.sampled_logprobs.get(seq.seq_id, 0.0)
+        if choice.detok.finished and not seq.status.is_finished:
+            self.scheduler.finish(seq, SequenceStatus.FINISHED_STOPPED)
+            seq.stop_reason = choice.detok.stop_reason
+        if seq.status.is_finished:
+            delta += choice.detok.flush()
+            choice.done = True
+            out.finish_reason, out.stop_reason = _finish_reason(seq, choice.detok)
+            self.runner.sampler.forget(seq.seq_id)
+        out.text = choice.detok.text
+        out.text_delta += delta
+
+    def _make_output(self, req: _Request, finished: bool) -> RequestOutput:
+        outs = []
+        for i in sorted(req.choices):
+            c = req.choices[i].out
+            outs.append(replace(c, token_ids=list(c.token_ids),
+                                logprobs=list(c.logprobs) if c.logprobs is not None else None))
+            c.text_delta, c.token_ids_delta, c.logprobs_delta = "", [], None
+        return RequestOutput(
+            request_id=req.request_id, prompt=req.prompt,
+            prompt_token_ids=req.prompt_token_ids, outputs=outs, finished=finished,
+            prompt_logprobs=req.prompt_logprobs, metrics=req.metrics,
+            num_cached_tokens=req.num_cached_tokens,
+        )
+
+    def check_integrity(self) -> None:
+        self.scheduler.check_integrity()
+
+    def stats(self) -> dict:
+        s = self.scheduler.stats()
+        s.update(prompt_tokens_total=self.prompt_tokens_total,
+                 generation_tokens_total=self.generation_tokens_total)
+        return s
+
+
+def _finish_reason(seq: Sequence, detok: IncrementalDetokenizer) -> tuple[str, int | str | None]:
+    if seq.status == SequenceStatus.FINISHED_LENGTH:
+        return "length", None
+    if seq.status == SequenceStatus.FINISHED_ABORTED:
+        return "abort", None
+    if detok.stop_reason is not None:
+        return "stop", detok.stop_reason
+    last = seq.output_token_ids[-1] if seq.output_token_ids else None
+    if last is not None and last in (seq.params.stop_token_ids or []):
+        return "stop", last  # vLLM reports the matched stop token id; EOS gives None
+    return "stop", None
+
+def _model_name(model: str, demo: bool) -> str:
+    from pathlib import Path
+
+    if demo:
+        return "SmolLM2-135M-Instruct-AWQ"
+    path = Path(model)
+    return path.name if path.exists() else model

