@@ -80,3 +80,31 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     enforce_eager: bool = False
     debug_integrity: bool = False  # check the block pool whenever the engine goes idle
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Settings of the HTTP server (``edge-llm serve``); the engine's own settings live above."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None  # when set, every /v1 route needs "Authorization: Bearer <key>"
+    served_model_name: str | None = None  # None: the engine's model_name
+    max_queue: int | None = None  # requests allowed to wait beyond max_num_seqs; None: no limit
+    chat_template: str | None = None  # a file or an inline Jinja template; None: the tokenizer's
+    max_body_bytes: int = 16 * 1024 * 1024
+    log_requests: bool = True  # one info line per request
+    ready_timeout: float = 600.0  # seconds a /v1 request waits for the model to finish loading
+    retry_after: int = 1  # seconds, sent in Retry-After with 429 and 503
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}.")
+        if self.max_queue is not None and self.max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {self.max_queue}.")
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}.")
+        if self.ready_timeout < 0:
+            raise ValueError(f"ready_timeout must be >= 0 seconds, got {self.ready_timeout}.")
+        if self.retry_after < 0:
+            raise ValueError(f"retry_after must be >= 0 seconds, got {self.retry_after}.")
