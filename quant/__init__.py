@@ -1,0 +1,57 @@
+"""4-bit weight quantization: format detection, pack/unpack, ``QuantLinear``, quantizers.
+
+Import as ``edge_llm.quant``. Formats (AWQ GEMM, GPTQ v1/v2, compressed-tensors pack-quantized)
+are read into one runtime layout (see ``linear.py``); ``quantize_model`` writes AWQ or GPTQ
+checkpoints from a transformers Llama-family model with RTN, GPTQ or (optionally) AutoAWQ.
+"""
+
+from .awq import AWQ_ORDER, pack_awq, unpack_awq
+from .calibration import load_calibration_texts, load_eval_text
+from .compressed import pack_compressed, unpack_compressed
+from .export import quantization_config_for, save_quantized
+from .formats import (
+    SUPPORTED_QUANT_FORMATS,
+    QuantSpec,
+    UnsupportedQuantizationError,
+    detect_quant_spec,
+    is_quantized_module_name,
+    parse_quantization_config,
+)
+from .gptq import pack_gptq, unpack_gptq
+from .gptq_method import gptq_quantize
+from .linear import QuantLinear, dequantize_runtime, make_linear, quant_tensor_suffixes
+from .packing import QuantizedWeight, pack_int4, unpack_int4
+from .perplexity import perplexity
+from .quantize import quantize_model
+from .rtn import rtn_quantize
+
+__all__ = [
+    "AWQ_ORDER",
+    "SUPPORTED_QUANT_FORMATS",
+    "QuantLinear",
+    "QuantSpec",
+    "QuantizedWeight",
+    "UnsupportedQuantizationError",
+    "dequantize_runtime",
+    "detect_quant_spec",
+    "gptq_quantize",
+    "is_quantized_module_name",
+    "load_calibration_texts",
+    "load_eval_text",
+    "make_linear",
+    "pack_awq",
+    "pack_compressed",
+    "pack_gptq",
+    "pack_int4",
+    "parse_quantization_config",
+    "perplexity",
+    "quant_tensor_suffixes",
+    "quantization_config_for",
+    "quantize_model",
+    "rtn_quantize",
+    "save_quantized",
+    "unpack_awq",
+    "unpack_compressed",
+    "unpack_gptq",
+    "unpack_int4",
+]

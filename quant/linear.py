@@ -1,0 +1,266 @@
+"""``QuantLinear``: every supported format converted at load time into one runtime layout.
+
+Runtime layout (what ``edge_llm.kernels.w4a16_matmul`` consumes)::
+
+    qweight int32 (K/8, N)   GPTQ-style: row k at bits 4*(k % 8) of qweight[k // 8, n], q in 0..15
+    scales  (G, N)           activation dtype
+    zeros   (G, N)           activation dtype, float value of the integer zero point
+    W[k, n] = (q[k, n] - zeros[k // gs, n]) * scales[k // gs, n]      y = x @ W + bias
+
+Act-order checkpoints: rows are sorted by ``g_idx`` at load so every group is contiguous and
+``perm`` (int32, (K,)) holds the original row of each sorted row; forward gathers
+``x[..., perm]`` first. A ``g_idx`` whose sorted form is still not ``k // gs`` (groups of
+unequal sizes) keeps rows unsorted and a general ``g_idx`` buffer; only the torch reference
+serves that case.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .awq import awq_shapes, unpack_awq
+from .compressed import compressed_shapes, unpack_compressed
+from .formats import QuantSpec
+from .gptq import gptq_shapes, unpack_gptq
+from .packing import PACK, QuantizedWeight, pack_int4, sequential_g_idx, unpack_int4
+
+_UNSET = object()
+_kernel_fn: object = _UNSET
+
+
+def _w4a16_kernel():
+    """``edge_llm.kernels.w4a16_matmul`` when the kernels package provides it, else None."""
+    global _kernel_fn
+    if _kernel_fn is _UNSET:
+        try:
+            from edge_llm.kernels import w4a16_matmul
+        except ImportError:
+            w4a16_matmul = None
+        _kernel_fn = w4a16_matmul
+    return _kernel_fn
+
+
+def quant_tensor_suffixes(spec: QuantSpec, bias: bool = False) -> tuple[tuple[str, ...], ...]:
+    """(required, optional) checkpoint tensor suffixes of one quantized linear in ``spec``."""
+    extra = ("bias",) if bias else ()
+    if spec.method == "awq":
+        if spec.zero_point:
+            return ("qweight", "qzeros", "scales", *extra), ()
+        return ("qweight", "scales", *extra), ("qzeros",)
+    if spec.method == "gptq":
+        if spec.sym:
+            return ("qweight", "scales", *extra), ("qzeros", "g_idx")
+        return ("qweight", "qzeros", "scales", *extra), ("g_idx",)
+    if spec.sym:
+        return ("weight_packed", "weight_scale", *extra), (
+            "weight_shape", "weight_g_idx", "weight_zero_point")
+    return ("weight_packed", "weight_scale", "weight_zero_point", *extra), (
+        "weight_shape", "weight_g_idx")
+
+
+def dequantize_runtime(
+    qweight: torch.Tensor,  # int32 (K/8, N)
+    scales: torch.Tensor,  # (G, N)
+    zeros: torch.Tensor,  # (G, N)
+    group_size: int,
+    g_idx: torch.Tensor | None = None,  # (K,) general groups; None means k // group_size
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Torch reference of the runtime layout: W as (K, N) in ``dtype`` (rows in stored order)."""
+    q = unpack_int4(qweight, dim=0)  # (K, N)
+    k = q.shape[0]
+    idx = sequential_g_idx(k, group_size).to(q.device) if g_idx is None else g_idx
+    idx = idx.long()
+    return (q.to(dtype) - zeros.to(dtype)[idx]) * scales.to(dtype)[idx]
+
+
+class QuantLinear(nn.Module):
+    """A 4-bit weight-only linear: ``y = x @ W + bias`` with W from the runtime layout.
+
+    Built empty (the loader builds on the meta device); ``load_checkpoint_tensors`` fills it.
+    On CPU, forward is the torch reference: the dequantized fp32 weight is cached after the first
+    call because CPU is the reference/test path and re-dequantizing every step would dominate.
+    On CUDA it calls ``edge_llm.kernels.w4a16_matmul`` when that exists (fp32 accumulation there).
+    """
+
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool, spec: QuantSpec, dtype: torch.dtype
+    ) -> None:
+        super().__init__()
+        if in_features % PACK or out_features % PACK:
+            raise ValueError(
+                f"QuantLinear needs in_features and out_features divisible by {PACK}, got "
+                f"({in_features}, {out_features})."
+            )
+        self.in_features, self.out_features = in_features, out_features
+        self.spec, self.dtype = spec, dtype
+        self.group_size = spec.group_size_for(in_features)
+        if spec.method == "awq" and in_features % self.group_size:
+            raise ValueError(
+                f"AWQ needs in_features ({in_features}) divisible by group_size "
+                f"({self.group_size})."
+            )
+        groups = -(-in_features // self.group_size)
+        self.register_buffer("qweight", torch.empty(in_features // PACK, out_features,
+                                                    dtype=torch.int32))
+        self.register_buffer("scales", torch.empty(groups, out_features, dtype=dtype))
+        self.register_buffer("zeros", torch.empty(groups, out_features, dtype=dtype))
+        self.register_buffer("bias", torch.empty(out_features, dtype=dtype) if bias else None)
+        self.register_buffer("perm", None)
+        self.register_buffer("g_idx", None)
+        self._cpu_weight: torch.Tensor | None = None  # (K, N) fp32, original row order
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, {self.spec.method} gs={self.group_size}")
+
+    def checkpoint_tensor_names(self) -> list[str]:
+        """Every suffix the loader should pass when present (required and optional).
+
+        Required: see :meth:`required_checkpoint_tensor_names`. Optional: GPTQ ``g_idx`` (absent
+        means sequential groups) and ``qzeros`` when symmetric, AWQ ``qzeros`` when
+        ``zero_point=False``, compressed-tensors ``weight_shape``, ``weight_g_idx`` and (sym)
+        ``weight_zero_point``.
+        """
+        required, optional = quant_tensor_suffixes(self.spec, self.bias is not None)
+        return [*required, *optional]
+
+    def required_checkpoint_tensor_names(self) -> list[str]:
+        return list(quant_tensor_suffixes(self.spec, self.bias is not None)[0])
+
+    def load_checkpoint_tensors(self, tensors: dict[str, torch.Tensor], device) -> None:
+        """Validate one module's checkpoint tensors, convert them to the runtime layout, and move
+        each result once to ``device`` (scales/zeros/bias in ``self.dtype``).
+
+        Raises ValueError naming the tensor on a missing, unexpected, mis-shaped or mis-typed one.
+        """
+        self._check_names(tensors)
+        self._check_tensors(tensors)
+        w = self._unpack(tensors)
+        try:
+            w.validate()
+        except ValueError as exc:
+            raise ValueError(f"{self.spec.method} tensors of {self.extra_repr()}: {exc}") from exc
+        qweight, perm, g_idx = _runtime_rows(w)
+        self.qweight = qweight.to(device)
+        self.scales = w.scales.to(device=device, dtype=self.dtype)
+        self.zeros = w.zeros.to(device=device, dtype=self.dtype)
+        self.perm = None if perm is None else perm.to(device)
+        self.g_idx = None if g_idx is None else g_idx.to(device)
+        if "bias" in tensors:
+            self.bias = tensors["bias"].to(device=device, dtype=self.dtype)
+        self._cpu_weight = None
+
+    def _check_names(self, tensors: dict[str, torch.Tensor]) -> None:
+        required, optional = quant_tensor_suffixes(self.spec, self.bias is not None)
+        missing = [n for n in required if n not in tensors]
+        unexpected = [n for n in tensors if n not in required and n not in optional]
+        if missing or unexpected:
+            raise ValueError(
+                f"{self.spec.method} linear ({self.in_features} -> {self.out_features}): "
+                f"missing tensors {missing}, unexpected tensors {unexpected}; expected "
+                f"{list(required)} and optionally {list(optional)}."
+            )
+
+    def _expected_shapes(self, tensors: dict[str, torch.Tensor]) -> dict[str, tuple]:
+        k, n, gs = self.in_features, self.out_features, self.group_size
+        if self.spec.method == "awq":
+            shapes = awq_shapes(k, n, gs)
+        elif self.spec.method == "gptq":
+            shapes = gptq_shapes(k, n, gs)
+        else:
+            zp = tensors.get("weight_zero_point")
+            shapes = compressed_shapes(k, n, gs, zp.dtype if zp is not None else torch.int32)
+        shapes["bias"] = (n,)
+        return shapes
+
+    def _check_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        shapes = self._expected_shapes(tensors)
+        where = f"(in_features={self.in_features}, out_features={self.out_features}, " \
+                f"group_size={self.group_size}, {self.spec.method})"
+        for name, t in tensors.items():
+            if tuple(t.shape) != shapes[name]:
+                raise ValueError(f"Tensor {name!r}: expected shape {shapes[name]}, found "
+                                 f"{tuple(t.shape)} {where}.")
+            if name in ("qweight", "qzeros", "weight_packed") and t.dtype != torch.int32:
+                raise ValueError(f"Tensor {name!r}: expected dtype torch.int32, found {t.dtype}.")
+            if name == "weight_zero_point" and t.dtype not in (torch.int32, torch.int8):
+                raise ValueError(f"Tensor {name!r}: expected int32 (packed) or int8, found "
+                                 f"{t.dtype}.")
+            if name in ("g_idx", "weight_g_idx", "weight_shape") and (
+                t.is_floating_point() or t.is_complex() or t.dtype == torch.bool
+            ):
+                raise ValueError(f"Tensor {name!r}: expected an integer dtype, found {t.dtype}.")
+            if name in ("scales", "weight_scale", "bias") and not t.is_floating_point():
+                raise ValueError(f"Tensor {name!r}: expected a float dtype, found {t.dtype}.")
+        shape = tensors.get("weight_shape")
+        if shape is not None and shape.tolist() != [self.out_features, self.in_features]:
+            raise ValueError(f"Tensor 'weight_shape' says {shape.tolist()}, the model expects "
+                             f"[{self.out_features}, {self.in_features}].")
+
+    def _unpack(self, tensors: dict[str, torch.Tensor]) -> QuantizedWeight:
+        k, n, gs, spec = self.in_features, self.out_features, self.group_size, self.spec
+        fmt_tensors = {name: t for name, t in tensors.items() if name != "bias"}
+        if spec.method == "awq":
+            return unpack_awq(fmt_tensors, k, n, gs)
+        if spec.method == "gptq":
+            return unpack_gptq(fmt_tensors, k, n, gs, spec.checkpoint_format, spec.sym)
+        return unpack_compressed(fmt_tensors, k, n, gs, spec.sym)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """W in ``nn.Linear`` layout (out_features, in_features), original row order."""
+        w = dequantize_runtime(self.qweight, self.scales, self.zeros, self.group_size,
+                               self.g_idx, dtype)  # (K, N) stored order
+        if self.perm is not None:
+            restored = torch.empty_like(w)
+            restored[self.perm.long()] = w  # sorted row j is original row perm[j]
+            w = restored
+        return w.t()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cuda" and self.g_idx is None:
+            kernel = _w4a16_kernel()
+            if kernel is not None:
+                return self._forward_kernel(kernel, x)
+        if x.device.type == "cpu":
+            if self._cpu_weight is None:
+                self._cpu_weight = self.dequantize(torch.float32).t().contiguous()  # (K, N)
+            w = self._cpu_weight
+        else:
+            w = self.dequantize(torch.float32).t()
+        y = x.to(torch.float32) @ w  # (..., N) fp32 accumulation
+        if self.bias is not None:
+            y = y + self.bias.to(torch.float32)
+        return y.to(x.dtype)
+
+    def _forward_kernel(self, kernel, x: torch.Tensor) -> torch.Tensor:
+        if self.perm is not None:
+            x = x.index_select(-1, self.perm.long())
+        x2 = x.reshape(-1, self.in_features)  # (M, K)
+        y = kernel(x2, self.qweight, self.scales, self.zeros, self.group_size)  # (M, N)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def _runtime_rows(
+    w: QuantizedWeight,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(qweight (K/8, N), perm or None, general g_idx or None) for the runtime layout."""
+    k, gs = w.in_features, w.group_size
+    if w.is_sequential():
+        return pack_int4(w.q, dim=0), None, None
+    perm = torch.argsort(w.g_idx.long(), stable=True)  # sorted row j <- original row perm[j]
+    if torch.equal(w.g_idx[perm], sequential_g_idx(k, gs).to(w.g_idx.device)):
+        return pack_int4(w.q[perm], dim=0), perm.to(torch.int32), None
+    return pack_int4(w.q, dim=0), None, w.g_idx.to(torch.int32)
+
+
+def make_linear(
+    in_features: int, out_features: int, bias: bool, spec: QuantSpec | None, dtype: torch.dtype
+) -> nn.Module:
+    """``nn.Linear`` when ``spec`` is None, else an empty ``QuantLinear`` for ``spec``."""
+    if spec is None:
+        return nn.Linear(in_features, out_features, bias=bias, dtype=dtype)
+    return QuantLinear(in_features, out_features, bias, spec, dtype)

@@ -1,0 +1,88 @@
+"""Round-to-nearest group quantization (pure functions, ``nn.Linear`` orientation).
+
+Per group of ``group_size`` input columns and per output row, min/max quantization whose range
+always includes 0 (as AutoGPTQ's ``Quantizer.find_params``):
+
+    asym: scale = (max(w, 0) - min(w, 0)) / 15, zero = round(-min(w, 0) / scale) in 0..15
+    sym:  scale = 2 * max|w| / 15,              zero = 8
+    q = clamp(round(w / scale) + zero, 0, 15),  w ~ (q - zero) * scale
+
+Scales are rounded to fp16 before use, so the integers match what a fp16 checkpoint dequantizes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_MIN_SCALE = 1e-6  # keeps w / scale finite for all-zero or tiny groups; fp16 can hold it
+
+
+def group_params(w: torch.Tensor, bits: int = 4, sym: bool = False):
+    """Scale and zero (float32, (rows,)) for each row of ``w`` (rows, cols) taken as one group."""
+    maxq = 2**bits - 1
+    w = w.to(torch.float32)
+    xmin = w.amin(dim=1).clamp(max=0.0)
+    xmax = w.amax(dim=1).clamp(min=0.0)
+    if sym:
+        xmax = torch.maximum(-xmin, xmax)
+        xmin = -xmax
+    flat = (xmin == 0) & (xmax == 0)
+    xmin = torch.where(flat, torch.full_like(xmin, -1.0), xmin)
+    xmax = torch.where(flat, torch.full_like(xmax, 1.0), xmax)
+    scale = ((xmax - xmin) / maxq).clamp(min=_MIN_SCALE).to(torch.float16).to(torch.float32)
+    if sym:
+        zero = torch.full_like(scale, (maxq + 1) / 2)
+    else:
+        zero = torch.round(-xmin / scale).clamp(0, maxq)
+    return scale, zero
+
+
+def quantize_to_int(
+    w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int = 4
+) -> torch.Tensor:
+    """q = clamp(round(w / scale) + zero, 0, 2**bits - 1) as float32 (broadcasting)."""
+    return torch.clamp(torch.round(w / scale) + zero, 0, 2**bits - 1)
+
+
+def _check_args(w: torch.Tensor, bits: int, group_size: int) -> int:
+    if w.dim() != 2:
+        raise ValueError(f"W must be 2-D (out_features, in_features), got shape {tuple(w.shape)}.")
+    if bits != 4:
+        raise ValueError(f"bits must be 4, got {bits}.")
+    k = w.shape[1]
+    if group_size == -1:
+        return k
+    if group_size < 1:
+        raise ValueError(f"group_size must be -1 or >= 1, got {group_size}.")
+    return group_size
+
+
+def rtn_quantize(
+    w: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Quantize W (N, K) by round-to-nearest.
+
+    Returns q int32 (N, K) in 0..15, scales float32 (N, G), zeros float32 (N, G) holding
+    integers, G = ceil(K / group_size) (group_size -1: one group over all of K).
+    """
+    gs = _check_args(w, bits, group_size)
+    w = w.detach().to(torch.float32)
+    q = torch.empty(w.shape, dtype=torch.int32, device=w.device)
+    scales, zeros = [], []
+    for start in range(0, w.shape[1], gs):
+        block = w[:, start : start + gs]  # (N, gs)
+        scale, zero = group_params(block, bits, sym)
+        q[:, start : start + gs] = quantize_to_int(block, scale[:, None], zero[:, None], bits).to(
+            torch.int32
+        )
+        scales.append(scale)
+        zeros.append(zero)
+    return q, torch.stack(scales, dim=1), torch.stack(zeros, dim=1)
+
+
+def fake_quantize(
+    q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, g_idx: torch.Tensor
+) -> torch.Tensor:
+    """Dequantized W (N, K) float32 from q (N, K), scales/zeros (N, G) and g_idx (K,)."""
+    idx = g_idx.long()
+    return (q.to(torch.float32) - zeros[:, idx]) * scales[:, idx]
