@@ -1,0 +1,333 @@
+"""``edge-llm`` command line: one argparse subcommand per function pair.
+
+Each subcommand is ``add_<name>_arguments(parser)`` plus ``run_<name>(args) -> exit code``.
+Other parts add theirs without editing this file: a module ``edge_llm/cli_<name>.py`` defining
+``register(subparsers)`` (which adds a parser and sets ``func=run``) is picked up at start.
+
+Settings: a flag wins over its ``EDGE_LLM_*`` environment variable, which wins over the default
+(``PORT`` is honoured after ``EDGE_LLM_PORT``). Exit codes: 0 ok, 1 runtime failure (e.g. a
+missing model folder), 2 bad flags or values; errors are one line, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import pkgutil
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+PROG = "edge-llm"
+
+
+class UsageError(Exception):
+    """A bad flag or value: one line on stderr, exit code 2."""
+
+
+class RunError(Exception):
+    """A failure at run time (missing model folder...): one line on stderr, exit code 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# ---- options with environment variables ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    type: Callable[[str], Any]
+    default: Any
+    help: str
+    env: tuple[str, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return ("EDGE_LLM_" + self.dest.upper(),) + self.env
+
+
+def parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true/false, got {text!r}")
+
+
+def parse_bytes(text: str) -> int:
+    """``4294967296``, ``4GiB``, ``512MB``, ``2g`` -> bytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*", text.lower())
+    if not m:
+        raise ValueError(f"expected a size in bytes such as 2GiB, got {text!r}")
+    scale = 1024 ** " kmgt".index(m.group(2) or " ")
+    return int(float(m.group(1)) * scale)
+
+
+def _bool_flag(flag: str, default: bool, help: str) -> Option:
+    return Option(flag, parse_bool, default, help)
+
+
+SERVE_OPTIONS: tuple[Option, ...] = (
+    Option("--host", str, "127.0.0.1", "address to bind"),
+    Option("--port", int, 8000, "port to bind (also $PORT)", env=("PORT",)),
+    Option("--dtype", str, "auto", "activation dtype: auto, float16, bfloat16, float32"),
+    Option("--device", str, "auto", "cuda, cuda:N, cpu or auto"),
+    Option("--max-model-len", int, None, "context length (default: the model's)"),
+    Option("--block-size", int, 16, "KV-cache block size in tokens: 8, 16 or 32"),
+    Option("--gpu-memory-utilization", float, 0.9, "fraction of GPU memory to use"),
+    Option("--kv-cache-memory", parse_bytes, None, "KV-cache size (e.g. 2GiB); overrides "
+           "--gpu-memory-utilization"),
+    Option("--swap-space", float, 4.0, "GiB of host memory for swapped-out KV blocks"),
+    _bool_flag("--enable-prefix-caching", True, "reuse KV blocks of shared prompt prefixes"),
+    Option("--max-num-seqs", int, 256, "most sequences per step"),
+    Option("--max-num-batched-tokens", int, 2048, "most tokens per step"),
+    Option("--seed", int, 0, "random seed"),
+    _bool_flag("--enforce-eager", False, "no CUDA graphs"),
+    Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),
+    Option("--served-model-name", str, None, "model name in the API (default: the model's)"),
+    Option("--api-key", str, None, "require 'Authorization: Bearer KEY' on /v1"),
+    Option("--max-queue", int, None, "requests that may wait beyond --max-num-seqs; more get "
+           "429 (default: no limit)"),
+    Option("--ready-timeout", float, 600.0, "seconds a request waits for the model to load"),
+    Option("--log-level", str, "info", "debug, info, warning or error"),
+    _bool_flag("--log-requests", True, "one log line per request"),
+)
+
+
+def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
+    for opt in options:
+        envs = " or ".join("$" + e for e in opt.envs)
+        text = f"{opt.help} [env {envs}; default {opt.default}]"
+        if opt.type is parse_bool:
+            parser.add_argument(opt.flag, action=argparse.BooleanOptionalAction, default=None,
+                                help=text)
+        else:
+            parser.add_argument(opt.flag, type=opt.type, default=None, help=text,
+                                metavar=opt.dest.upper())
+
+
+def resolve_options(args: argparse.Namespace, options: Sequence[Option],
+                    environ: dict[str, str] | None = None) -> None:
+    """Fill unset flags from the environment, then the defaults (in place)."""
+    environ = os.environ if environ is None else environ
+    for opt in options:
+        if getattr(args, opt.dest, None) is not None:
+            continue
+        value = opt.default
+        for name in opt.envs:
+            raw = environ.get(name)
+            if raw is not None and raw != "":
+                try:
+                    value = opt.type(raw)
+                except ValueError as exc:
+                    raise UsageError(f"environment variable {name}: {exc}") from None
+                break
+        setattr(args, opt.dest, value)
+
+
+# ---- serve --------------------------------------------------------------------------------
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", default=None,
+                        help="model folder or hub id [env $EDGE_LLM_MODEL; default: the "
+                             "built-in demo model]")
+    add_options(parser, SERVE_OPTIONS)
+
+
+def check_model_path(model: str | None) -> None:
+    """A local model must be a folder with config.json; a hub id (org/name) is left to the
+    loader. Raises RunError naming the path."""
+    if model is None:
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise RunError(f"model is not a folder: {model}")
+        if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+            raise RunError(f"model folder has no config.json: {model}")
+        return
+    hub_id = re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", model) is not None
+    if not hub_id or model.startswith((".", "~")):
+        raise RunError(f"model folder not found: {model}")
+
+
+def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(EngineConfig, ServerConfig) from resolved serve options; UsageError on bad values."""
+    from edge_llm.config import (
+        CacheConfig,
+        EngineConfig,
+        ModelConfig,
+        SchedulerConfig,
+        ServerConfig,
+    )
+
+    try:
+        engine = EngineConfig(
+            model=ModelConfig(model=args.model, dtype=args.dtype, device=args.device,
+                              max_model_len=args.max_model_len, seed=args.seed,
+                              chat_template=args.chat_template),
+            cache=CacheConfig(block_size=args.block_size,
+                              gpu_memory_utilization=args.gpu_memory_utilization,
+                              kv_cache_memory=args.kv_cache_memory, swap_space=args.swap_space,
+                              enable_prefix_caching=args.enable_prefix_caching),
+            scheduler=SchedulerConfig(max_num_seqs=args.max_num_seqs,
+                                      max_num_batched_tokens=args.max_num_batched_tokens),
+            enforce_eager=args.enforce_eager,
+        )
+        server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
+                              served_model_name=args.served_model_name,
+                              max_queue=args.max_queue, chat_template=args.chat_template,
+                              log_requests=args.log_requests, ready_timeout=args.ready_timeout)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return engine, server
+
+
+def setup_logging(level: str) -> None:
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise UsageError(f"--log-level must be debug, info, warning or error, got {level!r}")
+    logging.basicConfig(level=numeric, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from edge_llm.server import create_app
+
+    resolve_options(args, SERVE_OPTIONS)
+    args.model = args.model or os.environ.get("EDGE_LLM_MODEL") or None
+    engine_cfg, server_cfg = build_configs(args)
+    setup_logging(args.log_level)
+    check_model_path(args.model)
+    failures: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def stop(exc: BaseException) -> None:  # the model failed to load: exit 1
+        failures.append(exc)
+        if server is not None:
+            server.should_exit = True
+
+    try:
+        app = create_app(engine_cfg, server_cfg, on_load_failure=stop)
+    except (ValueError, OSError) as exc:
+        raise RunError(str(exc)) from None
+    config = uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
+                            log_level=args.log_level, access_log=False, log_config=None,
+                            timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    server.run()
+    if failures:
+        raise RunError(f"the model failed to load: {failures[0]}")
+    return 0 if server.started else 1
+
+
+# ---- chat ---------------------------------------------------------------------------------
+
+
+def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", default=None,
+                        help="model folder or hub id to run in process (default: the demo "
+                             "model); ignored with --url")
+    parser.add_argument("--url", default=None,
+                        help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--api-key", default=None, help="API key [env $EDGE_LLM_API_KEY]")
+    parser.add_argument("--system", default=None, help="system prompt")
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="context length of the in-process model")
+    parser.add_argument("--device", default="auto", help="device of the in-process model")
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    from edge_llm.server.terminal_chat import ChatSettings, chat_in_process, chat_with_url
+
+    settings = ChatSettings(
+        api_key=args.api_key or os.environ.get("EDGE_LLM_API_KEY") or None,
+        system=args.system, temperature=args.temperature, max_tokens=args.max_tokens,
+    )
+    if args.max_tokens < 1:
+        raise UsageError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if args.url:
+        return chat_with_url(args.url, settings)
+    check_model_path(args.model)
+    return chat_in_process(args.model, settings, max_model_len=args.max_model_len,
+                           device=args.device)
+
+
+# ---- main ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Serve 4-bit LLMs behind an OpenAI-compatible API.")
+    parser.add_argument("--version", action="version", version=_version())
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    serve = subs.add_parser("serve", help="run the OpenAI-compatible HTTP server")
+    add_serve_arguments(serve)
+    serve.set_defaults(func=run_serve)
+    chat = subs.add_parser("chat", help="chat in the terminal (in process or with --url)")
+    add_chat_arguments(chat)
+    chat.set_defaults(func=run_chat)
+    for module in _plugin_modules():
+        module.register(subs)
+    return parser
+
+
+def _plugin_modules() -> list[Any]:
+    """``edge_llm/cli_<name>.py`` modules with a ``register(subparsers)`` function."""
+    import edge_llm
+
+    found = []
+    for info in sorted(pkgutil.iter_modules(edge_llm.__path__), key=lambda i: i.name):
+        if info.name.startswith("cli_"):
+            module = importlib.import_module(f"edge_llm.{info.name}")
+            if callable(getattr(module, "register", None)):
+                found.append(module)
+    return found
+
+
+def _version() -> str:
+    from edge_llm import __version__
+
+    return f"{PROG} {__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except RunError as exc:
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

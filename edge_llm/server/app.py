@@ -1,0 +1,140 @@
+"""``create_app()``: the Litestar application serving one engine.
+
+Lifecycle (scale-to-zero friendly): ``lifespan`` starts loading the engine in a background thread
+and returns at once, so the port opens immediately; ``/health`` says 503 until the engine is
+ready; ``/v1`` requests wait for it (bounded by ``ServerConfig.ready_timeout``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar
+from litestar.openapi import OpenAPIConfig
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from edge_llm.config import EngineConfig, ServerConfig
+
+from .context import USAGE_KEY, ServerContext
+from .errors import handle_exception
+from .lifecycle import EngineHolder
+from .metrics import ServerMetrics, engine_stats
+from .preprocess import read_chat_template
+from .routes import ROUTES
+
+logger = logging.getLogger("edge_llm.server")
+
+
+def create_app(
+    engine_config: EngineConfig | None = None,
+    server_config: ServerConfig | None = None,
+    *,
+    engine_factory: Callable[[], Any] | None = None,
+    on_load_failure: Callable[[BaseException], None] | None = None,
+) -> Litestar:
+    """Build the app. ``engine_factory`` (blocking, run in a thread) defaults to
+    ``AsyncEngine.from_config(engine_config)``; tests pass their own. ``on_load_failure`` is
+    called (in the event loop) if loading raises, e.g. to stop the process.
+
+    Raises ValueError for a ``chat_template`` that is neither a file nor a template.
+    """
+    engine_config = engine_config or EngineConfig()
+    server_config = server_config or ServerConfig()
+    if engine_factory is None:
+        engine_factory = _default_factory(engine_config)
+    holder = EngineHolder(
+        engine_factory,
+        ready_timeout=server_config.ready_timeout,
+        max_num_seqs=engine_config.scheduler.max_num_seqs,
+        max_queue=server_config.max_queue,
+        retry_after=server_config.retry_after,
+        on_load_failure=on_load_failure,
+    )
+    ctx = ServerContext(
+        config=server_config,
+        holder=holder,
+        metrics=ServerMetrics(lambda: engine_stats(holder), lambda: ctx.model_name()),
+        chat_template=read_chat_template(server_config.chat_template),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await holder.start_loading()
+        try:
+            yield
+        finally:
+            await holder.shutdown()
+
+    from edge_llm import __version__
+
+    app = Litestar(
+        route_handlers=ROUTES,
+        lifespan=[lifespan],
+        exception_handlers={Exception: handle_exception},
+        request_max_body_size=server_config.max_body_bytes,
+        openapi_config=OpenAPIConfig(title="edge-llm", version=__version__),
+        logging_config=None,
+    )
+    app.state.ctx = ctx
+    # Wrapped outside Litestar's router so that unmatched routes (404/405) are logged too.
+    app.asgi_handler = RequestLog(app.asgi_handler, enabled=server_config.log_requests)
+    return app
+
+
+def _default_factory(config: EngineConfig) -> Callable[[], Any]:
+    def load() -> Any:
+        from edge_llm.engine.async_engine import AsyncEngine  # torch loads here, off the loop
+
+        return AsyncEngine.from_config(config)
+
+    return load
+
+
+class RequestLog:
+    """ASGI wrapper: ``X-Request-Id`` in and out, and one info line per HTTP request:
+    method, path, status, request id, prompt/completion tokens, seconds."""
+
+    def __init__(self, app: ASGIApp, enabled: bool = True) -> None:
+        self.app = app
+        self.enabled = enabled
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex[:16]
+        scope.setdefault("state", {})["request_id"] = request_id
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode("latin-1")))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            if self.enabled:
+                prompt, completion = scope["state"].get(USAGE_KEY, (0, 0))
+                logger.info("%s %s %s id=%s prompt_tokens=%d completion_tokens=%d %.3fs",
+                            scope["method"], scope["path"], status or "-", request_id, prompt,
+                            completion, time.perf_counter() - start)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            text = value.decode("latin-1").strip()
+            if text and len(text) <= 128 and text.isprintable():
+                return text
+    return None

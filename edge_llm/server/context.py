@@ -1,0 +1,84 @@
+"""Per-app server state shared by the routes (kept in ``app.state.ctx``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from litestar import Request
+
+from edge_llm.config import ServerConfig
+
+from .errors import ClientDisconnected
+from .lifecycle import EngineHolder
+from .logprobs import TokenTexts
+from .metrics import ServerMetrics
+
+T = TypeVar("T")
+
+USAGE_KEY = "edge_llm_usage"  # scope["state"] key read by the request log line
+
+
+@dataclass
+class ServerContext:
+    config: ServerConfig
+    holder: EngineHolder
+    metrics: ServerMetrics
+    chat_template: str | None  # the override's text; None: the tokenizer's own
+    created: int = field(default_factory=lambda: int(time.time()))
+    _texts: TokenTexts | None = None
+
+    def model_name(self) -> str:
+        """The name responses carry: ``served_model_name``, else the engine's model name."""
+        if self.config.served_model_name:
+            return self.config.served_model_name
+        engine = self.holder.engine
+        return getattr(engine, "model_name", None) or "edge-llm"
+
+    def served_names(self) -> list[str]:
+        """Names a request's ``model`` may use (the served name and the engine's own)."""
+        names = [self.model_name()]
+        engine = self.holder.engine
+        own = getattr(engine, "model_name", None)
+        if own and own not in names:
+            names.append(own)
+        return names
+
+    def token_texts(self, engine: Any) -> TokenTexts:
+        if self._texts is None or self._texts.tokenizer is not engine.tokenizer:
+            self._texts = TokenTexts(engine.tokenizer)
+        return self._texts
+
+
+def record_usage(request: Request, prompt_tokens: int, completion_tokens: int) -> None:
+    request.scope["state"][USAGE_KEY] = (prompt_tokens, completion_tokens)
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``, cancelling it (its engine requests abort) if the client goes away.
+
+    Call after the body was read: the next ASGI message is then the disconnect.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    if task.cancelled():
+        raise ClientDisconnected()
+    return task.result()

@@ -1,0 +1,151 @@
+"""Prometheus metrics with vLLM's names, in a registry owned by one app (not the global one).
+
+Engine state (queues, KV usage, prefix cache, preemptions) is read from ``engine.stats()`` at
+scrape time; per-request figures (tokens, latencies, finish reasons) are observed by the server
+as outputs stream by. Every series carries a ``model_name`` label.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from edge_llm.outputs import RequestOutput
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0)
+_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
+
+# (metric name, engine stats key, help) read at scrape time
+_GAUGES = (
+    ("vllm:num_requests_running", "num_requests_running", "Number of requests running."),
+    ("vllm:num_requests_waiting", "num_requests_waiting", "Number of requests waiting."),
+    ("vllm:num_requests_swapped", "num_requests_swapped", "Number of requests swapped to CPU."),
+    ("vllm:gpu_cache_usage_perc", "kv_cache_usage", "KV-cache usage; 1 means 100 percent."),
+    ("vllm:kv_cache_usage_perc", "kv_cache_usage", "KV-cache usage; 1 means 100 percent."),
+    ("edge_llm:num_free_blocks", "num_free_blocks", "Free KV-cache blocks."),
+    ("edge_llm:num_total_blocks", "num_total_blocks", "All KV-cache blocks."),
+)
+_COUNTERS = (  # names without _total: the exposition adds it
+    ("vllm:prefix_cache_queries", "prefix_cache_queries", "Prefix cache queries, in tokens."),
+    ("vllm:prefix_cache_hits", "prefix_cache_hits", "Prefix cache hits, in tokens."),
+    ("vllm:num_preemptions", "num_preemptions", "Cumulative number of preemptions."),
+)
+
+
+class _EngineStatsCollector:
+    """Reads the engine's counters when Prometheus scrapes; nothing while it loads."""
+
+    def __init__(self, stats: Callable[[], dict | None], model_name: Callable[[], str]) -> None:
+        self._stats = stats
+        self._model_name = model_name
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        if stats is None:
+            return
+        label = [self._model_name()]
+        for name, key, doc in _GAUGES:
+            if key in stats:
+                fam = GaugeMetricFamily(name, doc, labels=["model_name"])
+                fam.add_metric(label, float(stats[key]))
+                yield fam
+        for name, key, doc in _COUNTERS:
+            if key in stats:
+                fam = CounterMetricFamily(name, doc, labels=["model_name"])
+                fam.add_metric(label, float(stats[key]))
+                yield fam
+
+
+class ServerMetrics:
+    """The app's registry; ``model_name`` is resolved lazily (the engine may still be loading)."""
+
+    def __init__(self, stats: Callable[[], dict | None], model_name: Callable[[], str]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._model_name = model_name
+        r, lab = self.registry, ["model_name"]
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed.", lab,
+                                     registry=r)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generation tokens produced.",
+                                         lab, registry=r)
+        self.request_success = Counter("vllm:request_success", "Finished requests (choices).",
+                                       lab + ["finished_reason"], registry=r)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", lab,
+                              buckets=_TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency.", lab,
+                             buckets=_ITL_BUCKETS, registry=r)
+        self.tpot = Histogram("vllm:time_per_output_token_seconds",
+                              "Time per output token (same observations as ITL).", lab,
+                              buckets=_ITL_BUCKETS, registry=r)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency.",
+                             lab, buckets=_E2E_BUCKETS, registry=r)
+        self.request_prompt_tokens = Histogram(
+            "vllm:request_prompt_tokens", "Prompt tokens per request.", lab,
+            buckets=_TOKEN_BUCKETS, registry=r)
+        self.request_generation_tokens = Histogram(
+            "vllm:request_generation_tokens", "Generated tokens per request.", lab,
+            buckets=_TOKEN_BUCKETS, registry=r)
+        self.registry.register(_EngineStatsCollector(stats, model_name))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def tracker(self) -> RequestTracker:
+        return RequestTracker(self, self._model_name())
+
+
+class RequestTracker:
+    """Observes one engine request's outputs: token counts, TTFT, ITL, e2e, finish reasons."""
+
+    def __init__(self, metrics: ServerMetrics, model_name: str) -> None:
+        self.m = metrics
+        self.model = model_name
+        self.start = time.perf_counter()
+        self.last: float | None = None  # when the previous output arrived
+        self.first_token_seen = False
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self._done: set[int] = set()
+
+    def observe(self, out: RequestOutput) -> None:
+        now = time.perf_counter()
+        m, model = self.m, self.model
+        if self.last is None:
+            self.prompt_tokens = len(out.prompt_token_ids)
+            m.prompt_tokens.labels(model).inc(self.prompt_tokens)
+            m.request_prompt_tokens.labels(model).observe(self.prompt_tokens)
+        new = sum(len(c.token_ids_delta) for c in out.outputs)
+        if new:
+            if not self.first_token_seen:
+                self.first_token_seen = True
+                m.ttft.labels(model).observe(now - self.start)
+            else:
+                per_token = (now - self.last) / new
+                for _ in range(new):
+                    m.itl.labels(model).observe(per_token)
+                    m.tpot.labels(model).observe(per_token)
+            self.completion_tokens += new
+            m.generation_tokens.labels(model).inc(new)
+        self.last = now
+        for c in out.outputs:
+            if c.finish_reason is not None and c.index not in self._done:
+                self._done.add(c.index)
+                m.request_success.labels(model, c.finish_reason).inc()
+        if out.finished:
+            m.e2e.labels(model).observe(now - self.start)
+            m.request_generation_tokens.labels(model).observe(self.completion_tokens)
+
+
+def engine_stats(holder: Any) -> dict[str, Any] | None:
+    engine = getattr(holder, "engine", None)
+    return None if engine is None else engine.stats()

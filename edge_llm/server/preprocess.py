@@ -1,0 +1,230 @@
+"""Requests -> (prompt token ids, SamplingParams), with every bad value a 400 naming its field.
+
+The server tokenizes (so it knows prompt lengths for ``max_tokens`` and ``usage``) and hands the
+engine token ids. As the engine does for text: special tokens are added unless the text already
+starts with the BOS token (a rendered chat template usually does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edge_llm.sampling_params import SamplingParams
+
+from .errors import OpenAIError, bad_request, param_from_value_error
+from .protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+_PARAM_NAMES = tuple(f.name for f in dataclasses.fields(SamplingParams))
+
+
+@dataclass
+class Prompt:
+    token_ids: list[int]
+    text: str | None  # None for a token-id prompt (echo decodes it)
+
+
+def read_chat_template(value: str | None) -> str | None:
+    """``--chat-template``: a file's contents, or the value itself as an inline template."""
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    if "{" not in value:  # neither a file nor Jinja: most likely a mistyped path
+        raise ValueError(f"chat_template: no such file: {value}")
+    return value
+
+
+def messages_to_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    if not messages:
+        raise bad_request("messages must hold at least one message.", "messages")
+    out = []
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        if msg.role not in _ROLES:
+            raise bad_request(
+                f"{where}.role must be one of {', '.join(_ROLES)}, got {msg.role!r}.",
+                f"{where}.role",
+            )
+        content = msg.content
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                if part.type != "text" or part.text is None:
+                    raise bad_request(
+                        f"{where}.content[{j}]: only text parts are supported, got "
+                        f"type {part.type!r}.", f"{where}.content",
+                    )
+                texts.append(part.text)
+            content = "\n".join(texts)
+        if content is None:
+            if msg.role != "assistant":
+                raise bad_request(f"{where}.content is required for role {msg.role!r}.",
+                                  f"{where}.content")
+            content = ""
+        role = "system" if msg.role == "developer" else msg.role
+        entry = {"role": role, "content": content}
+        if msg.name:
+            entry["name"] = msg.name
+        out.append(entry)
+    return out
+
+
+def render_chat(engine: Any, messages: list[dict], template: str | None,
+                add_generation_prompt: bool) -> str:
+    """The chat prompt text: ``template`` if given, else the engine's (tokenizer's) template."""
+    try:
+        if template is not None:
+            return engine.tokenizer.apply_chat_template(
+                messages, chat_template=template, tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+            )
+        return engine.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+    except ValueError as exc:
+        raise bad_request(str(exc), "messages") from exc
+    except Exception as exc:  # jinja2 TemplateError: e.g. a template refusing a role order
+        raise bad_request(f"The chat template failed on these messages: {exc}",
+                          "messages") from exc
+
+
+def tokenize_text(tokenizer: Any, text: str) -> list[int]:
+    bos = getattr(tokenizer, "bos_token", None)
+    add = not (bos and text.startswith(bos))
+    return list(tokenizer.encode(text, add_special_tokens=add))
+
+
+def completion_prompts(tokenizer: Any, prompt: Any) -> list[Prompt]:
+    """``prompt``: a string, strings, token ids or token-id lists -> one Prompt each."""
+    if isinstance(prompt, str):
+        return [Prompt(tokenize_text(tokenizer, prompt), prompt)]
+    if not prompt:
+        raise bad_request("prompt must not be empty.", "prompt")
+    if all(isinstance(p, str) for p in prompt):
+        return [Prompt(tokenize_text(tokenizer, p), p) for p in prompt]
+    if all(isinstance(p, int) for p in prompt):
+        return [Prompt(_check_ids(tokenizer, prompt, "prompt"), None)]
+    if all(isinstance(p, list) for p in prompt):
+        return [Prompt(_check_ids(tokenizer, p, f"prompt[{i}]"), None)
+                for i, p in enumerate(prompt)]
+    raise bad_request("prompt must be a string, a list of strings, a list of token ids or a "
+                      "list of token-id lists (not a mix).", "prompt")
+
+
+def _check_ids(tokenizer: Any, ids: list, where: str) -> list[int]:
+    vocab = len(tokenizer)
+    if not ids:
+        raise bad_request(f"{where} must not be empty.", "prompt")
+    for t in ids:
+        if not isinstance(t, int) or not 0 <= t < vocab:
+            raise bad_request(f"{where} holds token id {t!r}, outside [0, {vocab}).", "prompt")
+    return list(ids)
+
+
+def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int,
+                  param: str) -> int:
+    """``max_tokens`` to use: the room left when None; 400 when prompt + output do not fit."""
+    if prompt_len >= max_model_len:
+        raise bad_request(
+            f"This model's maximum context length is {max_model_len} tokens, but the prompt "
+            f"has {prompt_len} tokens. Please reduce the length of the prompt.", param)
+    if max_tokens is None:
+        return max_model_len - prompt_len
+    if prompt_len + max_tokens > max_model_len:
+        raise bad_request(
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
+            f"{max_tokens} in the completion). Please reduce the length of the prompt or "
+            f"max_tokens.", "max_tokens")
+    return max_tokens
+
+
+def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
+                    logprobs: int | None, prompt_logprobs: int | None = None) -> SamplingParams:
+    """Build and validate; a bad value is a 400 naming the request field."""
+    vocab = len(tokenizer)
+    bias = None
+    if req.logit_bias:
+        bias = {}
+        for key, value in req.logit_bias.items():
+            try:
+                tok = int(key)
+            except ValueError:
+                raise bad_request(f"logit_bias keys must be token ids, got {key!r}.",
+                                  "logit_bias") from None
+            if not 0 <= tok < vocab:
+                raise bad_request(f"logit_bias key {tok} is outside [0, {vocab}).", "logit_bias")
+            bias[tok] = value
+    for t in req.stop_token_ids or []:
+        if not 0 <= t < vocab:
+            raise bad_request(f"stop_token_ids holds {t}, outside [0, {vocab}).",
+                              "stop_token_ids")
+    kw: dict[str, Any] = dict(
+        n=req.n, presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty, seed=req.seed, stop=req.stop,
+        stop_token_ids=req.stop_token_ids, ignore_eos=req.ignore_eos, max_tokens=max_tokens,
+        min_tokens=req.min_tokens, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+        logit_bias=bias, skip_special_tokens=req.skip_special_tokens,
+        include_stop_str_in_output=req.include_stop_str_in_output,
+    )
+    for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        value = getattr(req, name)
+        if value is not None:
+            kw[name] = value
+    try:
+        return SamplingParams(**kw)
+    except ValueError as exc:
+        raise bad_request(str(exc), param_from_value_error(str(exc), _PARAM_NAMES)) from exc
+    except TypeError as exc:  # e.g. a comparison of an unexpected type
+        raise bad_request(f"Invalid sampling parameters: {exc}", None) from exc
+
+
+def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
+                ) -> tuple[Prompt, SamplingParams]:
+    messages = messages_to_dicts(req.messages)
+    text = render_chat(engine, messages, template, req.add_generation_prompt)
+    prompt = Prompt(tokenize_text(engine.tokenizer, text), text)
+    if not prompt.token_ids:
+        raise bad_request("The rendered chat prompt is empty.", "messages")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise bad_request("top_logprobs needs logprobs set to true.", "top_logprobs")
+    if req.top_logprobs is not None and req.top_logprobs > 20:
+        raise bad_request(f"top_logprobs must be in [0, 20], got {req.top_logprobs}.",
+                          "top_logprobs")
+    asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    if asked == 0:
+        raise bad_request(f"{param} must be at least 1, got 0.", param)
+    max_tokens = check_context(len(prompt.token_ids), asked, engine.max_model_len, "messages")
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    return prompt, sampling_params(req, engine.tokenizer, max_tokens=max_tokens,
+                                   logprobs=logprobs)
+
+
+def completion_inputs(req: CompletionRequest, engine: Any
+                      ) -> tuple[list[Prompt], list[SamplingParams]]:
+    """One (prompt, params) per prompt; params differ only in the ``max_tokens`` left."""
+    if req.suffix:
+        raise bad_request("suffix is not supported.", "suffix")
+    if req.logprobs is not None and req.logprobs > 20:
+        raise bad_request(f"logprobs must be in [0, 20], got {req.logprobs}.", "logprobs")
+    if req.max_tokens == 0:
+        raise bad_request("max_tokens must be at least 1, got 0.", "max_tokens")
+    prompts = completion_prompts(engine.tokenizer, req.prompt)
+    prompt_lp = req.logprobs if (req.echo and req.logprobs is not None) else None
+    max_tokens = 16 if req.max_tokens is None else req.max_tokens  # OpenAI's default here
+    params = []
+    for p in prompts:
+        mt = check_context(len(p.token_ids), max_tokens, engine.max_model_len, "prompt")
+        params.append(sampling_params(req, engine.tokenizer, max_tokens=mt,
+                                      logprobs=req.logprobs, prompt_logprobs=prompt_lp))
+    return prompts, params
+
+
+def check_model(requested: str | None, served: list[str]) -> None:
+    if requested and requested not in served:
+        raise OpenAIError(404, f"The model `{requested}` does not exist.", param="model",
+                          code="model_not_found")

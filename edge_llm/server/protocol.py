@@ -1,0 +1,209 @@
+"""OpenAI request and response bodies as msgspec Structs.
+
+Request structs mirror OpenAI's schema plus the extra sampling fields vLLM accepts. Unknown
+fields are ignored (msgspec's default), as OpenAI does. Types are checked by msgspec while
+Litestar decodes the body; value ranges are checked by ``SamplingParams`` and ``preprocess``.
+Response structs serialise to exactly OpenAI's JSON (``None`` fields are written as ``null``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+# JSON numbers too large for an int64 are a client error, not an engine crash.
+Int64 = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+Count = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+
+
+class ContentPart(Struct):
+    """One part of a message's content; only ``{"type": "text", "text": ...}`` is served."""
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(Struct):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class StreamOptions(Struct):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class SamplingFields(Struct, kw_only=True):
+    """Fields shared by both endpoints, named as OpenAI and vLLM name them."""
+
+    model: str | None = None
+    max_tokens: Count | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: Count = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: Int64 | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # vLLM's extra sampling fields
+    top_k: Int64 | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: Count = 0
+    ignore_eos: bool = False
+    stop_token_ids: list[Int64] | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True):
+    messages: list[ChatMessage]
+    max_completion_tokens: Count | None = None
+    logprobs: bool = False
+    top_logprobs: Count | None = None
+    add_generation_prompt: bool = True
+
+
+class CompletionRequest(SamplingFields, kw_only=True):
+    # a string, a list of strings, a list of token ids or a list of token-id lists;
+    # msgspec allows one array type per union, so the element kinds are checked in preprocess
+    prompt: str | list[str | Int64 | list[Int64]]
+    logprobs: Count | None = None
+    echo: bool = False
+    suffix: str | None = None
+
+
+# ---- responses ---------------------------------------------------------------------------
+
+
+class PromptTokensDetails(Struct):
+    cached_tokens: int = 0
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class TopLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(Struct):
+    content: list[TokenLogprob] | None
+
+
+class CompletionLogprobs(Struct):
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class AssistantMessage(Struct):
+    role: str
+    content: str | None
+
+
+class ChatChoice(Struct):
+    index: int
+    message: AssistantMessage
+    logprobs: ChatLogprobs | None
+    finish_reason: str | None
+
+
+class ChatCompletion(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    object: Literal["chat.completion"] = "chat.completion"
+    system_fingerprint: str | None = None
+
+
+class Delta(Struct, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(Struct):
+    index: int
+    delta: Delta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    system_fingerprint: str | None = None
+    usage: Usage | None = None
+
+
+class CompletionChoice(Struct):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: str | None
+
+
+class Completion(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None
+    object: Literal["text_completion"] = "text_completion"
+    system_fingerprint: str | None = None
+
+
+class ModelCard(Struct):
+    id: str
+    created: int
+    owned_by: str = "edge-llm"
+    root: str | None = None
+    max_model_len: int | None = None
+    object: Literal["model"] = "model"
+
+
+class ModelList(Struct):
+    data: list[ModelCard]
+    object: Literal["list"] = "list"
+
+
+class ErrorInfo(Struct):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(Struct):
+    error: ErrorInfo
+
+
+def to_json(obj: Any) -> bytes:
+    """Serialise a response struct (or plain data) to JSON bytes."""
+    return msgspec.json.encode(obj)

@@ -1,0 +1,114 @@
+"""Route handlers: thin wrappers that find the app's ``ServerContext`` and delegate."""
+
+from __future__ import annotations
+
+import hmac
+from functools import cache
+from importlib import resources
+
+from litestar import Request, Response, Router, get, post
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+from litestar.openapi.datastructures import ResponseSpec
+
+from .context import ServerContext, until_disconnect
+from .errors import OpenAIError
+from .metrics import CONTENT_TYPE
+from .protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+)
+from .serving_chat import chat_completions as serve_chat
+from .serving_completion import completions as serve_completions
+
+_ERRORS = {code: ResponseSpec(ErrorResponse, description=what) for code, what in (
+    (400, "Invalid request"), (401, "Missing or wrong API key"), (404, "Unknown model"),
+    (413, "Body too large"), (429, "Queue full"), (500, "Engine failure"),
+    (503, "Model loading"))}
+
+
+def ctx_of(conn: ASGIConnection) -> ServerContext:
+    return conn.app.state.ctx
+
+
+def require_api_key(conn: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Guard of every /v1 route when ``api_key`` is set: ``Authorization: Bearer <key>``."""
+    key = ctx_of(conn).config.api_key
+    if not key:
+        return
+    scheme, _, token = conn.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        token.strip().encode("utf-8"), key.encode("utf-8")
+    ):
+        raise OpenAIError(401, "Invalid or missing API key: send 'Authorization: Bearer <key>'.",
+                          code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+@post("/chat/completions", status_code=200,
+      responses={200: ResponseSpec(ChatCompletion), **_ERRORS},
+      summary="Chat completion (OpenAI); text/event-stream when stream is true")
+async def chat_completions(data: ChatCompletionRequest, request: Request) -> Response:
+    return await serve_chat(ctx_of(request), data, request)
+
+
+@post("/completions", status_code=200, responses={200: ResponseSpec(Completion), **_ERRORS},
+      summary="Text completion (OpenAI); text/event-stream when stream is true")
+async def completions(data: CompletionRequest, request: Request) -> Response:
+    return await serve_completions(ctx_of(request), data, request)
+
+
+@get("/models", summary="The served model")
+async def list_models(request: Request) -> ModelList:
+    ctx = ctx_of(request)
+    engine = await until_disconnect(request, ctx.holder.wait_ready())
+    name = ctx.model_name()
+    return ModelList([ModelCard(name, ctx.created, root=getattr(engine, "model_name", name),
+                                max_model_len=engine.max_model_len)])
+
+
+v1_router = Router("/v1", route_handlers=[chat_completions, completions, list_models],
+                   guards=[require_api_key])
+
+
+@get("/health", summary="200 when the model is ready, 503 while it loads",
+     responses={503: ResponseSpec(ErrorResponse)})
+async def health(request: Request) -> Response:
+    holder = ctx_of(request).holder
+    if holder.state == "ready":
+        return Response({"status": "ok"}, status_code=200)
+    if holder.state == "failed":
+        msg = f"The model failed to load: {holder.error}"
+    else:
+        msg = "The model is loading; the server will be ready soon."
+    raise OpenAIError(503, msg, code=f"model_{holder.state}",
+                      headers={"Retry-After": str(holder.retry_after)})
+
+
+@get("/version", summary="edge-llm version")
+async def version() -> dict[str, str]:
+    from edge_llm import __version__
+
+    return {"version": __version__}
+
+
+@get("/metrics", summary="Prometheus metrics (vLLM names)", media_type=CONTENT_TYPE)
+async def metrics(request: Request) -> Response:
+    return Response(ctx_of(request).metrics.render(), media_type=CONTENT_TYPE)
+
+
+@cache
+def _page() -> str:
+    return (resources.files("edge_llm.server") / "static" / "index.html").read_text("utf-8")
+
+
+@get("/", include_in_schema=False, media_type="text/html")
+async def index() -> Response:
+    return Response(_page(), media_type="text/html; charset=utf-8")
+
+
+ROUTES = [v1_router, health, version, metrics, index]

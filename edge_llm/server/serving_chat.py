@@ -1,0 +1,119 @@
+"""``POST /v1/chat/completions``: one engine request with ``n`` choices."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from litestar import Request, Response
+
+from edge_llm.outputs import RequestOutput
+
+from .context import ServerContext, record_usage, until_disconnect
+from .generation import collect, generate_one
+from .logprobs import TokenTexts, chat_logprobs
+from .preprocess import Prompt, chat_inputs, check_model
+from .protocol import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatLogprobs,
+    Delta,
+    PromptTokensDetails,
+    Usage,
+)
+from .sse import prime, sse_events, sse_response
+
+
+def usage_of(outs: list[RequestOutput]) -> Usage:
+    prompt = sum(len(o.prompt_token_ids) for o in outs)
+    completion = sum(len(c.token_ids) for o in outs for c in o.outputs)
+    cached = sum(o.num_cached_tokens for o in outs)
+    return Usage(prompt, completion, prompt + completion, PromptTokensDetails(cached))
+
+
+async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
+                           request: Request) -> Response:
+    engine = await until_disconnect(request, ctx.holder.wait_ready())
+    check_model(req.model, ctx.served_names())
+    prompt, params = chat_inputs(req, engine, ctx.chat_template)
+    request_id = f"chatcmpl-{uuid.uuid4().hex}"
+    model = ctx.model_name()
+    created = int(time.time())
+    top = params.logprobs if params.logprobs is not None else None
+    ticket = ctx.holder.acquire(1)
+    try:
+        stream = generate_one(engine, prompt.token_ids, params, request_id,
+                              ctx.metrics.tracker(), prompt_param="messages")
+        if not req.stream:
+            (final,) = await until_disconnect(request, collect([stream]))
+            usage = usage_of([final])
+            record_usage(request, usage.prompt_tokens, usage.completion_tokens)
+            body = _completion(final, request_id, created, model,
+                               ctx.token_texts(engine), top, usage)
+            return Response(body, status_code=200)
+        outputs = await until_disconnect(request, prime(stream))
+    except BaseException:
+        ticket.release()
+        raise
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    chunks = _chunks(outputs, request_id, created, model, params.n, ctx.token_texts(engine),
+                     top, include_usage, prompt, request)
+    return sse_response(sse_events(chunks, ticket.release))
+
+
+def _completion(final: RequestOutput, request_id: str, created: int, model: str,
+                texts: TokenTexts, top: int | None, usage: Usage) -> ChatCompletion:
+    choices = []
+    for c in final.outputs:
+        lps = None
+        if top is not None and c.logprobs is not None:
+            lps = chat_logprobs(texts, c.token_ids, c.logprobs, top)
+        choices.append(ChatChoice(c.index, AssistantMessage("assistant", c.text), lps,
+                                  c.finish_reason))
+    return ChatCompletion(request_id, created, model, choices, usage)
+
+
+async def _chunks(
+    outputs: AsyncIterator[RequestOutput],
+    request_id: str, created: int, model: str, n: int, texts: TokenTexts, top: int | None,
+    include_usage: bool, prompt: Prompt, request: Request,
+) -> AsyncIterator[ChatCompletionChunk]:
+    """Role chunk per choice, content deltas, ``finish_reason`` on each choice's last chunk,
+    then (``include_usage``) a chunk with no choices carrying ``usage``."""
+
+    def chunk(choice: ChatChunkChoice) -> ChatCompletionChunk:
+        return ChatCompletionChunk(request_id, created, model, [choice])
+
+    for i in range(n):
+        yield chunk(ChatChunkChoice(i, Delta(role="assistant", content="")))
+    finished: set[int] = set()
+    last: RequestOutput | None = None
+    completion_tokens = 0
+    try:
+        async for out in outputs:
+            last = out
+            for c in out.outputs:
+                newly_done = c.finish_reason is not None and c.index not in finished
+                if not (c.text_delta or c.token_ids_delta or newly_done):
+                    continue
+                completion_tokens += len(c.token_ids_delta)
+                lps = None
+                if top is not None and c.logprobs_delta:
+                    lps = chat_logprobs(texts, c.token_ids_delta, c.logprobs_delta, top)
+                elif top is not None:
+                    lps = ChatLogprobs([])
+                if newly_done:
+                    finished.add(c.index)
+                delta = Delta(content=c.text_delta) if c.text_delta else Delta()
+                yield chunk(ChatChunkChoice(c.index, delta, lps,
+                                            c.finish_reason if newly_done else None))
+    finally:
+        record_usage(request, len(prompt.token_ids), completion_tokens)
+    if include_usage and last is not None:
+        usage = usage_of([last])
+        yield ChatCompletionChunk(request_id, created, model, [], usage=usage)
