@@ -9,8 +9,8 @@ Order of operations on one step's logits ``[num_rows, vocab]`` (all float32):
           -> argmax(probs / Exponential(1) noise)               (the exponential race)
 
 The top_k -> top_p -> min_p order is vLLM v0's; vLLM v1 applies min_p before top_k/top_p. The
-two only differ when top_p and min_p are both set (top_k and min_p are thresholds on logits and
-commute with everything after temperature).
+two only differ when top_p and min_p are both set: min_p is a threshold relative to the largest
+logit, so it commutes with top_k, but not with top_p's mass over the renormalized survivors.
 
 Logprobs. vLLM v0 (<= 0.6) returned log-softmax of the logits actually sampled from (after
 penalties, temperature, top-k/top-p: filtered tokens read -inf; vllm-project/vllm#9453 reports
@@ -97,37 +97,24 @@ def _flat_index(
     return row_idx.to(device, non_blocking=True), tok_idx.to(device, non_blocking=True)
 
 
-def _check_ids(ids, vocab: int, field_name: str) -> None:
-    for t in ids:
-        if not 0 <= t < vocab:
-            raise ValueError(
-                f"{field_name} holds token id {t}, outside the vocabulary [0, {vocab})."
-            )
-
-
 def apply_bias_and_min_tokens(x: torch.Tensor, rows: list[SampleRow]) -> None:
     """In place on ``x [R, V]``: add each row's logit_bias; while a row has fewer than
     ``min_tokens`` outputs, set its stop token ids (``all_stop_token_ids``) to -inf."""
-    vocab = x.shape[1]
-    b_rows, b_toks, b_vals = [], [], []
-    m_rows, m_toks = [], []
-    for i, row in enumerate(rows):
-        p = row.params
-        if p.logit_bias:
-            _check_ids(p.logit_bias, vocab, "logit_bias")
-            b_rows.extend([i] * len(p.logit_bias))
-            b_toks.extend(p.logit_bias.keys())
-            b_vals.extend(p.logit_bias.values())
-        if len(row.output_token_ids) < p.min_tokens:
-            stops = sorted(set(p.all_stop_token_ids) | set(p.stop_token_ids or ()))
-            _check_ids(stops, vocab, "stop_token_ids")
-            m_rows.extend([i] * len(stops))
-            m_toks.extend(stops)
-    if b_rows:
-        idx = (torch.tensor(b_rows, device=x.device), torch.tensor(b_toks, device=x.device))
-        x.index_put_(idx, torch.tensor(b_vals, dtype=x.dtype, device=x.device), accumulate=True)
-    if m_rows:
-        x[torch.tensor(m_rows, device=x.device), torch.tensor(m_toks, device=x.device)] = -torch.inf
+    dev, vocab = x.device, x.shape[1]
+    bias_rows = [i for i, r in enumerate(rows) if r.params.logit_bias]
+    if bias_rows:
+        biases = [rows[i].params.logit_bias for i in bias_rows]
+        r_idx, t_idx = _flat_index(bias_rows, [list(b) for b in biases], vocab, "logit_bias", dev)
+        vals = torch.tensor([v for b in biases for v in b.values()], dtype=x.dtype)
+        x.index_put_((r_idx, t_idx), vals.to(dev), accumulate=True)
+    min_rows = [i for i, r in enumerate(rows) if len(r.output_token_ids) < r.params.min_tokens]
+    if min_rows:
+        stops = [
+            sorted(set(rows[i].params.all_stop_token_ids) | set(rows[i].params.stop_token_ids))
+            for i in min_rows
+        ]
+        r_idx, t_idx = _flat_index(min_rows, stops, vocab, "stop_token_ids", dev)
+        x[r_idx, t_idx] = -torch.inf
 
 
 def apply_penalties(x: torch.Tensor, rows: list[SampleRow]) -> None:
