@@ -1,20 +1,44 @@
 """Compute kernels: Triton on CUDA, plain-torch references everywhere else.
 
 Callers use the dispatch functions below; each picks the Triton kernel when the tensors live on
-a CUDA device and the kernel is available, and the reference otherwise.
+a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32).
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import paged_attention as _pa
+from . import w4a16 as _w4
 from .paged_attention import paged_attention_ref, write_kv_ref
+from .w4a16 import dequantize_w4a16_ref, pack_w4_ref, w4a16_matmul_ref
 
-__all__ = ["paged_attention", "write_kv", "paged_attention_ref", "write_kv_ref"]
+__all__ = [
+    "paged_attention",
+    "write_kv",
+    "w4a16_matmul",
+    "paged_attention_ref",
+    "write_kv_ref",
+    "w4a16_matmul_ref",
+    "dequantize_w4a16_ref",
+    "pack_w4_ref",
+]
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
-def write_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
-    write_kv_ref(k, v, k_cache, v_cache, slot_mapping)
+def write_kv(
+    k: torch.Tensor,  # (T, Hkv, D)
+    v: torch.Tensor,
+    k_cache: torch.Tensor,  # (num_blocks, block_size, Hkv, D)
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # (T,) int64, < 0 = skip
+) -> None:
+    """Store new K/V at their cache slots (see ``paged_attention`` for the layout)."""
+    if k_cache.is_cuda:
+        _pa.write_kv(k, v, k_cache, v_cache, slot_mapping)
+    else:
+        write_kv_ref(k, v, k_cache, v_cache, slot_mapping)
 
 
 def paged_attention(
@@ -25,5 +49,29 @@ def paged_attention(
     query_start_loc: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    max_query_len: int | None = None,
+    max_seq_len: int | None = None,
 ) -> torch.Tensor:
+    """Causal attention of each sequence's new queries over its paged context, (T, H, D).
+
+    ``max_query_len`` / ``max_seq_len`` (host ints, e.g. from AttentionMetadata) are optional
+    hints for the CUDA path: the first picks decode vs prefill without reading
+    ``query_start_loc``, the second sizes the decode context split.
+    """
+    if q.is_cuda and q.dtype in _HALF:
+        return _pa.paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc,
+                                          seq_lens, scale, max_query_len, max_seq_len)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale)
+
+
+def w4a16_matmul(
+    x: torch.Tensor,  # (..., K)
+    qweight: torch.Tensor,  # (K/8, N) int32
+    scales: torch.Tensor,  # (G, N)
+    zeros: torch.Tensor,  # (G, N)
+    group_size: int,
+) -> torch.Tensor:
+    """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype."""
+    if x.is_cuda and x.dtype in _HALF:
+        return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size)
+    return w4a16_matmul_ref(x, qweight, scales, zeros, group_size)

@@ -1,0 +1,386 @@
+"""W4A16: 4-bit weights (runtime GPTQ-style layout) times fp16/bf16 activations, fp32 accumulation.
+
+Public API (no repacking: the kernels read QuantLinear's runtime layout as it is)::
+
+    w4a16_matmul(x [..., K], qweight [K/8, N] int32, scales [G, N], zeros [G, N], group_size,
+                 config=None) -> [..., N] in x's dtype          (Triton; CUDA or TRITON_INTERPRET)
+    w4a16_matmul_ref(x, qweight, scales, zeros, group_size) -> same, plain torch (the oracle)
+    dequantize_w4a16(qweight, scales, zeros, group_size) -> W [K, N] in scales' dtype (Triton)
+    dequantize_w4a16_ref(qweight, scales, zeros, group_size) -> W [K, N] fp32 (plain torch)
+    pack_w4_ref(q [K, N] ints in 0..15) -> qweight [K/8, N] int32 (for tests and benchmarks)
+    pick_config(m, n, k, group_size, num_sms) -> W4A16Config | None  (None: dequantize + cuBLAS)
+
+Runtime layout, G = ceil(K / group_size)::
+
+    q[k, n] = (qweight[k // 8, n] >> (4 * (k % 8))) & 0xF            unsigned 0..15
+    W[k, n] = (q[k, n] - zeros[k // gs, n]) * scales[k // gs, n]      y = x @ W
+
+    qweight rows:  | k 0..7 | k 8..15 | ...      one int32 word holds 8 consecutive k of one n
+    a K tile of BLOCK_K rows (BLOCK_K divides group_size) lies inside one group, so each tile
+    needs one row of scales and zeros.
+
+Paths, by the number of activation rows M (thresholds from benchmarks/kernels.py, notes/kernels.md):
+  * GEMV (M == 1): no tensor cores; each program dequantizes a [BLOCK_K, BLOCK_N] tile and
+    accumulates x[k] * W[k, n] in a 2-D fp32 register tile reduced once at the end.
+  * skinny / tiled GEMM (M >= 2): tl.dot on the dequantized tile, BLOCK_M >= 16.
+  * both split K over a third grid axis when the (M, N) tiles alone cannot fill the GPU; the
+    fp32 partial sums [SPLIT, M, N] are added by a small reduce kernel.
+  * large M: dequantize W to the activation dtype and call torch.matmul (cuBLAS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+PACK = 8  # 4-bit values per int32 word
+_SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class W4A16Config:
+    """One launch configuration. ``kind`` is "gemv" (M == 1 only), "dot" or "dequant"."""
+
+    kind: str
+    block_m: int = 16
+    block_n: int = 128
+    block_k: int = 64
+    split_k: int = 1  # 0: choose from the GPU size (see _auto_split)
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+# --------------------------------------------------------------------------- Triton kernels
+
+
+@triton.jit
+def _nibble_f32(packed, j: tl.constexpr):
+    """Nibble j of every int32 word as fp32, without an int->float conversion instruction.
+
+    (q | 0x4B000000) read as fp32 is 2**23 + q exactly; subtracting 2**23 leaves q.
+    """
+    bits = ((packed >> (4 * j)) & 0xF) | 0x4B000000
+    return bits.to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg, stride_zg,
+                ONE_GROUP: tl.constexpr):
+    """scales and zeros*scales for packed word rows ``rows`` (each word lies in one group).
+
+    ONE_GROUP: the whole K tile lies in one group, so one [1, BN] row serves every word.
+    Returns ([1 or BK8, BN] fp32, same shape): s and z * s.
+    """
+    if ONE_GROUP:
+        g = k0 // group_size
+        # 2-D [1, BN] loads land in the packed tile's layout (a 1-D load would be shuffled)
+        s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=n_mask[None, :], other=0.0)
+        z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=n_mask[None, :], other=0.0)
+        s_out = s.to(tl.float32)
+        zs_out = z.to(tl.float32) * s_out
+    else:
+        g = (rows * 8) // group_size  # (BK8,)
+        mask = (rows[:, None] < K // 8) & n_mask[None, :]
+        s = tl.load(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask=mask, other=0.0)
+        z = tl.load(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask=mask, other=0.0)
+        s_out = s.to(tl.float32)
+        zs_out = z.to(tl.float32) * s_out
+    return s_out, zs_out
+
+
+@triton.jit
+def _w4a16_gemv_kernel(
+    x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
+    N, K, k_per_split, group_size,
+    stride_xk, stride_qk, stride_sg, stride_zg, stride_os,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """One activation row: out[pid_k, n] = sum over this split's k of x[k] * W[k, n].
+
+    Works on the packed tile [BK8, BN] directly (no reshape, so no layout shuffles): word row
+    r holds k = k0 + 8r + j in nibble j, all in one group, so
+    sum_j x[k] W[k, n] = s[r, n] * sum_j q_j[r, n] x_j[r] - (z s)[r, n] * sum_j x_j[r].
+    """
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_p = tl.arange(0, BLOCK_K // 8)
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(K, k_lo + k_per_split)
+    acc = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        rows = k0 // 8 + offs_p  # (BK8,)
+        r_mask = rows < K // 8
+        packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :],
+                         mask=r_mask[:, None] & n_mask[None, :], other=0)
+        dot = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+        xsum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
+        for j in tl.static_range(8):
+            xj = tl.load(x_ptr + (rows * 8 + j) * stride_xk, mask=r_mask, other=0.0)
+            xj = xj.to(tl.float32)
+            dot += _nibble_f32(packed, j) * xj[:, None]
+            xsum += xj
+        # per-row scales even when the tile is in one group: the [BK8, BN] loads share the
+        # packed tile's register layout, where a [1, BN] row would cost a shuffle per tile
+        s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg,
+                            stride_zg, False)
+        acc += dot * s - zs * xsum[:, None]
+    y = tl.sum(acc, axis=0)
+    tl.store(out_ptr + pid_k * stride_os + offs_n, y.to(out_ptr.dtype.element_ty), mask=n_mask)
+
+
+@triton.jit
+def _w4a16_dot_kernel(
+    x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
+    M, N, K, k_per_split, group_size,
+    stride_xm, stride_xk, stride_qk, stride_sg, stride_zg, stride_om, stride_os,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ONE_GROUP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """out[pid_k, m, n] = sum over this split's k of x[m, k] * W[k, n] via tl.dot.
+
+    The K tile is consumed nibble by nibble: dot j multiplies x[:, k0 + 8r + j] (BM, BK8) by
+    W[k0 + 8r + j, :] (BK8, BN); the order of k inside a sum does not matter, and each
+    nibble plane keeps the packed tile's register layout (BLOCK_K >= 128 so BK8 >= 16).
+    """
+    pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_p = tl.arange(0, BLOCK_K // 8)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(K, k_lo + k_per_split)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        rows = k0 // 8 + offs_p  # (BK8,)
+        r_mask = rows < K // 8
+        packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :],
+                         mask=r_mask[:, None] & n_mask[None, :], other=0)
+        s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg,
+                            stride_zg, ONE_GROUP)
+        for j in tl.static_range(8):
+            xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + (rows * 8 + j)[None, :] * stride_xk,
+                         mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
+            wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
+            acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
+    out = out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+@triton.jit
+def _splitk_reduce_kernel(part_ptr, out_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """out[i] = sum_s part[s, i] for the flat [SPLIT, numel] fp32 partial sums."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT):
+        acc += tl.load(part_ptr + s * numel + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _dequant_kernel(
+    qw_ptr, s_ptr, z_ptr, w_ptr, N, K, group_size, stride_qk, stride_sg, stride_zg, stride_wk,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """W[k, n] = (q[k, n] - zeros[g, n]) * scales[g, n] for one [BLOCK_K, BLOCK_N] tile."""
+    rows = tl.program_id(0) * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)  # (BK8,)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < K // 8) & (offs_n[None, :] < N)
+    packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
+    for j in tl.static_range(8):
+        k = rows * 8 + j
+        g = k[:, None] // group_size  # per row: any group size works here
+        s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=mask, other=0.0)
+        z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=mask, other=0.0)
+        w = (_nibble_f32(packed, j) - z.to(tl.float32)) * s.to(tl.float32)
+        tl.store(w_ptr + k[:, None] * stride_wk + offs_n[None, :],
+                 w.to(w_ptr.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------- host side
+
+
+def _check_inputs(x, qweight, scales, zeros, group_size) -> tuple[int, int]:
+    """Validate shapes and dtypes; returns (K, N). Errors name the offending argument."""
+    if x.dtype not in _SUPPORTED:
+        raise ValueError(f"x: dtype {x.dtype} not supported (fp16, bf16, fp32)")
+    if qweight.dtype != torch.int32 or qweight.dim() != 2:
+        raise ValueError(f"qweight: expected 2-D int32 [K/8, N], got {qweight.dtype} "
+                         f"{tuple(qweight.shape)}")
+    k = qweight.shape[0] * PACK
+    n = qweight.shape[1]
+    if x.shape[-1] != k:
+        raise ValueError(f"x: last dim {x.shape[-1]} != K = 8 * qweight.shape[0] = {k}")
+    if group_size <= 0:
+        raise ValueError(f"group_size: must be positive, got {group_size}")
+    g = -(-k // group_size)
+    for name, t in (("scales", scales), ("zeros", zeros)):
+        if tuple(t.shape) != (g, n):
+            raise ValueError(f"{name}: expected shape ({g}, {n}) for K={k}, N={n}, "
+                             f"group_size={group_size}; got {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name}: expected a floating dtype, got {t.dtype}")
+    if not (x.device == qweight.device == scales.device == zeros.device):
+        raise ValueError("x, qweight, scales, zeros: must be on one device")
+    return k, n
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def num_sms(device: torch.device) -> int:
+    """Multiprocessor count of a CUDA device (cached); 8 for anything else (interpreter)."""
+    if device.type != "cuda":
+        return 8
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def _auto_split(tiles: int, k: int, block_k: int, sms: int) -> int:
+    """Split K until the grid covers about two waves, keeping >= 4 K tiles per split."""
+    split = 1
+    while tiles * split < 2 * sms and k // (2 * split) >= 4 * block_k and split < 16:
+        split *= 2
+    return split
+
+
+def pick_config(m: int, n: int, k: int, group_size: int, sms: int) -> W4A16Config:
+    """The tuned launch choice for an (M, N, K) problem (numbers in notes/kernels.md)."""
+    if m >= 512:
+        return W4A16Config("dequant")
+    if m == 1:
+        return W4A16Config("gemv", block_n=128, block_k=64, split_k=0, num_warps=4,
+                           num_stages=3)
+    if m <= 16:
+        return W4A16Config("dot", block_m=16, block_n=64, block_k=128, split_k=0, num_warps=4,
+                           num_stages=3)
+    if m <= 64:
+        return W4A16Config("dot", block_m=max(16, triton.next_power_of_2(m)), block_n=64,
+                           block_k=128, split_k=0, num_warps=4, num_stages=3)
+    return W4A16Config("dot", block_m=64, block_n=128, block_k=128, split_k=0, num_warps=4,
+                       num_stages=3)
+
+
+def w4a16_matmul(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    config: W4A16Config | None = None,
+) -> torch.Tensor:
+    """y = x @ W for the runtime 4-bit layout; x [..., K] fp16/bf16 (fp32 in the interpreter).
+
+    fp32 accumulation; returns x's dtype, shape [..., N]. ``config`` overrides the tuned
+    choice (benchmarks use it). Any group_size works: one not a multiple of 8 (a word would
+    straddle two groups) is served by dequantize + torch.matmul. "dot" needs block_k >= 128.
+    """
+    k, n = _check_inputs(x, qweight, scales, zeros, group_size)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)  # (M, K)
+    m = x2.shape[0]
+    out = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    if m == 0:
+        return out.reshape(*lead, n)
+    sms = num_sms(x.device)
+    cfg = config or pick_config(m, n, k, group_size, sms)
+    block_k = cfg.block_k
+    one_group = group_size >= k or group_size % block_k == 0  # every K tile in one group
+    if cfg.kind == "dequant" or group_size % PACK or (cfg.kind == "gemv" and m != 1):
+        w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype)
+        return torch.matmul(x2, w).reshape(*lead, n)
+    block_m = max(16, cfg.block_m)
+    m_tiles = triton.cdiv(m, block_m) if cfg.kind == "dot" else 1
+    n_tiles = triton.cdiv(n, cfg.block_n)
+    split = cfg.split_k or _auto_split(m_tiles * n_tiles, k, block_k, sms)
+    k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
+    split = triton.cdiv(k, k_per_split)
+    target = torch.empty((split, m, n), device=x.device, dtype=torch.float32) if split > 1 \
+        else out.view(1, m, n)  # (SPLIT, M, N)
+    scales, zeros = scales.contiguous(), zeros.contiguous()
+    qweight = qweight.contiguous()
+    if cfg.kind == "gemv":
+        _w4a16_gemv_kernel[(n_tiles, split)](
+            x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,
+            x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
+            target.stride(0), BLOCK_N=cfg.block_n, BLOCK_K=block_k,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    else:
+        precision = "ieee" if x.dtype == torch.float32 else "tf32"
+        _w4a16_dot_kernel[(m_tiles, n_tiles, split)](
+            x2, qweight, scales, zeros, target, m, n, k, k_per_split, group_size,
+            x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
+            target.stride(1), target.stride(0), BLOCK_M=block_m, BLOCK_N=cfg.block_n,
+            BLOCK_K=block_k, ONE_GROUP=one_group, DOT_PRECISION=precision,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if split > 1:
+        block = 1024
+        _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](
+            target, out, m * n, SPLIT=split, BLOCK=block, num_warps=4)
+    return out.reshape(*lead, n)
+
+
+def dequantize_w4a16(
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """W [K, N] in ``dtype`` (default: scales' dtype) from the runtime layout, one Triton pass."""
+    k = qweight.shape[0] * PACK
+    n = qweight.shape[1]
+    w = torch.empty((k, n), device=qweight.device, dtype=dtype or scales.dtype)
+    scales, zeros, qweight = scales.contiguous(), zeros.contiguous(), qweight.contiguous()
+    bk, bn = 64, 128
+    _dequant_kernel[(triton.cdiv(k, bk), triton.cdiv(n, bn))](
+        qweight, scales, zeros, w, n, k, group_size, qweight.stride(0), scales.stride(0),
+        zeros.stride(0), w.stride(0), BLOCK_K=bk, BLOCK_N=bn, num_warps=4)
+    return w
+
+
+# --------------------------------------------------------------------------- references
+
+
+def dequantize_w4a16_ref(
+    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """W [K, N] in fp32, straight from the layout definition."""
+    shifts = torch.arange(0, 32, 4, device=qweight.device, dtype=torch.int32)  # (8,)
+    q = (qweight.unsqueeze(1) >> shifts.view(1, 8, 1)) & 0xF  # (K/8, 8, N): k = 8 * row + j
+    q = q.reshape(-1, qweight.shape[1]).float()  # (K, N)
+    g = torch.arange(q.shape[0], device=q.device) // group_size  # (K,)
+    return (q - zeros.float()[g]) * scales.float()[g]
+
+
+def w4a16_matmul_ref(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+    group_size: int,
+) -> torch.Tensor:
+    """y = x @ W in fp32, returned in x's dtype; shape [..., N]."""
+    _check_inputs(x, qweight, scales, zeros, group_size)
+    w = dequantize_w4a16_ref(qweight, scales, zeros, group_size)
+    return (x.float() @ w).to(x.dtype)
+
+
+def pack_w4_ref(q: torch.Tensor) -> torch.Tensor:
+    """[K, N] integers in 0..15 -> qweight [K/8, N] int32 (nibble j of word r holds k = 8r + j)."""
+    if q.shape[0] % PACK:
+        raise ValueError(f"q: K={q.shape[0]} is not a multiple of {PACK}")
+    if int(q.min()) < 0 or int(q.max()) > 15:
+        raise ValueError("q: values must lie in 0..15")
+    shifts = torch.arange(0, 32, 4, device=q.device, dtype=torch.int64)  # (8,)
+    v = q.to(torch.int64).reshape(-1, PACK, q.shape[1])  # (K/8, 8, N)
+    words = (v << shifts.view(1, PACK, 1)).sum(dim=1)  # (K/8, N), 0 .. 2**32 - 1
+    words = torch.where(words >= 2**31, words - 2**32, words)  # two's complement int32
+    return words.to(torch.int32)
