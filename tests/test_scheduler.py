@@ -1,0 +1,431 @@
+"""Scheduler scenarios: chunked prefill, preemption (swap / recompute), n > 1, refusal, abort.
+
+A fake KV cache replays every SchedulerOutput (swap-out, swap-in, copy, then the rows' writes)
+and checks that each row would attend to exactly its own token history; the fake sampler's
+token depends only on the history and the choice index, so outputs must not depend on memory
+pressure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+
+from edge_llm.config import CacheConfig, SchedulerConfig
+from edge_llm.engine.scheduler import Scheduler, SchedulerOutput
+from edge_llm.engine.sequence import Sequence, SequenceStatus
+from edge_llm.sampling_params import SamplingParams
+
+VOCAB = 1000  # fake sampler tokens are < VOCAB; stop ids used by tests are >= VOCAB
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    seed = random.randrange(2**32)
+    print(f"random seed {seed}")
+    return random.Random(seed)
+
+
+def fake_token(seq: Sequence, salt: int = 0) -> int:
+    tail = seq.all_token_ids[-6:]
+    data = f"{salt}|{seq.index}|{seq.num_tokens}|{tail}".encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little") % VOCAB
+
+
+class FakeKV:
+    """Token ids stored per (block, offset); checks every row sees its own history."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        bs = self.bs = sched.block_size
+        self.gpu = [[None] * bs for _ in range(sched.pool.num_blocks)]
+        self.cpu = [[None] * bs for _ in range(sched.swap_space.num_cpu_blocks)]
+
+    def run(self, out: SchedulerOutput) -> None:
+        for g, c in out.blocks_to_swap_out:
+            self.cpu[c] = list(self.gpu[g])
+        for c, g in out.blocks_to_swap_in:
+            self.gpu[g] = list(self.cpu[c])
+        for src, dst in out.blocks_to_copy:
+            self.gpu[dst] = list(self.gpu[src])
+        bs = self.bs
+        for r in out.scheduled:
+            for i in range(r.num_scheduled_tokens):
+                p = r.start_pos + i
+                self.gpu[r.block_table[p // bs]][p % bs] = r.token_ids[i]
+        for r in out.scheduled:
+            end = r.start_pos + r.num_scheduled_tokens
+            seen = [self.gpu[r.block_table[p // bs]][p % bs] for p in range(end)]
+            assert seen == r.seq.all_token_ids[:end], f"wrong KV for {r.seq!r}"
+
+
+def make(
+    num_gpu_blocks: int,
+    num_cpu_blocks: int = 0,
+    block_size: int = 8,
+    max_num_seqs: int = 8,
+    budget: int = 64,
+    max_model_len: int = 256,
+    **cache: bool,
+) -> Scheduler:
+    return Scheduler(
+        SchedulerConfig(
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len
+        ),
+        CacheConfig(block_size=block_size, **cache),
+        num_gpu_blocks,
+        num_cpu_blocks,
+    )
+
+
+def step(sched: Scheduler, kv: FakeKV) -> tuple[SchedulerOutput, list[Sequence]]:
+    out = sched.schedule()
+    sched.check_integrity()
+    assert out.num_batched_tokens == sum(r.num_scheduled_tokens for r in out.scheduled)
+    assert out.num_batched_tokens <= sched.config.max_num_batched_tokens
+    kv.run(out)
+    sampled = {r.seq.seq_id: fake_token(r.seq) for r in out.scheduled if r.do_sample}
+    got = sched.update_from_output(out, sampled)
+    sched.check_integrity()
+    return out, got
+
+
+def drain(sched: Scheduler, kv: FakeKV, max_steps: int = 2000) -> list[SchedulerOutput]:
+    outs = []
+    while sched.has_unfinished():
+        outs.append(step(sched, kv)[0])
+        assert len(outs) <= max_steps, "no progress"
+    assert sched.pool.num_free_blocks == sched.pool.num_blocks  # cached-free counts as free
+    assert sched.swap_space.num_free == sched.swap_space.num_cpu_blocks
+    return outs
+
+
+def rand_prompt(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(VOCAB) for _ in range(n)]
+
+
+def outputs_of(seqs: list[Sequence]) -> dict[tuple[str, int], list[int]]:
+    return {(s.request_id, s.index): list(s.output_token_ids) for s in seqs}
+
+
+def test_chunked_prefill_mixes_with_decodes(rng: random.Random) -> None:
+    sched = make(64, block_size=16, max_num_seqs=4, budget=16)
+    kv = FakeKV(sched)
+    (dec,) = sched.add_request("dec", rand_prompt(rng, 5), SamplingParams(max_tokens=40))
+    step(sched, kv)
+    (long,) = sched.add_request("long", rand_prompt(rng, 100), SamplingParams(max_tokens=3))
+    chunks = []
+    while long.num_output_tokens == 0:
+        before = dec.num_output_tokens
+        out, _ = step(sched, kv)
+        rows = {r.seq.request_id: r for r in out.scheduled}
+        assert rows["dec"].num_scheduled_tokens == 1 and rows["dec"].do_sample
+        assert dec.num_output_tokens == before + 1  # the decode never stalls
+        r = rows["long"]
+        assert (
+            r.start_pos == sum(chunks)
+            and r.token_ids
+            == long.prompt_token_ids[r.start_pos : r.start_pos + r.num_scheduled_tokens]
+        )
+        chunks.append(r.num_scheduled_tokens)
+        assert r.do_sample == (sum(chunks) == 100)
+    assert chunks == [15] * 6 + [10]
+    drain(sched, kv)
+
+
+def test_chunking_disabled_needs_whole_prompt_budget(rng: random.Random) -> None:
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(64\).*max_model_len \(256\)"):
+        Scheduler(
+            SchedulerConfig(
+                max_num_batched_tokens=64,
+                max_model_len=256,
+                max_num_seqs=4,
+                enable_chunked_prefill=False,
+            ),
+            CacheConfig(block_size=8),
+            100,
+            0,
+        )
+    sched = Scheduler(
+        SchedulerConfig(
+            max_num_batched_tokens=128,
+            max_model_len=128,
+            max_num_seqs=4,
+            enable_chunked_prefill=False,
+        ),
+        CacheConfig(block_size=8),
+        100,
+        0,
+    )
+    kv = FakeKV(sched)
+    sched.add_request("a", rand_prompt(rng, 10), SamplingParams(max_tokens=3))
+    sched.add_request("c", rand_prompt(rng, 10), SamplingParams(max_tokens=3))
+    step(sched, kv)
+    (b,) = sched.add_request("b", rand_prompt(rng, 127), SamplingParams(max_tokens=4))
+    out, _ = step(sched, kv)  # 2 decodes + 127 prefill > 128: the prompt waits, whole
+    assert [r.num_scheduled_tokens for r in out.scheduled] == [1, 1]
+    rows = [r for o in drain(sched, kv) for r in o.scheduled if r.seq is b]
+    assert rows[0].num_scheduled_tokens == 127 and rows[0].do_sample
+    assert b.num_output_tokens == 1 and b.finish_reason == "length"  # capped by max_model_len
+
+
+def reference_outputs(requests: list[tuple[str, list[int], SamplingParams, float]]) -> dict:
+    sched = make(1000, budget=512, max_num_seqs=16)
+    kv = FakeKV(sched)
+    seqs = []
+    for rid, prompt, params, arrival in requests:
+        sched.add_request(rid, prompt, params, arrival)
+    while sched.has_unfinished():
+        seqs += step(sched, kv)[1]
+    return outputs_of(seqs)
+
+
+@pytest.mark.parametrize("num_cpu_blocks", [16, 0])  # swap, then recompute
+def test_preemption_when_blocks_run_out(rng: random.Random, num_cpu_blocks: int) -> None:
+    reqs = [
+        ("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0),
+        ("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0),
+    ]
+    sched = make(6, num_cpu_blocks=num_cpu_blocks, budget=32)  # each needs 4 blocks of 8
+    kv = FakeKV(sched)
+    a, b = (sched.add_request(*r)[0] for r in reqs)
+    seqs: list[Sequence] = []
+    while not sched.num_preemptions:
+        table_b = list(b.block_table)
+        out, got = step(sched, kv)
+        seqs += got
+    # a (older) needed a block for position 24: the most recently arrived b is the victim
+    assert out.preempted_seq_ids == [b.seq_id] and a.num_computed_tokens == 25
+    assert b.block_table == []
+    if num_cpu_blocks:
+        assert b.status is SequenceStatus.SWAPPED and sched.swapped == [b]
+        assert [g for g, _ in out.blocks_to_swap_out] == table_b
+        slots = [c for _, c in out.blocks_to_swap_out]
+    else:
+        assert b.status is SequenceStatus.WAITING and sched.waiting[0] is b
+        assert b.num_computed_tokens == 0 and not out.blocks_to_swap_out
+    resumed = None
+    while sched.has_unfinished():
+        out, got = step(sched, kv)
+        seqs += got
+        row = next((r for r in out.scheduled if r.seq is b), None)
+        if resumed is None and row is not None:
+            resumed = out
+            if num_cpu_blocks:
+                assert [c for c, _ in out.blocks_to_swap_in] == slots
+                assert [g for _, g in out.blocks_to_swap_in] == b.block_table[: len(slots)]
+                assert (row.start_pos, row.num_scheduled_tokens) == (24, 1)
+            else:  # prompt + outputs so far are the new prefill; full blocks hit the cache
+                assert row.start_pos == b.num_cached_tokens + 16 == 16
+                assert row.token_ids == b.all_token_ids[16:25] and row.do_sample
+    assert resumed is not None and a.is_finished and b.is_finished
+    assert sched.stats()["num_preemptions"] == 1 and b.num_preemptions == 1
+    assert outputs_of(seqs) == reference_outputs(reqs)
+    assert sched.pool.num_free_blocks == 6
+
+
+def test_recompute_without_prefix_cache_restarts_at_zero(rng: random.Random) -> None:
+    sched = make(6, budget=32, enable_prefix_caching=False)
+    kv = FakeKV(sched)
+    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
+    while not sched.num_preemptions:
+        step(sched, kv)
+    row = None
+    while row is None:
+        out = step(sched, kv)[0]
+        row = next((r for r in out.scheduled if r.seq is b), None)
+    assert (row.start_pos, row.num_scheduled_tokens) == (0, 25) and row.token_ids == (
+        b.prompt_token_ids + b.output_token_ids[:-1]  # the last one was sampled this step
+    )
+    drain(sched, kv)
+
+
+def test_swapped_come_back_before_new_admissions(rng: random.Random) -> None:
+    sched = make(6, num_cpu_blocks=16, budget=32)
+    kv = FakeKV(sched)
+    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
+    while b.status is not SequenceStatus.SWAPPED:
+        step(sched, kv)
+    (c,) = sched.add_request("c", rand_prompt(rng, 4), SamplingParams(max_tokens=2), 2.0)
+    swap_in_step = admit_step = None
+    for i in range(200):
+        out, _ = step(sched, kv)
+        if out.blocks_to_swap_in and swap_in_step is None:
+            swap_in_step = i
+        if any(r.seq is c for r in out.scheduled) and admit_step is None:
+            admit_step = i
+        if b.status is SequenceStatus.SWAPPED:
+            assert c.status is SequenceStatus.WAITING  # c's one block would have fit
+        if not sched.has_unfinished():
+            break
+    assert swap_in_step is not None and admit_step is not None and swap_in_step <= admit_step
+    assert sched.pool.num_free_blocks == 6
+
+
+def test_admission_refusals_name_both_numbers(rng: random.Random) -> None:
+    sched = make(10, max_num_seqs=4, max_model_len=64)  # 10 blocks of 8 = 80 positions
+    with pytest.raises(ValueError, match=r"64 tokens.*max_model_len is 64"):
+        sched.add_request("a", rand_prompt(rng, 64), SamplingParams())
+    with pytest.raises(ValueError, match=r"needs 7 KV blocks.*has only 5"):
+        make(5, max_model_len=64).add_request("a", rand_prompt(rng, 40), SamplingParams())
+    with pytest.raises(ValueError, match="empty"):
+        sched.add_request("a", [], SamplingParams())
+    with pytest.raises(ValueError, match=r"n=5 exceeds max_num_seqs=4"):
+        sched.add_request("a", rand_prompt(rng, 3), SamplingParams(n=5))
+    assert not sched.has_unfinished() and sched.num_unfinished_requests == 0
+    # max_tokens=None means up to max_model_len; larger max_tokens is capped
+    (s,) = sched.add_request("a", rand_prompt(rng, 60), SamplingParams(max_tokens=None))
+    (t,) = sched.add_request("b", rand_prompt(rng, 50), SamplingParams(max_tokens=1000))
+    assert (s.max_output_tokens, t.max_output_tokens) == (4, 14)
+    with pytest.raises(ValueError, match="already in use"):
+        sched.add_request("a", rand_prompt(rng, 3), SamplingParams())
+    kv = FakeKV(sched)
+    drain(sched, kv)
+    assert s.num_tokens == t.num_tokens == 64 and s.finish_reason == "length"
+
+
+@pytest.mark.parametrize("prompt_len,num_copies", [(21, 2), (17, 0)])
+def test_n_forks_after_prefill(rng: random.Random, prompt_len: int, num_copies: int) -> None:
+    sched = make(40, block_size=16)
+    kv = FakeKV(sched)
+    prompt = rand_prompt(rng, prompt_len)
+    (parent,) = sched.add_request("r", prompt, SamplingParams(n=3, max_tokens=6))
+    out, got = step(sched, kv)
+    assert [(r.start_pos, r.num_scheduled_tokens, r.do_sample) for r in out.scheduled] == [
+        (0, prompt_len - 1, False)
+    ]
+    seqs = sched.sequences_of("r")
+    assert got == [] and [s.index for s in seqs] == [0, 1, 2] and seqs[0] is parent
+    assert all(s.block_table == parent.block_table for s in seqs)
+    assert all(sched.pool.ref_count(b) == 3 for b in parent.block_table)
+    shared = list(parent.block_table)
+    out, got = step(sched, kv)
+    assert sorted(got, key=lambda s: s.index) == seqs
+    assert [(r.token_ids, r.start_pos, r.do_sample) for r in out.scheduled] == [
+        ([prompt[-1]], prompt_len - 1, True)
+    ] * 3
+    assert len(out.blocks_to_copy) == num_copies
+    assert all(src == shared[-1] for src, _ in out.blocks_to_copy)
+    assert all(s.block_table[0] == shared[0] for s in seqs)  # full block stays shared
+    assert len({s.block_table[-1] for s in seqs}) == 3  # each child writes its own block
+    drain(sched, kv)
+    assert len({tuple(s.output_token_ids) for s in seqs}) == 3
+    assert all(s.num_output_tokens == 6 for s in seqs)
+
+
+def test_n_with_one_token_prompt_starts_n_sequences(rng: random.Random) -> None:
+    sched = make(40)
+    kv = FakeKV(sched)
+    seqs = sched.add_request("r", [7], SamplingParams(n=3, max_tokens=2))
+    assert [s.index for s in seqs] == [0, 1, 2]
+    out, got = step(sched, kv)
+    assert len(out.scheduled) == 3 and all(r.do_sample for r in out.scheduled)
+    assert not out.blocks_to_copy and len(got) == 3
+    drain(sched, kv)
+
+
+def test_n_under_memory_pressure_matches_reference(rng: random.Random) -> None:
+    reqs = [
+        ("x", rand_prompt(rng, 21), SamplingParams(n=3, max_tokens=12), 0.0),
+        ("y", rand_prompt(rng, 9), SamplingParams(n=2, max_tokens=15), 1.0),
+    ]
+    for cpu in (0, 8):
+        sched = make(9, num_cpu_blocks=cpu, budget=16)
+        kv = FakeKV(sched)
+        for r in reqs:
+            sched.add_request(*r)
+        seqs = []
+        while sched.has_unfinished():
+            seqs += step(sched, kv)[1]
+        assert sched.num_preemptions > 0
+        assert outputs_of(seqs) == reference_outputs(reqs)
+        assert sched.pool.num_free_blocks == 9
+
+
+def test_abort_frees_everything(rng: random.Random) -> None:
+    sched = make(6, num_cpu_blocks=16, budget=32, max_num_seqs=4)
+    kv = FakeKV(sched)
+    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
+    sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
+    while not sched.swapped:
+        step(sched, kv)
+    sched.add_request("c", rand_prompt(rng, 30), SamplingParams(n=2), 2.0)
+    assert sched.num_running and sched.num_swapped and sched.num_waiting
+    out = sched.schedule()
+    assert sched.abort("a")  # running and scheduled: its row is skipped
+    assert [s.status for s in sched.abort("b")] == [SequenceStatus.FINISHED_ABORTED]
+    assert sched.abort("b") == [] and sched.abort("nope") == []
+    kv.run(out)
+    got = sched.update_from_output(out, {r.seq.seq_id: 1 for r in out.scheduled})
+    assert got == []
+    sched.check_integrity()
+    sched.abort("c")
+    sched.check_integrity()
+    assert not sched.has_unfinished() and sched.num_unfinished_requests == 0
+    assert sched.pool.num_free_blocks == 6 and sched.swap_space.num_free == 16
+    assert set(sched.schedule().finished_seq_ids) >= {out.scheduled[0].seq.seq_id}
+    with pytest.raises(RuntimeError, match="already called"):
+        sched.update_from_output(out, {})
+
+
+def test_stop_conditions(rng: random.Random) -> None:
+    sched = make(60, max_num_seqs=8)
+    eos, stop = VOCAB + 1, VOCAB + 2
+
+    def params(**kw: object) -> SamplingParams:
+        p = SamplingParams(max_tokens=8, stop_token_ids=[stop], **kw)
+        if not p.ignore_eos:
+            p.all_stop_token_ids |= {eos}  # what the engine adds before add_request
+        return p
+
+    cases = {
+        "eos": (params(), [3, eos]),
+        "stop_id": (params(), [stop]),
+        "ignore_eos": (params(ignore_eos=True), [eos, 4, stop]),
+        "min_tokens": (params(min_tokens=3), [eos, stop, 5, eos]),
+        "length": (params(), [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+    }
+    seqs = {rid: sched.add_request(rid, rand_prompt(rng, 5), p)[0] for rid, (p, _) in cases.items()}
+    kv = FakeKV(sched)
+    while sched.has_unfinished():
+        out = sched.schedule()
+        kv.run(out)
+        sampled = {
+            r.seq.seq_id: cases[r.seq.request_id][1][r.seq.num_output_tokens]
+            for r in out.scheduled
+            if r.do_sample
+        }
+        sched.update_from_output(out, sampled)
+        sched.check_integrity()
+    got = {rid: (s.output_token_ids, s.finish_reason, s.stop_reason) for rid, s in seqs.items()}
+    assert got == {
+        "eos": ([3, eos], "stop", None),
+        "stop_id": ([stop], "stop", stop),
+        "ignore_eos": ([eos, 4, stop], "stop", stop),
+        "min_tokens": ([eos, stop, 5, eos], "stop", None),
+        "length": ([1, 2, 3, 4, 5, 6, 7, 8], "length", None),
+    }
+
+
+def test_finish_by_caller_and_max_num_seqs(rng: random.Random) -> None:
+    sched = make(100, max_num_seqs=3)
+    kv = FakeKV(sched)
+    for i in range(5):
+        sched.add_request(f"r{i}", rand_prompt(rng, 4), SamplingParams(max_tokens=50), float(i))
+    out, got = step(sched, kv)
+    assert len(out.scheduled) == 3 and sched.num_running == 3 and sched.num_waiting == 2
+    sched.finish(got[0], SequenceStatus.FINISHED_STOPPED, stop_reason="###")  # a stop string
+    assert got[0].finish_reason == "stop" and got[0].stop_reason == "###"
+    with pytest.raises(ValueError, match="FINISHED"):
+        sched.finish(got[1], SequenceStatus.RUNNING)
+    out, _ = step(sched, kv)
+    assert len(out.scheduled) == 3 and got[0].seq_id in out.finished_seq_ids
+    stats = sched.stats()
+    assert stats["num_running"] == 3 and stats["num_waiting"] == 1
+    assert 0 < stats["kv_cache_usage"] < 1 and stats["prefix_queries"] == 16
+    for i in range(5):
+        sched.abort(f"r{i}")
+    assert sched.pool.num_free_blocks == 100
