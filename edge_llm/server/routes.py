@@ -5,11 +5,14 @@ from __future__ import annotations
 import hmac
 from functools import cache
 from importlib import resources
+from typing import Annotated
 
 from litestar import Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
+from litestar.enums import RequestEncodingType
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Body
 
 from .context import ServerContext, until_disconnect
 from .errors import OpenAIError
@@ -30,6 +33,8 @@ _ERRORS = {code: ResponseSpec(ErrorResponse, description=what) for code, what in
     (400, "Invalid request"), (401, "Missing or wrong API key"), (404, "Unknown model"),
     (413, "Body too large"), (429, "Queue full"), (500, "Engine failure"),
     (503, "Model loading"))}
+ChatBody = Annotated[ChatCompletionRequest, Body(media_type=RequestEncodingType.JSON)]
+CompletionBody = Annotated[CompletionRequest, Body(media_type=RequestEncodingType.JSON)]
 
 
 def ctx_of(conn: ASGIConnection) -> ServerContext:
@@ -52,13 +57,13 @@ def require_api_key(conn: ASGIConnection, _: BaseRouteHandler) -> None:
 @post("/chat/completions", status_code=200,
       responses={200: ResponseSpec(ChatCompletion), **_ERRORS},
       summary="Chat completion (OpenAI); text/event-stream when stream is true")
-async def chat_completions(data: ChatCompletionRequest, request: Request) -> Response:
+async def chat_completions(data: ChatBody, request: Request) -> Response:
     return await serve_chat(ctx_of(request), data, request)
 
 
 @post("/completions", status_code=200, responses={200: ResponseSpec(Completion), **_ERRORS},
       summary="Text completion (OpenAI); text/event-stream when stream is true")
-async def completions(data: CompletionRequest, request: Request) -> Response:
+async def completions(data: CompletionBody, request: Request) -> Response:
     return await serve_completions(ctx_of(request), data, request)
 
 

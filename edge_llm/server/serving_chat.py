@@ -46,6 +46,7 @@ async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
     created = int(time.time())
     top = params.logprobs if params.logprobs is not None else None
     ticket = ctx.holder.acquire(1)
+    streaming = False  # from here on the stream's end releases the ticket
     try:
         stream = generate_one(engine, prompt.token_ids, params, request_id,
                               ctx.metrics.tracker(), prompt_param="messages")
@@ -57,13 +58,14 @@ async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
                                ctx.token_texts(engine), top, usage)
             return Response(body, status_code=200)
         outputs = await until_disconnect(request, prime(stream))
-    except BaseException:
-        ticket.release()
-        raise
+        streaming = True
+    finally:
+        if not streaming:
+            ticket.release()
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     chunks = _chunks(outputs, request_id, created, model, params.n, ctx.token_texts(engine),
                      top, include_usage, prompt, request)
-    return sse_response(sse_events(chunks, ticket.release))
+    return sse_response(sse_events(chunks, ticket.release), [chunks, outputs], ticket.release)
 
 
 def _completion(final: RequestOutput, request_id: str, created: int, model: str,

@@ -30,6 +30,7 @@ async def completions(ctx: ServerContext, req: CompletionRequest, request: Reque
     model, created, texts = ctx.model_name(), int(time.time()), ctx.token_texts(engine)
     view = _View(req, prompts, texts)
     ticket = ctx.holder.acquire(len(prompts))
+    streaming = False  # from here on the stream's end releases the ticket
     try:
         streams = [
             generate_one(engine, p.token_ids, sp, f"{base_id}-{i}", ctx.metrics.tracker())
@@ -44,12 +45,13 @@ async def completions(ctx: ServerContext, req: CompletionRequest, request: Reque
             body = Completion(base_id, created, model, choices, usage)
             return Response(body, status_code=200)
         outputs = await until_disconnect(request, prime(merged(streams)))
-    except BaseException:
-        ticket.release()
-        raise
+        streaming = True
+    finally:
+        if not streaming:
+            ticket.release()
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     chunks = _chunks(outputs, view, base_id, created, model, include_usage, request)
-    return sse_response(sse_events(chunks, ticket.release))
+    return sse_response(sse_events(chunks, ticket.release), [chunks, outputs], ticket.release)
 
 
 class _View:

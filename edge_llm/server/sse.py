@@ -7,8 +7,8 @@ event, then ``[DONE]``, as vLLM does.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
@@ -51,28 +51,54 @@ async def _aclose(it: Any) -> None:
         await close()
 
 
-def sse_response(events: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> Stream:
-    """A ``text/event-stream`` response; the events generator is closed after the response is
-    sent or the client left (Litestar then stops iterating without closing it)."""
+def sse_response(events: AsyncIterator[bytes], sources: Sequence[Any],
+                 on_done: Callable[[], None]) -> Stream:
+    """A ``text/event-stream`` response.
+
+    Litestar stops iterating when the client leaves and never closes the iterator (and it may
+    leave it unstarted, so its ``finally`` never runs): a background task, run after the body
+    is sent or the client left, closes ``events`` and then each of ``sources`` (the engine
+    streams, whose closing aborts unfinished requests) and calls ``on_done``.
+    """
+
+    async def cleanup() -> None:
+        try:
+            for it in (events, *sources):
+                await _aclose(it)
+        finally:
+            on_done()
+
     return Stream(
         events,
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
-        background=BackgroundTask(_aclose, events),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        background=BackgroundTask(cleanup),
     )
 
 
-async def prime(stream: AsyncIterator[T]) -> AsyncIterator[T]:
-    """Wait for the first item before returning, so errors raised before it (a refused prompt,
-    a failed step) still become an HTTP status; returns a stream with that item back in front."""
+class Primed(Generic[T]):
+    """An async iterator with its first item already taken; ``aclose()`` closes the source
+    even if iteration never started."""
+
+    def __init__(self, first: T, rest: AsyncIterator[T]) -> None:
+        self._first: list[T] = [first]
+        self._rest = rest
+
+    def __aiter__(self) -> Primed[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._first:
+            return self._first.pop()
+        return await self._rest.__anext__()
+
+    async def aclose(self) -> None:
+        self._first.clear()
+        await _aclose(self._rest)
+
+
+async def prime(stream: AsyncIterator[T]) -> Primed[T]:
+    """Wait for the first item before answering, so errors raised before it (a refused prompt,
+    a failed step) still become an HTTP status rather than an error event."""
     first = await stream.__anext__()  # StopAsyncIteration: an empty stream is a bug upstream
-
-    async def chained() -> AsyncIterator[T]:
-        try:
-            yield first
-            async for item in stream:
-                yield item
-        finally:
-            await _aclose(stream)
-
-    return chained()
+    return Primed(first, stream)
