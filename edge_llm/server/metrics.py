@@ -26,21 +26,34 @@ _E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 
                 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
 
-# (metric name, engine stats key, help) read at scrape time
+# (metric name, engine stats keys (first present wins), help), read at scrape time
 _GAUGES = (
-    ("vllm:num_requests_running", "num_requests_running", "Number of requests running."),
-    ("vllm:num_requests_waiting", "num_requests_waiting", "Number of requests waiting."),
-    ("vllm:num_requests_swapped", "num_requests_swapped", "Number of requests swapped to CPU."),
-    ("vllm:gpu_cache_usage_perc", "kv_cache_usage", "KV-cache usage; 1 means 100 percent."),
-    ("vllm:kv_cache_usage_perc", "kv_cache_usage", "KV-cache usage; 1 means 100 percent."),
-    ("edge_llm:num_free_blocks", "num_free_blocks", "Free KV-cache blocks."),
-    ("edge_llm:num_total_blocks", "num_total_blocks", "All KV-cache blocks."),
+    ("vllm:num_requests_running", ("num_requests_running", "num_running"),
+     "Number of requests running."),
+    ("vllm:num_requests_waiting", ("num_requests_waiting", "num_waiting"),
+     "Number of requests waiting."),
+    ("vllm:num_requests_swapped", ("num_requests_swapped", "num_swapped"),
+     "Number of requests swapped to CPU."),
+    ("vllm:gpu_cache_usage_perc", ("kv_cache_usage",), "KV-cache usage; 1 means 100 percent."),
+    ("vllm:kv_cache_usage_perc", ("kv_cache_usage",), "KV-cache usage; 1 means 100 percent."),
+    ("vllm:cpu_cache_usage_perc", ("cpu_swap_usage",), "CPU swap usage; 1 means 100 percent."),
+    ("edge_llm:num_free_blocks", ("num_free_blocks",), "KV-cache blocks free (or cached)."),
+    ("edge_llm:num_total_blocks", ("num_total_blocks",), "All KV-cache blocks."),
 )
 _COUNTERS = (  # names without _total: the exposition adds it
-    ("vllm:prefix_cache_queries", "prefix_cache_queries", "Prefix cache queries, in tokens."),
-    ("vllm:prefix_cache_hits", "prefix_cache_hits", "Prefix cache hits, in tokens."),
-    ("vllm:num_preemptions", "num_preemptions", "Cumulative number of preemptions."),
+    ("vllm:prefix_cache_queries", ("prefix_cache_queries", "prefix_queries"),
+     "Prefix cache queries, in tokens."),
+    ("vllm:prefix_cache_hits", ("prefix_cache_hits", "prefix_hits"),
+     "Prefix cache hits, in tokens."),
+    ("vllm:num_preemptions", ("num_preemptions",), "Cumulative number of preemptions."),
 )
+
+
+def _first(stats: dict, keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        if stats.get(key) is not None:
+            return float(stats[key])
+    return None
 
 
 class _EngineStatsCollector:
@@ -55,16 +68,13 @@ class _EngineStatsCollector:
         if stats is None:
             return
         label = [self._model_name()]
-        for name, key, doc in _GAUGES:
-            if key in stats:
-                fam = GaugeMetricFamily(name, doc, labels=["model_name"])
-                fam.add_metric(label, float(stats[key]))
-                yield fam
-        for name, key, doc in _COUNTERS:
-            if key in stats:
-                fam = CounterMetricFamily(name, doc, labels=["model_name"])
-                fam.add_metric(label, float(stats[key]))
-                yield fam
+        for family, table in ((GaugeMetricFamily, _GAUGES), (CounterMetricFamily, _COUNTERS)):
+            for name, keys, doc in table:
+                value = _first(stats, keys)
+                if value is not None:
+                    fam = family(name, doc, labels=["model_name"])
+                    fam.add_metric(label, value)
+                    yield fam
 
 
 class ServerMetrics:

@@ -1,0 +1,74 @@
+"""Shared server fixtures: one real ``edge-llm serve`` process on the demo model per session."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SERVER_START_TIMEOUT = float(os.environ.get("EDGE_LLM_TEST_SERVER_TIMEOUT", "1200"))
+
+
+@dataclass
+class LiveServer:
+    url: str
+    process: subprocess.Popen
+    log: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(server: LiveServer, timeout: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"edge-llm serve exited with {server.process.returncode}:\n"
+                        f"{server.log_tail()}")
+        try:
+            if httpx.get(server.url + "/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"edge-llm serve not healthy after {timeout:.0f} s:\n{server.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory) -> LiveServer:
+    """``python -m edge_llm.cli serve`` on the demo model (prepared on first use), small
+    context, room for 40 concurrent sequences; killed at the end of the session."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("server") / "serve.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_LLM_")
+           or k == "EDGE_LLM_CACHE_DIR"}
+    cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
+           "--max-model-len", "1024", "--max-num-seqs", "40", "--max-queue", "64",
+           "--seed", "0"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        wait_healthy(server, SERVER_START_TIMEOUT)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
