@@ -299,7 +299,7 @@ def w4a16_matmul(
     if cfg.kind == "dequant" or group_size % PACK or (cfg.kind == "gemv" and m != 1):
         w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype)
         return torch.matmul(x2, w).reshape(*lead, n)
-    block_m = max(16, cfg.block_m)
+    block_m = max(16, triton.next_power_of_2(cfg.block_m))
     m_tiles = triton.cdiv(m, block_m) if cfg.kind == "dot" else 1
     n_tiles = triton.cdiv(n, cfg.block_n)
     split = cfg.split_k or _auto_split(m_tiles * n_tiles, k, block_k, sms)

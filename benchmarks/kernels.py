@@ -1,0 +1,409 @@
+"""Check and time the Triton kernels on one GPU; print one table, write JSON under $OUT.
+
+    pip install --no-deps -e . >/dev/null; python benchmarks/kernels.py
+
+Every timing is the median of triton.testing.do_bench over replays of a CUDA graph that calls
+the op on a rotation of input sets (together several times the L2 size), divided by the calls
+per replay: no launch gaps, no L2 reuse between calls. References: device-to-device copy
+bandwidth, fp16 torch.matmul (cuBLAS) on the same shapes, torch SDPA on contiguous K/V.
+``--smoke`` runs tiny shapes under TRITON_INTERPRET=1 on the CPU to check the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+SHAPES = [  # (model, name, K, N)
+    ("llama2-7b", "qkv", 4096, 12288), ("llama2-7b", "o", 4096, 4096),
+    ("llama2-7b", "gate_up", 4096, 22016), ("llama2-7b", "down", 11008, 4096),
+    ("qwen2.5-7b", "qkv", 3584, 4608), ("qwen2.5-7b", "o", 3584, 3584),
+    ("qwen2.5-7b", "gate_up", 3584, 37888), ("qwen2.5-7b", "down", 18944, 3584),
+]
+MS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024]
+GS = 128
+L2_BYTES = 60 << 20
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not bool(torch.isfinite(out).all()):
+        return float("inf")
+    return float((out - ref).norm() / ref.norm())
+
+
+def rotations(set_bytes: int) -> int:
+    """Input sets so that one pass over them is >= 3x the L2 size (at most 48)."""
+    return max(2, min(48, math.ceil(3 * L2_BYTES / max(set_bytes, 1))))
+
+
+def time_op(fn, n_rot: int, smoke: bool) -> float:
+    """Microseconds per call of fn(i), i cycling over n_rot input sets."""
+    if smoke:
+        t = time.perf_counter()
+        fn(0)
+        return (time.perf_counter() - t) * 1e6
+    import triton.testing
+
+    for i in range(n_rot):  # compile and allocate outside the graph
+        fn(i)
+    torch.cuda.synchronize()
+    calls = n_rot * max(1, math.ceil(12 / n_rot))
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn(0)
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(calls):
+                fn(i % n_rot)
+    torch.cuda.synchronize()
+    ms = triton.testing.do_bench(graph.replay, warmup=5, rep=25, return_mode="median")
+    del graph
+    return ms * 1e3 / calls
+
+
+def copy_bandwidth(dev, smoke: bool) -> float:
+    """Device-to-device copy, bytes read + written per second."""
+    n = (1 << 16) if smoke else (1 << 30)
+    a = torch.randn(n // 2, device=dev, dtype=torch.float16)
+    b = torch.empty_like(a)
+    us = time_op(lambda i: b.copy_(a), 2, smoke)
+    return 2 * a.numel() * 2 / (us * 1e-6)
+
+
+# ------------------------------------------------------------------------------------ W4A16
+
+
+def w4_variants(m: int):
+    from edge_llm.kernels.w4a16 import W4A16Config as C
+
+    if m == 1:
+        out = [C("gemv", block_n=bn, block_k=bk, split_k=0, num_warps=w)
+               for bn, bk, w in ((64, 128, 4), (128, 64, 4), (128, 128, 4), (128, 256, 4),
+                                 (256, 64, 4), (256, 128, 8), (64, 256, 2), (32, 256, 1))]
+        return out + [C("gemv", block_n=128, block_k=128, split_k=1),
+                      C("dot", 16, 64, 128, 0), C("dot", 16, 128, 128, 0)]
+    if m <= 16:
+        return [C("dot", 16, bn, bk, 0, w, s) for bn, bk, w, s in (
+            (32, 128, 4, 3), (64, 128, 4, 3), (128, 128, 4, 3), (64, 256, 4, 3), (64, 128, 4, 4),
+            (128, 128, 8, 3), (32, 256, 2, 3))]
+    if m <= 128:
+        return [C("dot", bm, bn, 128, 0, w, s) for bm, bn, w, s in (
+            (min(m, 64), 64, 4, 3), (min(m, 64), 128, 4, 3), (min(m, 64), 128, 8, 3),
+            (min(m, 128), 128, 8, 3), (32, 64, 4, 4))] + [C("dequant")]
+    return [C("dot", bm, bn, 128, 0, w, s) for bm, bn, w, s in (
+        (64, 128, 4, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 256, 8, 3))] + [C("dequant")]
+
+
+def bench_w4a16(dev, smoke: bool, log) -> list[dict]:
+    from edge_llm.kernels.w4a16 import (
+        dequantize_w4a16_ref,
+        pack_w4_ref,
+        pick_config,
+        w4a16_matmul,
+    )
+
+    rows = []
+    shapes = [("tiny", "t", 256, 192)] if smoke else SHAPES
+    ms = [1, 3, 33] if smoke else MS
+    dt = torch.float32 if smoke else torch.float16
+    for model, name, k, n in shapes:
+        g = k // GS if k >= GS else 1
+        gs = GS if k >= GS else k
+        n_rot_q = rotations(k * n // 2)
+        n_rot_h = rotations(k * n * 2)
+        sets = []
+        for _ in range(n_rot_q):
+            q = torch.randint(0, 16, (k, n), device=dev)
+            sets.append((pack_w4_ref(q),
+                         (torch.rand(g, n, device=dev) * 0.02 + 0.002).to(dt),
+                         torch.randint(0, 16, (g, n), device=dev).to(dt)))
+        w_ref = dequantize_w4a16_ref(*sets[0], gs)  # (K, N) fp32
+        w_half = [w_ref.to(dt) if i == 0 else torch.randn_like(w_ref, dtype=dt) * 0.02
+                  for i in range(n_rot_h)]
+        for m in ms:
+            xs = [torch.randn(m, k, device=dev, dtype=dt) for _ in range(max(n_rot_q, n_rot_h))]
+            ref = xs[0].float() @ w_ref
+            us_cublas = time_op(lambda i, xs=xs, w=w_half: torch.matmul(xs[i], w[i]), n_rot_h,
+                                smoke)
+            row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
+                       auto=str(pick_config(m, n, k, gs, 132)), variants=[])
+            for cfg in [None] + w4_variants(m):
+                def run(i, cfg=cfg, xs=xs, sets=sets, gs=gs):
+                    qw, s, z = sets[i]
+                    return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
+                try:
+                    err = rel_err(run(0), ref)
+                    us = time_op(run, n_rot_q, smoke)
+                except Exception as exc:  # a variant that fails to compile is reported
+                    log(f"  {name} m={m} {cfg}: FAILED {type(exc).__name__}: {exc}")
+                    continue
+                entry = dict(cfg=str(cfg) if cfg else "auto", us=us, err=err,
+                             speedup=us_cublas / us)
+                (row.__setitem__("auto_res", entry) if cfg is None else
+                 row["variants"].append(entry))
+            ok = [v for v in row["variants"] if v["err"] < 1e-2]
+            row["best"] = min(ok, key=lambda v: v["us"]) if ok else None
+            rows.append(row)
+            a = row.get("auto_res", {})
+            log(f"{model:10s} {name:7s} M={m:5d} cublas {us_cublas:8.1f}us auto "
+                f"{a.get('us', float('nan')):8.1f}us x{a.get('speedup', 0):.2f} "
+                f"err {a.get('err', float('nan')):.1e} | best x"
+                f"{(row['best'] or {}).get('speedup', 0):.2f} {(row['best'] or {}).get('cfg')}")
+    return rows
+
+
+def check_w4a16_bf16(dev, smoke: bool, log) -> list[dict]:
+    """The dispatched path in bf16 (and fp16) on every shape, a few M."""
+    from edge_llm.kernels.w4a16 import dequantize_w4a16_ref, pack_w4_ref, w4a16_matmul
+
+    out = []
+    shapes = [("tiny", "t", 256, 192)] if smoke else SHAPES
+    dts = [torch.float32] if smoke else [torch.bfloat16, torch.float16]
+    for model, name, k, n in shapes:
+        gs = min(GS, k)
+        q = torch.randint(0, 16, (k, n), device=dev)
+        for dt in dts:
+            s = (torch.rand(k // gs, n, device=dev) * 0.02 + 0.002).to(dt)
+            z = torch.randint(0, 16, (k // gs, n), device=dev).to(dt)
+            qw = pack_w4_ref(q)
+            w = dequantize_w4a16_ref(qw, s, z, gs)
+            for m in ([1, 3] if smoke else [1, 7, 16, 100, 256, 1024]):
+                x = torch.randn(m, k, device=dev, dtype=dt)
+                err = rel_err(w4a16_matmul(x, qw, s, z, gs), x.float() @ w)
+                out.append(dict(model=model, shape=name, dtype=str(dt), m=m, err=err))
+                if err >= 1e-2:
+                    log(f"  CHECK FAILED {model} {name} {dt} M={m}: rel err {err:.2e}")
+    return out
+
+
+# ------------------------------------------------------------------------------- attention
+
+
+def make_paged(b, ctx, h, hkv, d, bs, dt, dev, n_sets):
+    """n_sets independent (k_cache, v_cache, block_tables) with randomly permuted blocks."""
+    nblk = b * triton_cdiv(ctx, bs)
+    sets = []
+    for _ in range(n_sets):
+        kc = torch.randn(nblk, bs, hkv, d, device=dev, dtype=dt)
+        vc = torch.randn(nblk, bs, hkv, d, device=dev, dtype=dt)
+        table = torch.randperm(nblk, device=dev).to(torch.int32).view(b, -1)
+        sets.append((kc, vc, table))
+    return sets
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def bench_decode(dev, smoke: bool, copy_bw: float, log) -> list[dict]:
+    import torch.nn.functional as F
+    from edge_llm.kernels.paged_attention import DecodeConfig, paged_attention_ref, paged_decode
+
+    dt = torch.float32 if smoke else torch.float16
+    cases = [(2, 40, 4, 2, 32, 8)] if smoke else [
+        (32, 2048, 32, 8, 128, 16), (32, 2048, 32, 4, 128, 16), (4, 8192, 32, 8, 128, 16),
+        (64, 1024, 28, 4, 128, 16)]
+    variants = [DecodeConfig()] if smoke else [
+        DecodeConfig(bn, sp, w, st) for bn, sp, w, st in (
+            (64, 0, 4, 3), (64, 1, 4, 3), (32, 0, 4, 3), (128, 0, 4, 3), (128, 0, 8, 3),
+            (64, 0, 4, 4), (64, 0, 4, 2), (64, 2, 4, 3), (64, 4, 4, 3), (128, 1, 8, 2),
+            (32, 1, 2, 4))]
+    rows = []
+    for b, ctx, h, hkv, d, bs in cases:
+        g = h // hkv
+        kv_bytes = 2 * b * ctx * hkv * d * 2
+        n_rot = rotations(kv_bytes)
+        sets = make_paged(b, ctx, h, hkv, d, bs, dt, dev, n_rot)
+        qs = [torch.randn(b, h, d, device=dev, dtype=dt) for _ in range(n_rot)]
+        seq_lens = torch.full((b,), ctx, device=dev, dtype=torch.int32)
+        seq_lens[0] = ctx - 5  # a partial last block
+        qsl = torch.arange(b + 1, dtype=torch.int32)
+        scale = d ** -0.5
+        ref = paged_attention_ref(qs[0], *sets[0][:2], sets[0][2], qsl, seq_lens, scale)
+        # SDPA on the same K/V held contiguously: (B, Hkv, L, D), the G heads as G queries
+        contig = []
+        for kc, vc, table in sets:
+            kk = kc[table.long()].reshape(b, ctx, hkv, d).transpose(1, 2).contiguous()
+            vv = vc[table.long()].reshape(b, ctx, hkv, d).transpose(1, 2).contiguous()
+            contig.append((kk, vv))
+
+        def sdpa(i, contig=contig, qs=qs, shape=(b, hkv, g, d), scale=scale):
+            kk, vv = contig[i]
+            return F.scaled_dot_product_attention(qs[i].view(shape), kk, vv, scale=scale)
+        us_sdpa = time_op(sdpa, n_rot, smoke)
+        row = dict(b=b, ctx=ctx, h=h, hkv=hkv, d=d, bs=bs, kv_bytes=kv_bytes, sdpa_us=us_sdpa,
+                   variants=[])
+        for cfg in variants:
+            def run(i, cfg=cfg, sets=sets, qs=qs, sl=seq_lens, scale=scale, ctx=ctx):
+                kc, vc, table = sets[i]
+                return paged_decode(qs[i], kc, vc, table, sl, scale, ctx, cfg)
+            try:
+                err = rel_err(run(0), ref)
+                us = time_op(run, n_rot, smoke)
+            except Exception as exc:
+                log(f"  decode {cfg}: FAILED {type(exc).__name__}: {exc}")
+                continue
+            row["variants"].append(dict(cfg=str(cfg), us=us, err=err, vs_sdpa=us_sdpa / us,
+                                        bw_frac=kv_bytes / (us * 1e-6) / copy_bw))
+        ok = [v for v in row["variants"] if v["err"] < 1e-2]
+        row["default"] = row["variants"][0] if row["variants"] else None
+        row["best"] = min(ok, key=lambda v: v["us"]) if ok else None
+        rows.append(row)
+        for v in row["variants"]:
+            log(f"decode B={b} ctx={ctx} G={g}: {v['cfg']} {v['us']:.1f}us err {v['err']:.1e} "
+                f"bw {v['bw_frac']:.2f} vs sdpa x{v['vs_sdpa']:.2f}")
+    return rows
+
+
+def check_prefill(dev, smoke: bool, log) -> list[dict]:
+    """Chunked prefill (prefix + chunk), mixed decode, bf16 and fp16; time one fp16 case."""
+    from edge_llm.kernels.paged_attention import paged_attention_ref, paged_prefill, write_kv
+
+    out = []
+    dts = [torch.float32] if smoke else [torch.float16, torch.bfloat16]
+    cases = [([5, 1], [20, 9], 4, 2, 32, 8)] if smoke else [
+        ([512, 512, 512, 512], [2048, 1536, 512, 1024], 32, 8, 128, 16),
+        ([300, 1, 1, 77, 1024], [900, 50, 3000, 77, 1024], 28, 4, 128, 16),
+        ([256, 128], [1280, 128], 32, 4, 64, 32)]
+    for dt in dts:
+        for nq, ctx, h, hkv, d, bs in cases:
+            b = len(nq)
+            nblk = sum(triton_cdiv(c, bs) for c in ctx) + 4
+            kc = torch.randn(nblk, bs, hkv, d, device=dev, dtype=dt)
+            vc = torch.randn_like(kc)
+            perm = torch.randperm(nblk, device=dev).to(torch.int32)
+            width = max(triton_cdiv(c, bs) for c in ctx)
+            table = torch.full((b, width), int(perm[-1]), device=dev, dtype=torch.int32)
+            start = 0
+            for i, c in enumerate(ctx):
+                used = triton_cdiv(c, bs)
+                table[i, :used] = perm[start:start + used]
+                start += used
+            # the chunk's own K/V arrive through write_kv, as in the model
+            slots = torch.cat([
+                (table[i].long().repeat_interleave(bs) * bs
+                 + torch.arange(bs, device=dev).repeat(width))[c - q:c]
+                for i, (q, c) in enumerate(zip(nq, ctx, strict=True))])
+            t = sum(nq)
+            write_kv(torch.randn(t, hkv, d, device=dev, dtype=dt),
+                     torch.randn(t, hkv, d, device=dev, dtype=dt), kc, vc, slots)
+            q = torch.randn(t, h, d, device=dev, dtype=dt)
+            qsl = torch.tensor([0] + nq, dtype=torch.int32).cumsum(0).to(torch.int32)
+            sl = torch.tensor(ctx, device=dev, dtype=torch.int32)
+            ref = paged_attention_ref(q, kc, vc, table, qsl, sl, d ** -0.5)
+            o = paged_prefill(q, kc, vc, table, qsl, sl, d ** -0.5)
+            entry = dict(dtype=str(dt), nq=nq, ctx=ctx, h=h, hkv=hkv, d=d, bs=bs,
+                         err=rel_err(o, ref))
+            if dt == torch.float16 and nq == cases[0][0]:
+                qsl_dev = qsl.to(dev)  # a host tensor would mean a copy inside graph capture
+                args = (q, kc, vc, table, qsl_dev, sl, d ** -0.5)
+                us = time_op(lambda i, args=args: paged_prefill(*args), 1, smoke)
+                flops = sum(4 * q_ * (c - q_ / 2) * h * d for q_, c in zip(nq, ctx, strict=True))
+                entry.update(us=us, tflops=flops / (us * 1e-6) / 1e12)
+            out.append(entry)
+            if entry["err"] >= 1e-2:
+                log(f"  PREFILL CHECK FAILED {entry}")
+    return out
+
+
+def kernel_shared_bytes() -> list[dict]:
+    """Shared memory of every compiled Triton kernel, from the JIT caches' metadata."""
+    from edge_llm.kernels import paged_attention as pa
+    from edge_llm.kernels import w4a16 as w4
+
+    res = []
+    for mod in (w4, pa):
+        for name in dir(mod):
+            fn = getattr(mod, name)
+            caches = getattr(fn, "device_caches", None)
+            if not caches:
+                continue
+            for cache in caches.values():
+                for kern in cache[0].values():
+                    res.append(dict(kernel=name, shared=int(kern.metadata.shared),
+                                    num_warps=kern.metadata.num_warps))
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--skip-w4", action="store_true")
+    args = ap.parse_args()
+    dev = torch.device("cpu" if args.smoke else "cuda")
+    out_dir = os.environ.get("OUT", "/tmp")
+    lines: list[str] = []
+
+    def log(s: str) -> None:
+        lines.append(s)
+        print(s, flush=True)
+
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    info = dict(torch=torch.__version__, device=str(dev))
+    if dev.type == "cuda":
+        import triton
+
+        p = torch.cuda.get_device_properties(dev)
+        info.update(name=p.name, sms=p.multi_processor_count, triton=triton.__version__)
+    bw = copy_bandwidth(dev, args.smoke)
+    info["copy_GBps"] = bw / 1e9
+    log(f"{info}")
+    res = dict(info=info)
+    res["prefill"] = check_prefill(dev, args.smoke, log)
+    res["decode"] = bench_decode(dev, args.smoke, bw, log)
+    if not args.skip_w4:
+        res["w4a16_checks"] = check_w4a16_bf16(dev, args.smoke, log)
+        res["w4a16"] = bench_w4a16(dev, args.smoke, log)
+    if dev.type == "cuda":
+        res["shared"] = kernel_shared_bytes()
+    with open(os.path.join(out_dir, "kernels_bench.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    with open(os.path.join(out_dir, "kernels_bench.log"), "w") as f:
+        f.write("\n".join(lines))
+    print_table(res)
+    return 0
+
+
+def print_table(res: dict) -> None:
+    print("\n==== W4A16 speed-up vs fp16 cuBLAS (auto = dispatched path; best = best variant)")
+    print(f"{'shape':22s} " + " ".join(f"{m:>9d}" for m in MS))
+    by = {}
+    for r in res.get("w4a16", []):
+        by.setdefault(f"{r['model']}:{r['shape']} {r['k']}x{r['n']}", {})[r["m"]] = r
+    for key, per_m in by.items():
+        auto = " ".join(f"{per_m[m]['auto_res']['speedup']:>9.2f}" if m in per_m and
+                        "auto_res" in per_m[m] else f"{'-':>9s}" for m in MS)
+        best = " ".join(f"{per_m[m]['best']['speedup']:>9.2f}" if m in per_m and
+                        per_m[m].get("best") else f"{'-':>9s}" for m in MS)
+        print(f"{key[:22]:22s} {auto}   auto\n{'':22s} {best}   best")
+    worst = max((c["err"] for c in res.get("w4a16_checks", [])), default=float("nan"))
+    print(f"W4A16 dispatched-path max rel err over fp16/bf16 checks: {worst:.2e}")
+    print("\n==== paged decode (default config | best variant)")
+    for r in res.get("decode", []):
+        d, b = r.get("default") or {}, r.get("best") or {}
+        print(f"B={r['b']:3d} ctx={r['ctx']:5d} H={r['h']} Hkv={r['hkv']}: sdpa "
+              f"{r['sdpa_us']:.1f}us | default {d.get('us', 0):.1f}us bw "
+              f"{d.get('bw_frac', 0):.2f} x{d.get('vs_sdpa', 0):.2f} sdpa err "
+              f"{d.get('err', 0):.1e} | best {b.get('us', 0):.1f}us bw {b.get('bw_frac', 0):.2f} "
+              f"x{b.get('vs_sdpa', 0):.2f} {b.get('cfg')}")
+    for p in res.get("prefill", []):
+        print(f"prefill {p['dtype']} nq={p['nq']} ctx={p['ctx']} H={p['h']}/{p['hkv']} "
+              f"err {p['err']:.1e}" + (f" {p['us']:.0f}us {p['tflops']:.0f} TFLOP/s"
+                                       if "us" in p else ""))
+    sh = res.get("shared", [])
+    if sh:
+        print(f"shared memory: max {max(s['shared'] for s in sh)} B over {len(sh)} compiled "
+              f"kernels (limit 101376 on sm_86/89)")
+
+
+if __name__ == "__main__":
+    if "--smoke" in sys.argv:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Triton kernels at full size on a CUDA GPU against their torch references (``pytest -m gpu``).
+
+Every test also checks the shared memory of each kernel compiled so far (its metadata) against
+the 99 KB per block that sm_86/sm_89 (RTX 3090/4090) allow.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from edge_llm.kernels import paged_attention as pa  # noqa: E402
+from edge_llm.kernels import w4a16 as w4  # noqa: E402
+
+from edge_llm import kernels  # noqa: E402
+
+DEV = torch.device("cuda")
+SHARED_LIMIT = 99 * 1024
+SHAPES = [(4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096),
+          (3584, 4608), (3584, 3584), (3584, 37888), (18944, 3584)]
+MS = [1, 2, 3, 8, 16, 33, 64, 128, 256, 1024]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert bool(torch.isfinite(out).all()), "non-finite output"
+    return float((out.double() - ref.double()).norm() / ref.double().norm())
+
+
+@pytest.fixture(autouse=True)
+def shared_memory_fits():
+    yield
+    for mod in (w4, pa):
+        for name in dir(mod):
+            caches = getattr(getattr(mod, name), "device_caches", None)
+            for cache in (caches or {}).values():
+                for kern in cache[0].values():
+                    shared = int(kern.metadata.shared)
+                    assert shared <= SHARED_LIMIT, f"{name} uses {shared} B of shared memory"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k,n", SHAPES)
+def test_w4a16_full_shapes(k, n, dtype):
+    gs = 128
+    q = torch.randint(0, 16, (k, n), device=DEV)
+    qw = w4.pack_w4_ref(q)
+    s = (torch.rand(k // gs, n, device=DEV) * 0.02 + 0.001).to(dtype)
+    z = torch.randint(0, 16, (k // gs, n), device=DEV).to(dtype)
+    w = w4.dequantize_w4a16_ref(qw, s, z, gs)  # (K, N) fp32
+    for m in MS:
+        x = torch.randn(m, k, device=DEV, dtype=dtype)
+        y = kernels.w4a16_matmul(x, qw, s, z, gs)
+        assert y.dtype == dtype and y.shape == (m, n)
+        err = rel_err(y, x.float() @ w)
+        assert err < 1e-2, f"M={m}: rel err {err:.2e}"
+
+
+@pytest.mark.parametrize("gs", [32, 64, 4096])
+def test_w4a16_group_sizes_and_splits(gs):
+    k, n = 4096, 4608
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=DEV))
+    g = -(-k // gs)
+    s = (torch.rand(g, n, device=DEV) * 0.02 + 0.001).half()
+    z = (torch.rand(g, n, device=DEV) * 15).half()  # non-integer zero points too
+    w = w4.dequantize_w4a16_ref(qw, s, z, gs)
+    for m, cfg in [(1, None), (1, w4.W4A16Config("gemv", split_k=3)), (5, None),
+                   (16, w4.W4A16Config("dot", 16, 64, 256, split_k=5)), (200, None),
+                   (64, w4.W4A16Config("dequant"))]:
+        x = torch.randn(m, k, device=DEV, dtype=torch.float16)
+        err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
+        assert err < 1e-2, f"gs={gs} M={m} {cfg}: rel err {err:.2e}"
+
+
+def _paged(b, ctx_lens, hkv, d, bs, dtype):
+    nblk = [-(-c // bs) for c in ctx_lens]
+    total = sum(nblk) + 7
+    perm = torch.randperm(total, device=DEV).to(torch.int32)
+    table = torch.full((b, max(nblk) + 2), int(perm[-1]), device=DEV, dtype=torch.int32)
+    start = 0
+    for i, used in enumerate(nblk):
+        table[i, :used] = perm[start:start + used]
+        start += used
+    kc = torch.randn(total, bs, hkv, d, device=DEV, dtype=dtype)
+    vc = torch.randn_like(kc)
+    return kc, vc, table
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("hkv", [8, 4])  # 32 query heads: GQA 4 and 8
+def test_decode_32x2048(hkv, dtype):
+    b, ctx, h, d, bs = 32, 2048, 32, 128, 16
+    lens = [ctx - (i * 37) % 50 for i in range(b)]  # partial last blocks
+    kc, vc, table = _paged(b, lens, hkv, d, bs, dtype)
+    q = torch.randn(b, h, d, device=DEV, dtype=dtype)
+    seq_lens = torch.tensor(lens, device=DEV, dtype=torch.int32)
+    qsl = torch.arange(b + 1, dtype=torch.int32)
+    ref = pa.paged_attention_ref(q, kc, vc, table, qsl, seq_lens, d ** -0.5)
+    for cfg in [None, pa.DecodeConfig(num_splits=1), pa.DecodeConfig(block_n=32, num_splits=5)]:
+        out = pa.paged_decode(q, kc, vc, table, seq_lens, d ** -0.5, ctx, cfg)
+        assert rel_err(out, ref) < 1e-2, cfg
+    out = kernels.paged_attention(q, kc, vc, table, qsl.to(DEV), seq_lens, d ** -0.5)
+    assert rel_err(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_chunked_prefill_and_mixed_batch(dtype):
+    hkv, h, d, bs = 4, 28, 128, 16
+    nq = [700, 1, 1, 130, 1024, 3]
+    ctx = [2000, 61, 3000, 130, 1024, 900]
+    kc, vc, table = _paged(len(nq), ctx, hkv, d, bs, dtype)
+    t = sum(nq)
+    q = torch.randn(t, h, d, device=DEV, dtype=dtype)
+    qsl = torch.tensor([0] + nq).cumsum(0).to(torch.int32)
+    sl = torch.tensor(ctx, device=DEV, dtype=torch.int32)
+    ref = pa.paged_attention_ref(q, kc, vc, table, qsl, sl, 0.1)
+    assert rel_err(kernels.paged_attention(q, kc, vc, table, qsl, sl, 0.1), ref) < 1e-2
+    assert rel_err(kernels.paged_attention(q, kc, vc, table, qsl.to(DEV), sl, 0.1), ref) < 1e-2
+
+
+def test_write_kv_cuda():
+    kc = torch.randn(50, 16, 8, 128, device=DEV, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    k = torch.randn(300, 8, 128, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    slots = torch.randperm(800, device=DEV)[:300]
+    slots[::7] = -1
+    kernels.write_kv(k, v, kc, vc, slots)
+    pa.write_kv_ref(k, v, kc_ref, vc_ref, slots)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
