@@ -34,6 +34,12 @@ def awq_scale_and_clip(
         raise RuntimeError(
             "method='awq' needs AutoAWQ: pip install 'autoawq==0.2.9' (or 'edge-llm[awq]')."
         ) from exc
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and ".layers." in name and module.out_features % 64:
+            raise ValueError(  # AutoAWQ's clip search walks output channels in batches of 64
+                f"method='awq' needs out_features divisible by 64; {name} has "
+                f"{module.out_features}."
+            )
     model_type = getattr(model.config, "model_type", None)
     awq_cls = AWQ_CAUSAL_LM_MODEL_MAP.get(model_type)
     if awq_cls is None:

@@ -13,16 +13,17 @@ Scales are rounded to fp16 before use, so the integers match what a fp16 checkpo
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 _MIN_SCALE = 1e-6  # keeps w / scale finite for all-zero or tiny groups; fp16 can hold it
 
 
 def group_params(w: torch.Tensor, bits: int = 4, sym: bool = False):
-    """Scale and zero (float32, (rows,)) for each row of ``w`` (rows, cols) taken as one group."""
+    """Scale and zero (float32, shape ``w.shape[:-1]``); each last-dim row of ``w`` is a group."""
     maxq = 2**bits - 1
     w = w.to(torch.float32)
-    xmin = w.amin(dim=1).clamp(max=0.0)
-    xmax = w.amax(dim=1).clamp(min=0.0)
+    xmin = w.amin(dim=-1).clamp(max=0.0)
+    xmax = w.amax(dim=-1).clamp(min=0.0)
     if sym:
         xmax = torch.maximum(-xmin, xmax)
         xmin = -xmax
@@ -66,18 +67,14 @@ def rtn_quantize(
     integers, G = ceil(K / group_size) (group_size -1: one group over all of K).
     """
     gs = _check_args(w, bits, group_size)
-    w = w.detach().to(torch.float32)
-    q = torch.empty(w.shape, dtype=torch.int32, device=w.device)
-    scales, zeros = [], []
-    for start in range(0, w.shape[1], gs):
-        block = w[:, start : start + gs]  # (N, gs)
-        scale, zero = group_params(block, bits, sym)
-        q[:, start : start + gs] = quantize_to_int(block, scale[:, None], zero[:, None], bits).to(
-            torch.int32
-        )
-        scales.append(scale)
-        zeros.append(zero)
-    return q, torch.stack(scales, dim=1), torch.stack(zeros, dim=1)
+    n, k = w.shape
+    groups = -(-k // gs)
+    # zero padding leaves every group's (min(w, 0), max(w, 0)) range unchanged
+    w = F.pad(w.detach().to(torch.float32), (0, groups * gs - k))
+    w = w.reshape(n, groups, gs)  # (N, G, gs)
+    scales, zeros = group_params(w, bits, sym)  # (N, G) each
+    q = quantize_to_int(w, scales[..., None], zeros[..., None], bits)
+    return q.reshape(n, groups * gs)[:, :k].to(torch.int32).contiguous(), scales, zeros
 
 
 def fake_quantize(
