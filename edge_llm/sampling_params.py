@@ -82,7 +82,8 @@ class SamplingParams:
             raise bad("min_p", "must be in [0, 1]")
         if self.seed is not None and not isinstance(self.seed, int):
             raise bad("seed", "must be an integer")
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+        bad_max = not isinstance(self.max_tokens, int) or self.max_tokens < 1
+        if self.max_tokens is not None and bad_max:
             raise bad("max_tokens", "must be at least 1")
         if not isinstance(self.min_tokens, int) or self.min_tokens < 0:
             raise bad("min_tokens", "must be greater than or equal to 0")

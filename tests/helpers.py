@@ -20,7 +20,8 @@ ARCH_CASES = {
 
 
 def tiny_hf_model(arch: str, *, hidden: int = 64, inter: int = 128, vocab: int = 160,
-                  heads: int = 4, kv_heads: int = 2, layers: int = 2, seed: int = 0):
+                  heads: int = 4, kv_heads: int = 2, layers: int = 2, seed: int = 0,
+                  max_pos: int = 2048):
     """A random transformers model of the given architecture (fp32, eval)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -29,7 +30,7 @@ def tiny_hf_model(arch: str, *, hidden: int = 64, inter: int = 128, vocab: int =
     cfg = AutoConfig.for_model(
         model_type, vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        head_dim=hidden // heads, max_position_embeddings=512, **extra,
+        head_dim=hidden // heads, max_position_embeddings=max_pos, **extra,
     )
     cfg.architectures = [arch]
     torch.manual_seed(seed)

@@ -18,7 +18,7 @@ def _meta(starts: list[int], lens: list[int], tables: list[list[int]], slots: li
         query_start_loc=torch.tensor(starts, dtype=torch.int32),
         seq_lens=torch.tensor(lens, dtype=torch.int32),
         block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
-        max_query_len=max(b - a for a, b in zip(starts, starts[1:])),
+        max_query_len=max(b - a for a, b in zip(starts, starts[1:], strict=False)),
         max_seq_len=max(lens),
     )
 

@@ -137,12 +137,8 @@ class LLMEngine:
         self.prompt_tokens_total += len(ids)
 
     def abort(self, request_id: str) -> None:
-        req = self.requests.pop(request_id, None)
-        if req is not None:
-            self.scheduler.abort(request_id)
-            for choice in req.choices.values():
-                if not choice.done:
-                    self.runner.sampler.forget_request(request_id)
+        if self.requests.pop(request_id, None) is not None:
+            self.scheduler.abort(request_id)  # the runner forgets its seeds via finished_seq_ids
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -203,20 +199,21 @@ class LLMEngine:
         self.generation_tokens_total += 1
         out.token_ids.append(token)
         out.token_ids_delta.append(token)
-        delta = choice.detok.add([token])
+        stopped_by_token = (
+            seq.status == SequenceStatus.FINISHED_STOPPED and token in seq.stop_token_ids
+        )
+        delta = choice.detok.add([token], stop_terminated=stopped_by_token)
         if req.params.logprobs is not None:
             lp = result.logprobs.get(seq.seq_id) or {}
             out.logprobs.append(lp)
             out.logprobs_delta = (out.logprobs_delta or []) + [lp]
             out.cumulative_logprob += result.sampled_logprobs.get(seq.seq_id, 0.0)
         if choice.detok.finished and not seq.status.is_finished:
-            self.scheduler.finish(seq, SequenceStatus.FINISHED_STOPPED)
-            seq.stop_reason = choice.detok.stop_reason
+            self.scheduler.finish(seq, SequenceStatus.FINISHED_STOPPED, choice.detok.stop_reason)
         if seq.status.is_finished:
             delta += choice.detok.flush()
             choice.done = True
-            out.finish_reason, out.stop_reason = _finish_reason(seq, choice.detok)
-            self.runner.sampler.forget(seq.seq_id)
+            out.finish_reason, out.stop_reason = _finish_reason(seq)
         out.text = choice.detok.text
         out.text_delta += delta
 
@@ -239,22 +236,18 @@ class LLMEngine:
 
     def stats(self) -> dict:
         s = self.scheduler.stats()
-        s.update(prompt_tokens_total=self.prompt_tokens_total,
+        s.update(num_total_blocks=self.scheduler.pool.num_blocks,prompt_tokens_total=self.prompt_tokens_total,
                  generation_tokens_total=self.generation_tokens_total)
         return s
 
 
-def _finish_reason(seq: Sequence, detok: IncrementalDetokenizer) -> tuple[str, int | str | None]:
+def _finish_reason(seq: Sequence) -> tuple[str, int | str | None]:
     if seq.status == SequenceStatus.FINISHED_LENGTH:
         return "length", None
     if seq.status == SequenceStatus.FINISHED_ABORTED:
         return "abort", None
-    if detok.stop_reason is not None:
-        return "stop", detok.stop_reason
-    last = seq.output_token_ids[-1] if seq.output_token_ids else None
-    if last is not None and last in (seq.params.stop_token_ids or []):
-        return "stop", last  # vLLM reports the matched stop token id; EOS gives None
-    return "stop", None
+    return "stop", seq.stop_reason  # a stop string, a stop_token_ids entry, or None for EOS
+
 
 def _model_name(model: str, demo: bool) -> str:
     from pathlib import Path

@@ -96,6 +96,8 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, sched) -> RunnerOutput:
         """Apply swap-out, swap-in, copies; run the scheduled tokens; sample ``do_sample`` rows."""
+        for seq_id in sched.finished_seq_ids:
+            self.sampler.forget(seq_id)
         self.kv.swap_out(sched.blocks_to_swap_out)
         self.kv.swap_in(sched.blocks_to_swap_in)
         self.kv.copy(sched.blocks_to_copy)
@@ -122,7 +124,7 @@ class ModelRunner:
                 out.sampled[s.seq.seq_id] = res.token_ids[i]
                 out.logprobs[s.seq.seq_id] = res.logprobs[i]
                 out.sampled_logprobs[s.seq.seq_id] = res.sampled_logprobs[i]
-        for s, lo, hi in prompt_rows:
+        for s, lo, _hi in prompt_rows:
             k = s.seq.params.prompt_logprobs
             targets = self._prompt_targets(s)
             n = len(targets)  # rows whose next token is a prompt token

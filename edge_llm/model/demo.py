@@ -27,6 +27,9 @@ DEMO_NAME = "SmolLM2-135M-Instruct-AWQ"
 # 576 (the hidden size) is not a multiple of 128; 64 divides every K of this model
 DEMO_GROUP_SIZE = 64
 DEMO_METHOD = "gptq"
+# Calibration size: 64 windows of 256 tokens keep the first start near a minute on 2 CPU cores
+DEMO_NSAMPLES = 64
+DEMO_SEQLEN = 256
 _DONE = "edge_llm_demo.json"
 
 
@@ -76,11 +79,14 @@ def fetch_gguf(dest: Path) -> Path:
 
 def load_gguf_model(gguf: Path):
     """Dequantized fp32 transformers model and tokenizer from the GGUF file."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    return model.float().eval(), tok
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    return model.eval(), tok
 
 
 def hf_config_dict(model) -> dict:
@@ -111,7 +117,8 @@ def _prepare(out: Path) -> None:
     torch.manual_seed(0)
     state = quantize_model(
         model, tok, fmt="awq", method=DEMO_METHOD, group_size=DEMO_GROUP_SIZE,
-        calib_texts=load_calibration_texts(),
+        calib_texts=load_calibration_texts(), nsamples=DEMO_NSAMPLES, seqlen=DEMO_SEQLEN,
+        true_sequential=False,
     )
     qcfg = quantization_config_for("awq", group_size=DEMO_GROUP_SIZE)
     save_quantized(work, state, hf_config_dict(model), qcfg, tokenizer=tok)

@@ -136,7 +136,8 @@ def _load_weights(
     missing = [n for n, p in lm.named_parameters() if p.device.type == "meta"]
     missing += [n for n, b in lm.named_buffers() if b.device.type == "meta" and "rotary" not in n]
     if missing:
-        raise ValueError(f"Checkpoint lacks tensors: {missing[:8]}{'...' if len(missing) > 8 else ''}")
+        more = "..." if len(missing) > 8 else ""
+        raise ValueError(f"Checkpoint lacks tensors: {missing[:8]}{more}")
 
 
 def _keys(file: Path) -> list[str]:

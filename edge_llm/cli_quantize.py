@@ -1,0 +1,102 @@
+"""``edge-llm quantize SRC --format awq|gptq --group-size N --out DIR``.
+
+Loads an fp16/bf16/fp32 Hugging Face checkpoint (a local folder or a hub id) with transformers,
+quantizes its decoder linears with round-to-nearest or a calibrated method on the bundled
+calibration texts, writes the producers' checkpoint layout, and reports perplexity on the
+bundled evaluation text before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from edge_llm.cli import RunError, UsageError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("quantize", help="quantize a model to 4-bit AWQ or GPTQ")
+    p.add_argument("src", help="source model: local folder or hub id (fp16/bf16/fp32)")
+    p.add_argument("--format", dest="fmt", choices=("awq", "gptq"), default="awq")
+    p.add_argument("--method", choices=("rtn", "gptq", "awq"), default="gptq",
+                   help="rtn: round to nearest; gptq: GPTQ's Hessian method; awq: autoawq")
+    p.add_argument("--bits", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--sym", action="store_true", help="symmetric zero points")
+    p.add_argument("--desc-act", action="store_true", help="act-order (GPTQ format only)")
+    p.add_argument("--nsamples", type=int, default=128)
+    p.add_argument("--seqlen", type=int, default=512)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--no-eval", action="store_true", help="skip the perplexity report")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bits != 4:
+        raise UsageError(f"--bits must be 4 (the only width edge-llm serves), got {args.bits}")
+    if args.group_size != -1 and args.group_size < 1:
+        raise UsageError(f"--group-size must be -1 or >= 1, got {args.group_size}")
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise RunError(f"output folder is not empty: {out}")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from edge_llm.model.weights import resolve_model_path
+    from edge_llm.quant import (
+        load_calibration_texts,
+        load_eval_text,
+        perplexity,
+        quantization_config_for,
+        quantize_model,
+        save_quantized,
+    )
+
+    try:
+        src = resolve_model_path(args.src)
+    except FileNotFoundError as exc:
+        raise RunError(str(exc)) from None
+    model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(str(src))
+    start = time.perf_counter()
+    try:
+        state = quantize_model(
+            model, tok, fmt=args.fmt, method=args.method, group_size=args.group_size,
+            sym=args.sym, desc_act=args.desc_act, calib_texts=load_calibration_texts(),
+            nsamples=args.nsamples, seqlen=args.seqlen,
+        )
+        qcfg = quantization_config_for(args.fmt, group_size=args.group_size, sym=args.sym,
+                                       desc_act=args.desc_act)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    seconds = time.perf_counter() - start
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["torch_dtype"] = "float16"
+    save_quantized(out, state, cfg, qcfg, tokenizer=tok)
+    gen = src / "generation_config.json"
+    if gen.is_file():
+        (out / "generation_config.json").write_text(gen.read_text())
+    print(f"quantized {args.src} -> {out} ({args.fmt}, {args.method}, group {args.group_size}) "
+          f"in {seconds:.1f} s")
+    if not args.no_eval:
+        _report_perplexity(src, out, model, tok, load_eval_text(), perplexity)
+    return 0
+
+
+def _report_perplexity(src, out, model, tok, text, perplexity) -> None:
+    import torch
+
+    from edge_llm.model.loader import load_model
+
+    ids = tok.encode(text, add_special_tokens=False)[:2048]
+    ids_t = torch.tensor(ids)
+    with torch.no_grad():
+        base = perplexity(lambda x: model(x[None]).logits[0], ids_t, window=512)
+    quant = load_model(str(out), device="cpu", progress=False)
+    from edge_llm.model.full_forward import full_logits
+
+    qppl = perplexity(lambda x: full_logits(quant.model, x), ids_t, window=512)
+    print(f"perplexity on {len(ids)} tokens of the bundled eval text: source {base:.3f}, "
+          f"quantized {qppl:.3f} ({(qppl / base - 1) * 100:+.1f}%)")

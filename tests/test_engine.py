@@ -1,0 +1,141 @@
+"""The engine end to end on CPU: batching, preemption, prefix caching, sampling options."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from edge_llm import LLM, SamplingParams
+from tests.engine_fixtures import demo_dir, tiny_dir  # noqa: F401
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+
+
+def _prompts(n: int, seed: int = 0, lo: int = 3, hi: int = 60) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(rng.randint(lo, hi))]}
+            for _ in range(n)]
+
+
+def _texts(outs):
+    return [[c.token_ids for c in o.outputs] for o in outs]
+
+
+def _assert_idle(llm: LLM) -> None:
+    sched = llm.engine.scheduler
+    sched.check_integrity()
+    assert not sched.has_unfinished()
+    st = sched.stats()
+    assert st["num_free_blocks"] == st["num_total_blocks"]
+
+
+@pytest.fixture(scope="module")
+def tiny_llm(tiny_dir):  # noqa: F811
+    return LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256, block_size=16)
+
+
+def test_batched_equals_alone(tiny_llm):
+    prompts = _prompts(16)
+    params = SamplingParams(max_tokens=12, **GREEDY)
+    together = tiny_llm.generate(prompts, params, use_tqdm=False)
+    alone = [tiny_llm.generate([p], params, use_tqdm=False)[0] for p in prompts]
+    assert _texts(together) == _texts(alone)
+    assert all(len(o.outputs[0].token_ids) == 12 for o in together)
+    assert all(o.outputs[0].finish_reason == "length" for o in together)
+    _assert_idle(tiny_llm)
+
+
+@pytest.mark.parametrize("swap_space", [1.0, 0.0], ids=["swap", "recompute"])
+def test_preemption_gives_identical_outputs(tiny_dir, tiny_llm, swap_space):  # noqa: F811
+    prompts = _prompts(10, seed=3, lo=10, hi=40)
+    params = SamplingParams(max_tokens=30, **GREEDY)
+    ref = tiny_llm.generate(prompts, params, use_tqdm=False)
+    small = LLM(str(tiny_dir), device="cpu", block_size=8, num_gpu_blocks_override=24,
+                swap_space=swap_space, max_num_batched_tokens=128, max_model_len=160)
+    outs = small.generate(prompts, params, use_tqdm=False)
+    assert _texts(outs) == _texts(ref)
+    assert small.engine.scheduler.stats()["num_preemptions"] > 0
+    _assert_idle(small)
+
+
+def test_prefix_cache_hits_and_same_output(tiny_dir, tiny_llm):  # noqa: F811
+    rng = random.Random(7)
+    prefix = [rng.randrange(100, 40000) for _ in range(1000)]
+    a = {"prompt_token_ids": prefix + [11, 12, 13]}
+    b = {"prompt_token_ids": prefix + [21, 22, 23, 24]}
+    params = SamplingParams(max_tokens=8, **GREEDY)
+    first = tiny_llm.generate([a], params, use_tqdm=False)[0]
+    second = tiny_llm.generate([b], params, use_tqdm=False)[0]
+    assert first.num_cached_tokens < 16
+    assert second.num_cached_tokens == 992  # 62 full blocks of 16 shared
+    off = LLM(str(tiny_dir), device="cpu", enable_prefix_caching=False,
+              max_num_batched_tokens=256)
+    ref = off.generate([a, b], params, use_tqdm=False)
+    assert _texts([first, second]) == _texts(ref)
+    assert ref[1].num_cached_tokens == 0
+
+
+def test_seed_reproducible_whatever_the_batch(tiny_llm):
+    p = _prompts(1, seed=11)[0]
+    seeded = SamplingParams(temperature=1.0, seed=1234, max_tokens=10, ignore_eos=True)
+    alone = tiny_llm.generate([p], seeded, use_tqdm=False)[0].outputs[0].token_ids
+    others = _prompts(5, seed=12)
+    mixed = tiny_llm.generate(
+        others[:2] + [p] + others[2:],
+        [SamplingParams(temperature=1.0, max_tokens=10)] * 2 + [seeded]
+        + [SamplingParams(temperature=0.7, seed=5, max_tokens=10)] * 3,
+        use_tqdm=False,
+    )
+    assert mixed[2].outputs[0].token_ids == alone
+
+
+def test_n_choices_share_prompt_and_differ(tiny_llm):
+    p = _prompts(1, seed=21, lo=40, hi=40)[0]
+    out = tiny_llm.generate([p], SamplingParams(n=3, temperature=1.0, seed=3, max_tokens=8,
+                                                ignore_eos=True), use_tqdm=False)[0]
+    assert [c.index for c in out.outputs] == [0, 1, 2]
+    assert len({tuple(c.token_ids) for c in out.outputs}) > 1
+    _assert_idle(tiny_llm)
+
+
+def test_logprobs_and_stop_token(tiny_llm):
+    p = _prompts(1, seed=31)[0]
+    base = tiny_llm.generate([p], SamplingParams(max_tokens=6, logprobs=3, **GREEDY),
+                             use_tqdm=False)[0].outputs[0]
+    assert len(base.logprobs) == 6
+    for tok, lp in zip(base.token_ids, base.logprobs, strict=False):
+        assert tok in lp and len(lp) >= 3
+        assert lp[tok] == pytest.approx(max(lp.values()))  # greedy picks the top token
+    stop_tok = base.token_ids[3]
+    cut = tiny_llm.generate([p], SamplingParams(max_tokens=6, stop_token_ids=[stop_tok],
+                                                **GREEDY), use_tqdm=False)[0].outputs[0]
+    first = base.token_ids.index(stop_tok)
+    assert cut.token_ids == base.token_ids[: first + 1]
+    assert cut.finish_reason == "stop" and cut.stop_reason == stop_tok
+
+
+def test_too_long_prompt_is_refused_with_both_lengths(tiny_llm):
+    n = tiny_llm.engine.max_model_len
+    with pytest.raises(ValueError, match=f"{n}.*{n + 5}"):
+        tiny_llm.generate([{"prompt_token_ids": [5] * (n + 5)}], use_tqdm=False)
+    _assert_idle(tiny_llm)
+
+
+def test_abort_frees_blocks(tiny_llm):
+    eng = tiny_llm.engine
+    for i, p in enumerate(_prompts(4, seed=41)):
+        eng.add_request(f"a{i}", p, SamplingParams(max_tokens=50, **GREEDY))
+    eng.step()
+    eng.step()
+    for i in range(4):
+        eng.abort(f"a{i}")
+    _assert_idle(tiny_llm)
+
+
+def test_demo_model_answers_paris(demo_dir):  # noqa: F811
+    llm = LLM(str(demo_dir), device="cpu")
+    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
+                   SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)[0]
+    assert "Paris" in out.outputs[0].text
+    assert out.outputs[0].finish_reason in ("stop", "length")
