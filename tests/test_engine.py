@@ -26,7 +26,7 @@ def _assert_idle(llm: LLM) -> None:
     sched = llm.engine.scheduler
     sched.check_integrity()
     assert not sched.has_unfinished()
-    st = sched.stats()
+    st = llm.engine.stats()
     assert st["num_free_blocks"] == st["num_total_blocks"]
 
 

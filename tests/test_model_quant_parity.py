@@ -1,0 +1,118 @@
+"""Quantized checkpoints of every format load through our loader and match transformers run
+on the dequantized weights (fp32, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edge_llm.model.loader import load_model
+from edge_llm.quant import (
+    QuantizedWeight,
+    pack_awq,
+    pack_compressed,
+    pack_gptq,
+    quantization_config_for,
+)
+from tests.helpers import ARCH_CASES, rel_err, save_hf_checkpoint, tiny_hf_model
+from tests.test_model_parity import run_prefill_then_decode
+
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _random_qweight(k: int, n: int, gs: int, sym: bool, act_order: bool, gen) -> QuantizedWeight:
+    g = k // gs
+    q = torch.randint(0, 16, (k, n), generator=gen, dtype=torch.int32)
+    zeros = (torch.full((g, n), 8, dtype=torch.int32) if sym
+             else torch.randint(0, 16, (g, n), generator=gen, dtype=torch.int32))
+    # fp16-representable scales, as every format stores them
+    scales = (torch.rand(g, n, generator=gen) * 0.04 + 0.01).half().float()
+    if act_order:
+        perm = torch.randperm(k, generator=gen)
+        g_idx = torch.empty(k, dtype=torch.int32)
+        g_idx[perm] = (torch.arange(k) // gs).to(torch.int32)  # non-monotonic
+    else:
+        g_idx = (torch.arange(k) // gs).to(torch.int32)
+    return QuantizedWeight(q=q, zeros=zeros, scales=scales, g_idx=g_idx, group_size=gs)
+
+
+def _dequant(w: QuantizedWeight) -> torch.Tensor:
+    gi = w.g_idx.long()
+    return ((w.q - w.zeros[gi]).float() * w.scales[gi]).t().contiguous()  # (N, K)
+
+
+def _compressed_config(gs: int, sym: bool, act_order: bool) -> dict:
+    strategy = "channel" if gs == -1 else "group"
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "ignore": ["lm_head"],
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "int", "symmetric": sym, "strategy": strategy,
+                        "group_size": None if gs == -1 else gs, "dynamic": False,
+                        "actorder": "group" if act_order else None},
+            "input_activations": None, "output_activations": None,
+        }},
+    }
+
+
+# (name, format, group size, sym, act-order, checkpoint_format)
+CASES = [
+    ("awq-g32", "awq", 32, False, False, None),
+    ("awq-g64-sym", "awq", 64, True, False, None),
+    ("gptq-v1-g32-sym-act", "gptq", 32, True, True, "gptq"),
+    ("gptq-v1-perchannel-asym", "gptq", -1, False, False, "gptq"),
+    ("gptq-v2-g64-asym-act", "gptq", 64, False, True, "gptq_v2"),
+    ("ct-g32-sym", "compressed-tensors", 32, True, False, None),
+    ("ct-channel-asym", "compressed-tensors", -1, False, False, None),
+]
+
+
+def _quantized_checkpoint(hf, case, path):
+    _, fmt, gs, sym, act, ckpt = case
+    gen = torch.Generator().manual_seed(hash(case[0]) % 1000)
+    state = dict(hf.state_dict())
+    for name, module in hf.named_modules():
+        if not name.endswith(LINEARS):
+            continue
+        k, n = module.in_features, module.out_features
+        w = _random_qweight(k, n, k if gs == -1 else gs, sym, act, gen)
+        with torch.no_grad():
+            module.weight.copy_(_dequant(w))  # the reference runs on the dequantized weights
+        del state[f"{name}.weight"]
+        if fmt == "awq":
+            packed = pack_awq(w)
+        elif fmt == "gptq":
+            packed = pack_gptq(w, checkpoint_format=ckpt)
+        else:
+            packed = pack_compressed(w, sym=sym)
+        state.update({f"{name}.{key}": t for key, t in packed.items()})
+    if fmt == "compressed-tensors":
+        qcfg = _compressed_config(gs, sym, act)
+    else:
+        qcfg = quantization_config_for(fmt, group_size=gs, sym=sym, desc_act=act,
+                                       **({"checkpoint_format": ckpt} if ckpt else {}))
+    return save_hf_checkpoint(hf, path, state=state, quantization_config=qcfg)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_llama_every_format(case, tmp_path):
+    _check(tiny_hf_model("LlamaForCausalLM"), case, tmp_path)
+
+
+@pytest.mark.parametrize("arch", [a for a in ARCH_CASES if a != "LlamaForCausalLM"])
+def test_other_architectures_quantized(arch, tmp_path):
+    case = CASES[list(ARCH_CASES).index(arch) * 2 % len(CASES)]
+    _check(tiny_hf_model(arch), case, tmp_path)
+
+
+def _check(hf, case, tmp_path):
+    path = _quantized_checkpoint(hf, case, tmp_path / case[0])
+    loaded = load_model(str(path), device="cpu", progress=False)
+    assert loaded.quant_spec is not None and loaded.quant_spec.method == case[1]
+    ids = torch.randint(0, hf.config.vocab_size, (40,))
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert rel_err(run_prefill_then_decode(loaded.model, ids), ref) < 1e-4
