@@ -57,7 +57,8 @@ class Attention(nn.Module):
         k_cache, v_cache = kv
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         o = paged_attention(
-            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale
+            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
+            self.scale, meta.max_query_len, meta.max_seq_len,
         )
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 
