@@ -429,3 +429,38 @@ def test_finish_by_caller_and_max_num_seqs(rng: random.Random) -> None:
     for i in range(5):
         sched.abort(f"r{i}")
     assert sched.pool.num_free_blocks == 100
+
+
+def test_slots_freed_by_swap_in_are_not_reused_in_the_same_step(rng: random.Random) -> None:
+    """White-box: the runner applies swap-out before swap-in, so a slot freed by this step's
+    swap-in must not receive this step's swap-out. State: P and V mid-prefill, S swapped."""
+    sched = make(5, num_cpu_blocks=4, budget=16, max_num_seqs=4)
+    kv = FakeKV(sched)
+    p, s, v = (
+        sched.add_request(rid, rand_prompt(rng, n), SamplingParams(max_tokens=4), t)[0]
+        for rid, n, t in (("p", 24, 0.0), ("s", 9, 1.0), ("v", 24, 2.0))
+    )
+    sched.waiting.clear()
+    for seq, computed in ((p, 16), (v, 8)):
+        seq.block_table = sched.pool.allocate(computed // 8)
+        seq.num_computed_tokens = computed
+        seq.status = SequenceStatus.RUNNING
+        sched.running.append(seq)
+        for i, b in enumerate(seq.block_table):
+            kv.gpu[b] = seq.all_token_ids[8 * i : 8 * i + 8]
+    s.num_computed_tokens, s.status = 8, SequenceStatus.SWAPPED
+    s.swap_slots = sched.swap_space.allocate(1)
+    kv.cpu[s.swap_slots[0]] = s.all_token_ids[:8]
+    sched.swapped.append(s)
+    sched.check_integrity()  # the hand-made state is a legal one
+    out = sched.schedule()
+    # S comes back (2 blocks: its data + position 8); P then finds no free block and
+    # preempts V, the most recently arrived unscheduled sequence, into a different slot
+    assert [r.seq.request_id for r in out.scheduled] == ["s", "p"]
+    assert out.preempted_seq_ids == [v.seq_id] and v.status is SequenceStatus.SWAPPED
+    (slot_in, _), (_, slot_out) = out.blocks_to_swap_in[0], out.blocks_to_swap_out[0]
+    assert slot_in != slot_out
+    kv.run(out)
+    sched.update_from_output(out, {r.seq.seq_id: 1 for r in out.scheduled if r.do_sample})
+    sched.check_integrity()
+    drain(sched, kv)
