@@ -34,6 +34,10 @@ blocks by reference count. The shared, partially filled last block is copied on 
 child about to write into a block it shares gets a fresh block and a ``(src, dst)`` pair in
 ``blocks_to_copy``. Each child then feeds the last prompt token and samples its own first
 token, so the runner never samples twice from one row.
+
+Prefix caching: an admitted sequence takes the cached full blocks of its longest cached
+prefix, but always computes at least its last token (that row is sampled). Requests asking for
+``prompt_logprobs`` skip the lookup, since the runner needs the logits of every prompt position.
 """
 
 from __future__ import annotations
@@ -519,7 +523,13 @@ class Scheduler:
         return list(self._requests.get(request_id, ()))
 
     def stats(self) -> dict[str, int | float]:
-        """Gauges and counters for metrics (counters are totals since start)."""
+        """Gauges and counters for metrics.
+
+        ``num_running`` / ``num_waiting`` / ``num_swapped`` count sequences;
+        ``num_preemptions``, ``prefix_queries`` and ``prefix_hits`` (prompt tokens looked up /
+        served by the prefix cache at first admission) are totals since start;
+        ``kv_cache_usage`` and ``cpu_swap_usage`` are fractions in [0, 1].
+        """
         return {
             "num_running": len(self.running),
             "num_waiting": len(self.waiting),
