@@ -51,6 +51,7 @@ class W4A16Config:
     split_k: int = 1  # 0: choose from the GPU size (see _auto_split)
     num_warps: int = 4
     num_stages: int = 3
+    nibble_dots: bool = False  # "dot": eight K/8 dots on nibble planes (needs block_k >= 128)
 
 
 # --------------------------------------------------------------------------- Triton kernels
@@ -67,9 +68,31 @@ def _nibble_f32(packed, j: tl.constexpr):
 
 
 @triton.jit
+def _nibble_f32_scaled(packed, hi, j: tl.constexpr):
+    """q_j * 16**(j % 5) as fp32 with one LOP3 and one FADD (no shift per nibble).
+
+    The nibble is masked in place, so the fp32 2**23 + q * 16**p stays exact while the
+    nibble stays below bit 23 (j <= 4); nibbles 5..7 sit at positions 0..2 of ``hi`` =
+    packed >> 20. The caller folds 16**-(j % 5) into x.
+    """
+    src = packed if j < 5 else hi
+    bits = (src & (0xF << (4 * (j % 5)))) | 0x4B000000
+    return bits.to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _unpack_tile(packed, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_K // 8, BLOCK_N] int32 words -> [BLOCK_K, BLOCK_N] fp32 values in k order."""
+    shifts = tl.arange(0, 8) * 4
+    bits = ((packed[:, None, :] >> shifts[None, :, None]) & 0xF) | 0x4B000000  # (BK8, 8, BN)
+    q = bits.to(tl.float32, bitcast=True) - 8388608.0
+    return tl.reshape(q, (BLOCK_K, BLOCK_N))  # row 8r + j = nibble j of word row r
+
+
+@triton.jit
 def _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg, stride_zg,
                 ONE_GROUP: tl.constexpr):
-    """scales and zeros*scales for packed word rows ``rows`` (each word lies in one group).
+    """scales and zeros*scales for word rows ``rows`` (k // 8 per k also works: gs % 8 == 0).
 
     ONE_GROUP: the whole K tile lies in one group, so one [1, BN] row serves every word.
     Returns ([1 or BK8, BN] fp32, same shape): s and z * s.
@@ -92,6 +115,20 @@ def _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg
 
 
 @triton.jit
+def _gemv_tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, group_size,
+                     stride_qk, stride_sg, stride_zg):
+    """Packed words, scales and zeros of word rows ``rows`` ([BK8, BN] each; rows >= r_end
+    are masked off). Per-row scales even when the tile lies in one group: [BK8, BN] loads
+    share the packed tile's register layout, where a [1, BN] row costs a shuffle per tile."""
+    mask = (rows < r_end)[:, None] & n_mask[None, :]
+    packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
+    g = (rows * 8) // group_size  # (BK8,)
+    s = tl.load(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask=mask, other=0.0)
+    z = tl.load(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask=mask, other=0.0)
+    return packed, s, z
+
+
+@triton.jit
 def _w4a16_gemv_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
     N, K, k_per_split, group_size,
@@ -103,32 +140,37 @@ def _w4a16_gemv_kernel(
     Works on the packed tile [BK8, BN] directly (no reshape, so no layout shuffles): word row
     r holds k = k0 + 8r + j in nibble j, all in one group, so
     sum_j x[k] W[k, n] = s[r, n] * sum_j q_j[r, n] x_j[r] - (z s)[r, n] * sum_j x_j[r].
+    The next tile's words and scales are loaded before this tile is computed (register
+    double buffering: Triton's pipeliner only stages loads that feed a tl.dot).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
-    offs_p = tl.arange(0, BLOCK_K // 8)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
+    r_end = k_hi // 8
+    rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)  # (BK8,) word rows of the current tile
+    packed, s_raw, z_raw = _gemv_tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask,
+                                            group_size, stride_qk, stride_sg, stride_zg)
     acc = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        rows = k0 // 8 + offs_p  # (BK8,)
-        r_mask = rows < K // 8
-        packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :],
-                         mask=r_mask[:, None] & n_mask[None, :], other=0)
+    for _ in range(k_lo, k_hi, BLOCK_K):
+        nxt = rows + BLOCK_K // 8
+        packed_n, s_n, z_n = _gemv_tile_loads(qw_ptr, s_ptr, z_ptr, nxt, r_end, offs_n, n_mask,
+                                              group_size, stride_qk, stride_sg, stride_zg)
+        r_mask = rows < r_end
         dot = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
         xsum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
+        hi = packed >> 20
         for j in tl.static_range(8):
             xj = tl.load(x_ptr + (rows * 8 + j) * stride_xk, mask=r_mask, other=0.0)
             xj = xj.to(tl.float32)
-            dot += _nibble_f32(packed, j) * xj[:, None]
             xsum += xj
-        # per-row scales even when the tile is in one group: the [BK8, BN] loads share the
-        # packed tile's register layout, where a [1, BN] row would cost a shuffle per tile
-        s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg,
-                            stride_zg, False)
-        acc += dot * s - zs * xsum[:, None]
+            xj = xj * (1.0 / (16 ** (j % 5)))  # exact power of two
+            dot += _nibble_f32_scaled(packed, hi, j) * xj[:, None]
+        s = s_raw.to(tl.float32)
+        acc += dot * s - (z_raw.to(tl.float32) * s) * xsum[:, None]
+        packed, s_raw, z_raw, rows = packed_n, s_n, z_n, nxt
     y = tl.sum(acc, axis=0)
     tl.store(out_ptr + pid_k * stride_os + offs_n, y.to(out_ptr.dtype.element_ty), mask=n_mask)
 
@@ -139,13 +181,14 @@ def _w4a16_dot_kernel(
     M, N, K, k_per_split, group_size,
     stride_xm, stride_xk, stride_qk, stride_sg, stride_zg, stride_om, stride_os,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    ONE_GROUP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ONE_GROUP: tl.constexpr, NIBBLE_DOTS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """out[pid_k, m, n] = sum over this split's k of x[m, k] * W[k, n] via tl.dot.
 
-    The K tile is consumed nibble by nibble: dot j multiplies x[:, k0 + 8r + j] (BM, BK8) by
-    W[k0 + 8r + j, :] (BK8, BN); the order of k inside a sum does not matter, and each
-    nibble plane keeps the packed tile's register layout (BLOCK_K >= 128 so BK8 >= 16).
+    Default: unpack the tile to [BLOCK_K, BLOCK_N] in k order and issue one tl.dot.
+    NIBBLE_DOTS: consume it nibble by nibble instead, dot j multiplying x[:, k0 + 8r + j]
+    (BM, BK8) by W[k0 + 8r + j, :] (BK8, BN): each plane keeps the packed tile's register
+    layout, at the price of eight K=BK8 dots (BLOCK_K >= 128 so BK8 >= 16).
     """
     pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
     pid_n = tl.program_id(1)
@@ -163,13 +206,23 @@ def _w4a16_dot_kernel(
         r_mask = rows < K // 8
         packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :],
                          mask=r_mask[:, None] & n_mask[None, :], other=0)
-        s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg,
-                            stride_zg, ONE_GROUP)
-        for j in tl.static_range(8):
-            xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + (rows * 8 + j)[None, :] * stride_xk,
-                         mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
-            wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
-            acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
+        if NIBBLE_DOTS:
+            s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
+                                stride_sg, stride_zg, ONE_GROUP)
+            for j in tl.static_range(8):
+                xj = tl.load(x_ptr + offs_m[:, None] * stride_xm
+                             + (rows * 8 + j)[None, :] * stride_xk,
+                             mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
+                wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
+                acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
+        else:
+            cols = k0 + tl.arange(0, BLOCK_K)
+            xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xk,
+                         mask=m_mask[:, None] & (cols[None, :] < K), other=0.0)  # (BM, BK)
+            s, zs = _scale_rows(s_ptr, z_ptr, k0, cols // 8, offs_n, n_mask, K, group_size,
+                                stride_sg, stride_zg, ONE_GROUP)  # (1 or BK, BN)
+            w = (_unpack_tile(packed, BLOCK_K, BLOCK_N) * s - zs).to(xt.dtype)  # (BK, BN)
+            acc = tl.dot(xt, w, acc, input_precision=DOT_PRECISION)
     out = out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
@@ -256,19 +309,15 @@ def _auto_split(tiles: int, k: int, block_k: int, sms: int) -> int:
 
 def pick_config(m: int, n: int, k: int, group_size: int, sms: int) -> W4A16Config:
     """The tuned launch choice for an (M, N, K) problem (numbers in notes/kernels.md)."""
-    if m >= 512:
-        return W4A16Config("dequant")
     if m == 1:
-        return W4A16Config("gemv", block_n=128, block_k=64, split_k=0, num_warps=4,
-                           num_stages=3)
+        if n * k >= (32 << 20):  # large weights: bigger tiles keep more bytes in flight
+            return W4A16Config("gemv", block_n=128, block_k=256, split_k=0, num_warps=4)
+        return W4A16Config("gemv", block_n=64, block_k=128, split_k=0, num_warps=4)
+    if m <= 4:
+        return W4A16Config("dot", 16, 64, 128, split_k=0, num_warps=4, nibble_dots=True)
     if m <= 16:
-        return W4A16Config("dot", block_m=16, block_n=64, block_k=128, split_k=0, num_warps=4,
-                           num_stages=3)
-    if m <= 64:
-        return W4A16Config("dot", block_m=max(16, triton.next_power_of_2(m)), block_n=64,
-                           block_k=128, split_k=0, num_warps=4, num_stages=3)
-    return W4A16Config("dot", block_m=64, block_n=128, block_k=128, split_k=0, num_warps=4,
-                       num_stages=3)
+        return W4A16Config("dot", 16, 128, 128, split_k=0, num_warps=8, nibble_dots=True)
+    return W4A16Config("dequant")
 
 
 def w4a16_matmul(
@@ -321,7 +370,8 @@ def w4a16_matmul(
             x2, qweight, scales, zeros, target, m, n, k, k_per_split, group_size,
             x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
             target.stride(1), target.stride(0), BLOCK_M=block_m, BLOCK_N=cfg.block_n,
-            BLOCK_K=block_k, ONE_GROUP=one_group, DOT_PRECISION=precision,
+            BLOCK_K=block_k, ONE_GROUP=one_group, NIBBLE_DOTS=cfg.nibble_dots,
+            DOT_PRECISION=precision,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1:
         block = 1024
