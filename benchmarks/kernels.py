@@ -211,6 +211,7 @@ def triton_cdiv(a: int, b: int) -> int:
 
 def bench_decode(dev, smoke: bool, copy_bw: float, log) -> list[dict]:
     import torch.nn.functional as F
+
     from edge_llm.kernels.paged_attention import DecodeConfig, paged_attention_ref, paged_decode
 
     dt = torch.float32 if smoke else torch.float16

@@ -14,10 +14,13 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from edge_llm.kernels import paged_attention as pa  # noqa: E402
-from edge_llm.kernels import w4a16 as w4  # noqa: E402
+import importlib  # noqa: E402
 
 from edge_llm import kernels  # noqa: E402
+
+# by module path: the package attribute ``paged_attention`` is the dispatch function
+pa = importlib.import_module("edge_llm.kernels.paged_attention")
+w4 = importlib.import_module("edge_llm.kernels.w4a16")
 
 DEV = torch.device("cuda")
 SHARED_LIMIT = 99 * 1024
