@@ -18,10 +18,12 @@ SERVER_START_TIMEOUT = float(os.environ.get("EDGE_LLM_TEST_SERVER_TIMEOUT", "120
 @dataclass
 class LiveServer:
     url: str
-    process: subprocess.Popen
-    log: Path
+    process: subprocess.Popen | None  # None: a server started outside the tests
+    log: Path | None
 
     def log_tail(self, lines: int = 40) -> str:
+        if self.log is None:
+            return ""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
@@ -36,7 +38,7 @@ def wait_healthy(server: LiveServer, timeout: float) -> None:
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if server.process.poll() is not None:
+        if server.process is not None and server.process.poll() is not None:
             pytest.fail(f"edge-llm serve exited with {server.process.returncode}:\n"
                         f"{server.log_tail()}")
         try:
@@ -51,7 +53,16 @@ def wait_healthy(server: LiveServer, timeout: float) -> None:
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory) -> LiveServer:
     """``python -m edge_llm.cli serve`` on the demo model (prepared on first use), small
-    context, room for 40 concurrent sequences; killed at the end of the session."""
+    context, room for 40 concurrent sequences; killed at the end of the session.
+
+    ``EDGE_LLM_TEST_SERVER_URL`` points the tests at a server started by hand instead (same
+    flags and served model name expected)."""
+    external = os.environ.get("EDGE_LLM_TEST_SERVER_URL")
+    if external:
+        server = LiveServer(external.rstrip("/"), None, None)
+        wait_healthy(server, SERVER_START_TIMEOUT)
+        yield server
+        return
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_LLM_")

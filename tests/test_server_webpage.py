@@ -1,0 +1,88 @@
+"""The web chat page at ``/`` in headless Chromium (Debian's /usr/bin/chromium driven by the
+PyPI ``playwright`` package) against the real server: streaming replies, history, the stop
+button, error display. Saves a screenshot next to the test's tmp files."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
+                                reason="needs Debian's chromium at /usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def page(live_server):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1000, "height": 700})
+        page.set_default_timeout(60_000)
+        page.goto(live_server.url + "/")
+        yield page
+        browser.close()
+
+
+def running(url: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    return float(re.search(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", text, re.M)[1])
+
+
+def test_page_streams_reply_keeps_history_and_shows_model(page, live_server, tmp_path):
+    page.wait_for_function("document.getElementById('model-name').textContent.includes('Smol')")
+    page.fill("#temperature", "0")
+    page.fill("#max-tokens", "24")
+    page.fill("#prompt", "What is the capital of France?")
+    page.press("#prompt", "Enter")
+    page.wait_for_selector(".msg.assistant:not(.streaming)")
+    replies = page.locator(".msg.assistant")
+    assert "Paris" in replies.nth(0).inner_text()
+    assert page.locator(".msg.user").nth(0).inner_text() == "What is the capital of France?"
+    page.fill("#prompt", "Say it again in one word.")
+    page.click("#send")
+    page.wait_for_function(
+        "document.querySelectorAll('.msg.assistant').length === 2 && "
+        "!document.querySelector('.msg.assistant.streaming')")
+    assert page.locator(".msg.assistant").nth(1).inner_text().strip()
+    history = page.evaluate("state.history")
+    assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
+    shot = tmp_path / "chat.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+
+def test_stop_button_aborts_generation(page, live_server):
+    page.click("#reset")
+    page.fill("#temperature", "0.8")
+    page.fill("#max-tokens", "800")
+    page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
+    page.click("#send")
+    page.wait_for_function(
+        "(document.querySelector('.msg.assistant') || {textContent: ''}).textContent.length > 20")
+    assert page.is_enabled("#stop") and not page.is_enabled("#send")
+    page.click("#stop")
+    page.wait_for_selector(".msg.assistant .meta")
+    assert "(stopped)" in page.locator(".msg.assistant .meta").inner_text()
+    assert page.is_enabled("#send")
+    deadline = time.monotonic() + 10
+    while running(live_server.url) != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running(live_server.url) == 0  # the server aborted the request
+
+
+def test_errors_are_displayed(page):
+    page.click("#reset")
+    page.fill("#max-tokens", "5000")  # more than --max-model-len 1024
+    page.fill("#prompt", "Hello")
+    page.click("#send")
+    page.wait_for_selector("#error", state="visible")
+    assert "maximum context length is 1024" in page.inner_text("#error")
+    assert page.evaluate("state.history.length") == 0
