@@ -21,8 +21,9 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
 
 @pytest.fixture(scope="module")
 def page(live_server):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
-    with sync_api.sync_playwright() as pw:
+    from playwright.sync_api import sync_playwright  # in the [test] extra
+
+    with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1000, "height": 700})
         page.set_default_timeout(60_000)
