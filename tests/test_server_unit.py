@@ -85,6 +85,8 @@ class FakeEngine:
         if len(prompt) >= self.max_model_len:
             raise ValueError(f"This model's maximum context length is {self.max_model_len} "
                              f"tokens, but the prompt has {len(prompt)} tokens.")
+        if params.n > 8:  # as the real engine refuses n > max_num_seqs
+            raise ValueError(f"n={params.n} exceeds max_num_seqs=8.")
         self.requests.append((list(prompt), params))
         self.active[request_id] = 1 + len(prompt) // 16
         outs = [CompletionOutput(i, "", [], logprobs=[] if params.logprobs is not None else None)
@@ -286,6 +288,7 @@ async def test_completion_streaming_batch_indices(tokenizer, scripts):
     ({"messages": [{"role": "user", "content": "x"}], "temperature": -1}, 400, "temperature"),
     ({"messages": [{"role": "user", "content": "x"}], "top_p": 7}, 400, "top_p"),
     ({"messages": [{"role": "user", "content": "x"}], "n": 0}, 400, "n"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 9}, 400, "n"),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, 400, "max_tokens"),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}, 400, "max_tokens"),
     ({"messages": [{"role": "user", "content": "x"}], "seed": 10**30}, 400, "seed"),

@@ -7,6 +7,7 @@ Every response that is not a success has the body
 from __future__ import annotations
 
 import logging
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -69,9 +70,10 @@ def bad_request(message: str, param: str | None = None) -> OpenAIError:
 
 
 def param_from_value_error(message: str, known: tuple[str, ...]) -> str | None:
-    """The request field a ``SamplingParams`` ValueError names (it starts with the field)."""
-    head = message.split(" ", 1)[0]
-    return head if head in known else None
+    """The request field a ``SamplingParams`` ValueError names: it starts with the field
+    ("top_p must be...", "n=50 exceeds...")."""
+    m = re.match(r"[A-Za-z_]+", message)
+    return m.group(0) if m and m.group(0) in known else None
 
 
 def _validation_error(exc: ValidationException) -> OpenAIError:
@@ -90,15 +92,15 @@ def _validation_error(exc: ValidationException) -> OpenAIError:
     return bad_request(str(exc.detail or "Invalid request body."), None)
 
 
-def _from_http_exception(exc: HTTPException) -> OpenAIError:
+def _from_http_exception(exc: HTTPException, request: Request[Any, Any, Any]) -> OpenAIError:
     status = exc.status_code
     if isinstance(exc, ValidationException):
         return _validation_error(exc)
     detail = str(exc.detail or "")
     if status == 404:
-        detail = "Not found: no route matches this path."
+        detail = f"Not found: no route matches {request.url.path}."
     elif status == 405:
-        detail = "Method not allowed for this path."
+        detail = f"Method {request.method} is not allowed for {request.url.path}."
     elif status == 413:
         detail = "The request body is too large."
     elif status == 400 and not detail:
@@ -116,7 +118,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
     if isinstance(exc, ClientDisconnected):  # nobody reads this; the log line shows 499
         return OpenAIError(499, "The client closed the request.").response()
     if isinstance(exc, HTTPException):
-        err = _from_http_exception(exc)
+        err = _from_http_exception(exc, request)
         if err.status >= 500:
             logger.error("HTTP %d on %s: %s", err.status, request.url.path, err.message)
         return err.response()

@@ -16,8 +16,9 @@ import anyio
 from edge_llm.outputs import RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
-from .errors import OpenAIError, bad_request
+from .errors import OpenAIError, bad_request, param_from_value_error
 from .metrics import RequestTracker
+from .preprocess import SAMPLING_FIELDS
 
 
 async def generate_one(
@@ -34,7 +35,8 @@ async def generate_one(
             yield out
     except ValueError as exc:  # raised before the first output: the request was refused
         finished = True
-        raise bad_request(str(exc), prompt_param) from exc
+        param = param_from_value_error(str(exc), SAMPLING_FIELDS) or prompt_param
+        raise bad_request(str(exc), param) from exc
     except OpenAIError:
         raise
     except Exception as exc:  # noqa: BLE001 - EngineError and anything else: a 500 for this one

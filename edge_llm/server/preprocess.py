@@ -18,7 +18,7 @@ from .errors import OpenAIError, bad_request, param_from_value_error
 from .protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
-_PARAM_NAMES = tuple(f.name for f in dataclasses.fields(SamplingParams))
+SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
 
 
 @dataclass
@@ -177,7 +177,7 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
     try:
         return SamplingParams(**kw)
     except ValueError as exc:
-        raise bad_request(str(exc), param_from_value_error(str(exc), _PARAM_NAMES)) from exc
+        raise bad_request(str(exc), param_from_value_error(str(exc), SAMPLING_FIELDS)) from exc
     except TypeError as exc:  # e.g. a comparison of an unexpected type
         raise bad_request(f"Invalid sampling parameters: {exc}", None) from exc
 
