@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
+from torch import nn
+
 from edge_llm.quant import (
     AWQ_ORDER,
     QuantizedWeight,
@@ -25,7 +27,6 @@ from edge_llm.quant import (
 )
 from edge_llm.quant.linear import dequantize_runtime
 from edge_llm.quant.packing import sequential_g_idx
-from torch import nn
 
 
 def _rand_weight(k, n, gs, gen, g_idx=None, sym=False) -> QuantizedWeight:

@@ -18,6 +18,7 @@ awq_gemm = pytest.importorskip(
 )
 from awq.quantize.quantizer import AwqQuantizer  # noqa: E402
 from awq.utils import packing_utils  # noqa: E402
+
 from edge_llm.quant import (  # noqa: E402
     QuantLinear,
     QuantSpec,
