@@ -56,6 +56,7 @@ BAD_BODIES = [
     ("/v1/completions", json.dumps({"prompt": [49152]}).encode()),
     ("/v1/completions", json.dumps({"prompt": "hi", "logprobs": 99}).encode()),
     ("/v1/completions", json.dumps({"max_tokens": 3}).encode()),
+    ("/v1/completions", b'{"prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}"),
 ]
 
 

@@ -338,6 +338,8 @@ async def test_malformed_bodies_routes_and_size_are_openai_errors(tokenizer, scr
         assert_error(await c.post("/v1/chat/completions", content=b"[1, 2]", headers=raw), 400)
         bad_utf8 = b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}'
         assert_error(await c.post("/v1/chat/completions", content=bad_utf8, headers=raw), 400)
+        deep = b'{"messages": ' + b"[" * 1900 + b"]" * 1900 + b"}"
+        assert_error(await c.post("/v1/chat/completions", content=deep, headers=raw), 400)
         big = json.dumps({"prompt": "x" * 10000}).encode()
         assert_error(await c.post("/v1/completions", content=big, headers=raw), 413)
         assert_error(await c.get("/v1/nothing-here"), 404)

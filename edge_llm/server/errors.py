@@ -115,6 +115,8 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
     """Litestar exception handler for every exception class (registered for ``Exception``)."""
     if isinstance(exc, OpenAIError):
         return exc.response()
+    if isinstance(exc, RecursionError):  # msgspec decoding a deeply nested body
+        return bad_request("The request body is nested too deeply.").response()
     if isinstance(exc, ClientDisconnected):  # nobody reads this; the log line shows 499
         return OpenAIError(499, "The client closed the request.").response()
     if isinstance(exc, HTTPException):
