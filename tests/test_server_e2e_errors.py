@@ -60,7 +60,8 @@ BAD_BODIES = [
 ]
 
 
-@pytest.mark.parametrize("path, body", BAD_BODIES)
+@pytest.mark.parametrize("path, body", BAD_BODIES, ids=[f"{p[4:]}-{i}" for i, (p, _) in
+                                                        enumerate(BAD_BODIES)])
 def test_bad_bodies_are_400(http, path, body):
     r = http.post(path, content=body, headers={"content-type": "application/json"})
     err = check_error(r, 400)
