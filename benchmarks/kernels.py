@@ -108,7 +108,7 @@ def w4_variants(m: int):
         (64, 256, 64, 8, 3))] + [C("dequant")]
 
 
-def bench_w4a16(dev, smoke: bool, log) -> list[dict]:
+def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
     from edge_llm.kernels.w4a16 import (
         dequantize_w4a16_ref,
         pack_w4_ref,
@@ -141,7 +141,7 @@ def bench_w4a16(dev, smoke: bool, log) -> list[dict]:
                                 smoke)
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
                        auto=str(pick_config(m, n, k, gs, 132)), variants=[])
-            for cfg in [None] + w4_variants(m):
+            for cfg in [None] + ([] if quick else w4_variants(m)):
                 def run(i, cfg=cfg, xs=xs, sets=sets, gs=gs):
                     qw, s, z = sets[i]
                     return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
@@ -209,7 +209,7 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def bench_decode(dev, smoke: bool, copy_bw: float, log) -> list[dict]:
+def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> list[dict]:
     import torch.nn.functional as F
 
     from edge_llm.kernels.paged_attention import DecodeConfig, paged_attention_ref, paged_decode
@@ -218,7 +218,7 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log) -> list[dict]:
     cases = [(2, 40, 4, 2, 32, 8)] if smoke else [
         (32, 2048, 32, 8, 128, 16), (32, 2048, 32, 4, 128, 16), (4, 8192, 32, 8, 128, 16),
         (64, 1024, 28, 4, 128, 16)]
-    variants = [DecodeConfig()] if smoke else [
+    variants = [DecodeConfig()] if smoke or quick else [
         DecodeConfig(bn, sp, w, st) for bn, sp, w, st in (
             (64, 0, 4, 3), (64, 1, 4, 3), (32, 0, 4, 3), (128, 0, 4, 3), (128, 0, 8, 3),
             (64, 0, 4, 4), (64, 0, 4, 2), (64, 2, 4, 3), (64, 4, 4, 3), (128, 1, 8, 2),
@@ -344,6 +344,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--skip-w4", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="dispatched configs only, no sweep")
     args = ap.parse_args()
     dev = torch.device("cpu" if args.smoke else "cuda")
     out_dir = os.environ.get("OUT", "/tmp")
@@ -371,10 +372,10 @@ def main() -> int:
     log(f"{info}")
     res = dict(info=info)
     res["prefill"] = check_prefill(dev, args.smoke, log)
-    res["decode"] = bench_decode(dev, args.smoke, bw, log)
+    res["decode"] = bench_decode(dev, args.smoke, bw, log, args.quick)
     if not args.skip_w4:
         res["w4a16_checks"] = check_w4a16_bf16(dev, args.smoke, log)
-        res["w4a16"] = bench_w4a16(dev, args.smoke, log)
+        res["w4a16"] = bench_w4a16(dev, args.smoke, log, args.quick)
     if dev.type == "cuda":
         res["shared"] = kernel_shared_bytes()
         info["copy_GBps_end"] = copy_bandwidth(dev, args.smoke) / 1e9

@@ -308,15 +308,21 @@ def _auto_split(tiles: int, k: int, block_k: int, sms: int) -> int:
 
 
 def pick_config(m: int, n: int, k: int, group_size: int, sms: int) -> W4A16Config:
-    """The tuned launch choice for an (M, N, K) problem (numbers in notes/kernels.md)."""
+    """The tuned launch choice for an (M, N, K) problem.
+
+    From the sweep in benchmarks/kernels.py on an H200 (notes/kernels.md): the best
+    geometric-mean variant per M bucket over the eight Llama-2/Qwen2.5-7B shapes; above
+    M = 64 dequantize + cuBLAS won every shape but one. Every config fits 99 KB of shared
+    memory on sm_86/89 (tests/test_kernels_compile.py).
+    """
     if m == 1:
-        if n * k >= (32 << 20):  # large weights: bigger tiles keep more bytes in flight
-            return W4A16Config("gemv", block_n=128, block_k=256, split_k=0, num_warps=4)
-        return W4A16Config("gemv", block_n=64, block_k=128, split_k=0, num_warps=4)
+        block_k = 256 if n * k >= (32 << 20) else 128  # more bytes in flight per program
+        return W4A16Config("gemv", block_n=64, block_k=block_k, split_k=0, num_warps=4)
     if m <= 4:
         return W4A16Config("dot", 16, 64, 128, split_k=0, num_warps=4, nibble_dots=True)
-    if m <= 16:
-        return W4A16Config("dot", 16, 128, 128, split_k=0, num_warps=8, nibble_dots=True)
+    if m <= 64:
+        return W4A16Config("dot", min(64, max(16, triton.next_power_of_2(m))), 128, 64,
+                           split_k=0, num_warps=4, num_stages=3)
     return W4A16Config("dequant")
 
 
@@ -332,7 +338,8 @@ def w4a16_matmul(
 
     fp32 accumulation; returns x's dtype, shape [..., N]. ``config`` overrides the tuned
     choice (benchmarks use it). Any group_size works: one not a multiple of 8 (a word would
-    straddle two groups) is served by dequantize + torch.matmul. "dot" needs block_k >= 128.
+    straddle two groups), or not of 16 on the plain "dot" path, is served by dequantize +
+    torch.matmul. "dot" with nibble_dots needs block_k >= 128.
     """
     k, n = _check_inputs(x, qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
@@ -344,8 +351,15 @@ def w4a16_matmul(
     sms = num_sms(x.device)
     cfg = config or pick_config(m, n, k, group_size, sms)
     block_k = cfg.block_k
+    if cfg.kind == "dot" and not cfg.nibble_dots and group_size < k:
+        # keep each K tile inside one group: per-row [BK, BN] scale tiles would be staged in
+        # shared memory by the pipeliner (> 99 KB for BM=64, BK=64 at group_size 32)
+        while block_k > 16 and group_size % block_k:
+            block_k //= 2
     one_group = group_size >= k or group_size % block_k == 0  # every K tile in one group
-    if cfg.kind == "dequant" or group_size % PACK or (cfg.kind == "gemv" and m != 1):
+    odd_groups = cfg.kind == "dot" and not cfg.nibble_dots and not one_group
+    if cfg.kind == "dequant" or group_size % PACK or odd_groups or (
+            cfg.kind == "gemv" and m != 1):
         w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype)
         return torch.matmul(x2, w).reshape(*lead, n)
     block_m = max(16, triton.next_power_of_2(cfg.block_m))

@@ -34,16 +34,28 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref.double()).norm() / ref.double().norm())
 
 
-@pytest.fixture(autouse=True)
-def shared_memory_fits():
-    yield
+def _compiled_kernels() -> dict[tuple[str, str], object]:
+    found = {}
     for mod in (w4, pa):
         for name in dir(mod):
             caches = getattr(getattr(mod, name), "device_caches", None)
             for cache in (caches or {}).values():
-                for kern in cache[0].values():
-                    shared = int(kern.metadata.shared)
-                    assert shared <= SHARED_LIMIT, f"{name} uses {shared} B of shared memory"
+                for key, kern in cache[0].items():
+                    found[(name, str(key))] = kern
+    return found
+
+
+@pytest.fixture(autouse=True)
+def shared_memory_fits():
+    """Kernels compiled during the test fit 99 KB of shared memory (metadata of the build
+    for this GPU; tests/test_kernels_compile.py checks the sm_86/sm_89 builds)."""
+    before = set(_compiled_kernels())
+    yield
+    for (name, _), kern in _compiled_kernels().items():
+        if (name, _) in before:
+            continue
+        shared = int(kern.metadata.shared)
+        assert shared <= SHARED_LIMIT, f"{name} uses {shared} B of shared memory"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -72,7 +84,9 @@ def test_w4a16_group_sizes_and_splits(gs):
     z = (torch.rand(g, n, device=DEV) * 15).half()  # non-integer zero points too
     w = w4.dequantize_w4a16_ref(qw, s, z, gs)
     for m, cfg in [(1, None), (1, w4.W4A16Config("gemv", split_k=3)), (5, None),
-                   (16, w4.W4A16Config("dot", 16, 64, 256, split_k=5)), (200, None),
+                   (16, w4.W4A16Config("dot", 16, 64, 128, split_k=5)),
+                   (9, w4.W4A16Config("dot", 16, 64, 256, split_k=3, nibble_dots=True)),
+                   (200, None),
                    (64, w4.W4A16Config("dequant"))]:
         x = torch.randn(m, k, device=DEV, dtype=torch.float16)
         err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
