@@ -153,3 +153,13 @@ def test_chat_in_process_with_model_folder(live_server):
                   "--temperature", "0", stdin="Hi\n", timeout=300)
     assert res.returncode == 0, res.stderr
     assert "Chatting with SmolLM2-135M-Instruct-AWQ" in res.stdout
+
+
+def test_check_model_path_accepts_folders_and_hub_ids(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    cli.check_model_path(str(tmp_path))
+    cli.check_model_path("TheBloke/Llama-2-7B-AWQ")  # left to the loader
+    cli.check_model_path(None)  # the demo model
+    for bad in ("./missing-folder", "no-slash-name", str(tmp_path / "config.json")):
+        with pytest.raises(cli.RunError):
+            cli.check_model_path(bad)

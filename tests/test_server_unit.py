@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from pathlib import Path
 
 import httpx
@@ -500,3 +501,36 @@ async def test_chat_template_override(tokenizer, scripts, tmp_path):
             "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 2})
         assert r.status_code == 200
     assert tokenizer.decode(engine.requests[0][0]) == "[user]Hello there\n[assistant]"
+
+
+async def test_chat_stream_n2_role_chunks_and_one_finish_per_choice(tokenizer, scripts):
+    async with AsyncTestClient(make_app(FakeEngine(tokenizer, scripts))) as c:
+        r = await c.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "n": 2,
+            "stream": True})
+        chunks = sse_payloads(r.text)
+    roles = [ch["choices"][0]["index"] for ch in chunks
+             if ch["choices"][0]["delta"].get("role") == "assistant"]
+    assert roles == [0, 1]
+    for i in (0, 1):
+        mine = [ch["choices"][0] for ch in chunks if ch["choices"][0]["index"] == i]
+        assert "".join(ch["delta"].get("content", "") for ch in mine) == \
+            tokenizer.decode(scripts[i][:4])
+        assert [ch["finish_reason"] for ch in mine if ch["finish_reason"]] == ["length"]
+
+
+async def test_one_log_line_per_request(tokenizer, scripts, caplog):
+    app = make_app(FakeEngine(tokenizer, scripts), log_requests=True)
+    with caplog.at_level("INFO", logger="edge_llm.server"):
+        async with AsyncTestClient(app) as c:
+            await c.post("/v1/completions", json={"prompt": "hello there", "max_tokens": 3},
+                         headers={"X-Request-Id": "req-42"})
+            await c.get("/v1/missing")
+    lines = [r.getMessage() for r in caplog.records if r.name == "edge_llm.server"
+             and r.getMessage().startswith(("POST", "GET"))]
+    n_prompt = len(tokenizer.encode("hello there"))
+    assert re.fullmatch(rf"POST /v1/completions 200 id=req-42 prompt_tokens={n_prompt} "
+                        r"completion_tokens=3 \d+\.\d{3}s", lines[0]), lines
+    assert re.fullmatch(r"GET /v1/missing 404 id=\w+ prompt_tokens=0 completion_tokens=0 "
+                        r"\d+\.\d{3}s", lines[1]), lines
+    assert len(lines) == 2
