@@ -83,3 +83,29 @@ def live_server(tmp_path_factory) -> LiveServer:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# ---- fixtures of the HTTP-layer unit tests (fake engine in test_server_fake_engine.py) -----
+
+
+@pytest.fixture(scope="session")
+def fake_tokenizer():
+    from tests.test_server_fake_engine import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture
+def token_scripts(fake_tokenizer) -> list[list[int]]:
+    """Two fresh random token scripts (real words, so the texts are readable)."""
+    import random
+
+    rng = random.Random()
+    words = ["alpha", "beta", "gamma", "delta", "Paris", "river", "blue", "seven", "quiet"]
+    texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(2)]
+    return [fake_tokenizer.encode(t) for t in texts]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
