@@ -1,0 +1,97 @@
+"""Every launch the dispatchers choose, compiled for sm_89 (RTX 4090) without a GPU.
+
+The wrappers run on CPU tensors while Triton's launch is replaced by a compile for the chosen
+target; each kernel's metadata must show at most 99 KB of shared memory per block (the sm_86 /
+sm_89 limit) and its PTX no Hopper-only instruction (wgmma, TMA bulk tensor copies).
+sm_86 gives the same sizes (same mma.sync / cp.async code path); notes/kernels.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+try:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+except ImportError:  # a Triton without these internals: nothing to check here
+    pytest.skip("this Triton build has no offline compile path", allow_module_level=True)
+
+pa = importlib.import_module("edge_llm.kernels.paged_attention")
+w4 = importlib.import_module("edge_llm.kernels.w4a16")
+
+SHARED_LIMIT = 99 * 1024
+ARCH = 89
+
+
+@contextlib.contextmanager
+def compile_only(arch: int):
+    """Within the block, ``kernel[grid](...)`` compiles for ``arch`` instead of launching."""
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    records: list[tuple[str, dict, object]] = []
+    original = JITFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        binder = create_function_from_signature(self.signature, self.params, backend)
+        bound, spec, opts = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = self._pack_args(backend, kwargs, bound, spec,
+                                                                opts)
+        kern = triton.compile(ASTSource(self, signature, constexprs, attrs), target=target,
+                              options=options.__dict__)
+        records.append((self.__name__, dict(kwargs), kern))
+        return kern
+
+    JITFunction.run = run
+    try:
+        yield records
+    finally:
+        JITFunction.run = original
+
+
+def _assert_fits(records) -> None:
+    assert records, "nothing was compiled"
+    for name, kwargs, kern in records:
+        shared = int(kern.metadata.shared)
+        consts = {k: v for k, v in kwargs.items() if k.isupper() or k.startswith("num_")}
+        assert shared <= SHARED_LIMIT, f"{name} {consts}: {shared} B of shared memory"
+        ptx = kern.asm["ptx"]
+        assert "wgmma" not in ptx and "cp.async.bulk.tensor" not in ptx, f"{name} {consts}"
+
+
+@pytest.mark.parametrize("k,n", [(4096, 12288), (11008, 4096)])
+def test_w4a16_dispatched_configs_fit(k, n):
+    qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
+    with compile_only(ARCH) as records:
+        for dtype in (torch.float16, torch.bfloat16):
+            for gs in (128, 32, k):
+                g = -(-k // gs)
+                s = torch.rand(g, n).to(dtype)
+                for m in (1, 3, 8, 16, 33, 64, 200):
+                    w4.w4a16_matmul(torch.randn(m, k).to(dtype), qw, s, s.clone(), gs)
+    _assert_fits(records)
+
+
+def test_attention_configs_fit():
+    with compile_only(ARCH) as records:
+        for dtype, d, h, hkv, bs in ((torch.float16, 128, 32, 8, 16),
+                                     (torch.bfloat16, 128, 32, 4, 16),
+                                     (torch.float16, 64, 9, 3, 32),
+                                     (torch.float16, 128, 28, 4, 8)):
+            kc = torch.randn(64, bs, hkv, d).to(dtype)
+            table = torch.randint(0, 64, (4, 64 // 4), dtype=torch.int32)
+            sl = torch.full((4,), 200, dtype=torch.int32)
+            q = torch.randn(4, h, d).to(dtype)
+            pa.paged_decode(q, kc, kc, table, sl, 0.1, max_seq_len=200)  # split + reduce
+            pa.paged_decode(q, kc, kc, table, sl, 0.1, max_seq_len=200,
+                            config=pa.DecodeConfig(num_splits=1))
+            qsl = torch.tensor([0, 100, 150, 151, 200], dtype=torch.int32)
+            pa.paged_prefill(torch.randn(200, h, d).to(dtype), kc, kc, table, qsl, sl, 0.1)
+            pa.write_kv(torch.randn(5, hkv, d).to(dtype), torch.randn(5, hkv, d).to(dtype),
+                        kc, kc.clone(), torch.arange(5))
+    _assert_fits(records)

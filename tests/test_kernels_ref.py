@@ -1,0 +1,156 @@
+"""The torch references against naive definitions, the CPU dispatch, and input validation."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+
+from edge_llm import kernels
+
+# by module path: the package attribute ``paged_attention`` is the dispatch function
+pa = importlib.import_module("edge_llm.kernels.paged_attention")
+w4 = importlib.import_module("edge_llm.kernels.w4a16")
+
+
+def _naive_dequant(q: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gs: int) -> torch.Tensor:
+    k, n = q.shape
+    w = torch.empty(k, n, dtype=torch.float64)
+    for kk in range(k):
+        g = kk // gs
+        w[kk] = (q[kk].double() - z[g].double()) * s[g].double()
+    return w
+
+
+@pytest.mark.parametrize("k,n,gs", [(64, 24, 32), (96, 8, 40), (48, 16, 48)])
+def test_w4a16_ref_matches_layout_definition(k, n, gs):
+    q = torch.randint(0, 16, (k, n))
+    qw = w4.pack_w4_ref(q)
+    assert qw.shape == (k // 8, n) and qw.dtype == torch.int32
+    # nibble j of word r is k = 8r + j (bit-level check of a few entries)
+    for kk, nn in [(0, 0), (k - 1, n - 1), (13, n // 2)]:
+        assert (int(qw[kk // 8, nn]) >> (4 * (kk % 8))) & 0xF == int(q[kk, nn])
+    g = -(-k // gs)
+    s = torch.rand(g, n) * 0.1 + 0.01
+    z = torch.rand(g, n) * 15
+    w = _naive_dequant(q, s, z, gs)
+    assert torch.allclose(w4.dequantize_w4a16_ref(qw, s, z, gs).double(), w, atol=1e-5)
+    x = torch.randn(5, k)
+    y = w4.w4a16_matmul_ref(x, qw, s, z, gs)
+    assert torch.allclose(y.double(), x.double() @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_pack_matches_quant_runtime_layout():
+    """The layout QuantLinear produces is the one the kernels read."""
+    packing = pytest.importorskip("edge_llm.quant.packing")
+    q = torch.randint(0, 16, (64, 40))
+    assert torch.equal(packing.pack_int4(q, dim=0), w4.pack_w4_ref(q))
+
+
+def test_w4a16_input_errors_name_the_argument():
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (64, 8)))
+    s, z, x = torch.rand(2, 8), torch.rand(2, 8), torch.randn(3, 64)
+    with pytest.raises(ValueError, match="qweight"):
+        w4.w4a16_matmul_ref(x, qw.float(), s, z, 32)
+    with pytest.raises(ValueError, match="scales"):
+        w4.w4a16_matmul_ref(x, qw, torch.rand(3, 8), z, 32)
+    with pytest.raises(ValueError, match="zeros"):
+        w4.w4a16_matmul_ref(x, qw, s, torch.rand(2, 9), 32)
+    with pytest.raises(ValueError, match="x: last dim"):
+        w4.w4a16_matmul_ref(torch.randn(3, 65), qw, s, z, 32)
+    with pytest.raises(ValueError, match="group_size"):
+        w4.w4a16_matmul_ref(x, qw, s, z, 0)
+    with pytest.raises(ValueError, match="q: values"):
+        w4.pack_w4_ref(torch.full((8, 2), 16))
+
+
+def test_pick_config_buckets():
+    for m in (1, 2, 4, 5, 16, 33, 64, 65, 1024):
+        cfg = w4.pick_config(m, 4096, 4096, 128, 82)
+        assert cfg.kind == ("gemv" if m == 1 else "dot" if m <= 64 else "dequant"), (m, cfg)
+        if cfg.kind == "dot":
+            assert cfg.block_m >= min(m, 16) and (not cfg.nibble_dots or cfg.block_k >= 128)
+
+
+def _naive_attention(q, kc, vc, table, qsl, sl, scale):
+    """Loop over sequences, heads and queries: the definition in the module docstring."""
+    t, h, d = q.shape
+    bs, hkv = kc.shape[1], kc.shape[2]
+    out = torch.zeros(t, h, d, dtype=torch.float64)
+    for b in range(len(sl)):
+        n_ctx, qs, qe = int(sl[b]), int(qsl[b]), int(qsl[b + 1])
+        slots = [int(table[b, p // bs]) * bs + p % bs for p in range(n_ctx)]
+        k = kc.reshape(-1, hkv, d)[slots].double()  # (L, Hkv, D)
+        v = vc.reshape(-1, hkv, d)[slots].double()
+        for i in range(qe - qs):
+            pos = n_ctx - (qe - qs) + i
+            for hh in range(h):
+                kvh = hh // (h // hkv)
+                scores = k[: pos + 1, kvh] @ q[qs + i, hh].double() * scale
+                out[qs + i, hh] = torch.softmax(scores, 0) @ v[: pos + 1, kvh]
+    return out
+
+
+@pytest.mark.parametrize("nq,ctx,h,hkv,bs", [
+    ([1, 1, 1], [5, 17, 9], 4, 2, 4),  # decode path of the reference
+    ([3, 1, 6], [7, 4, 6], 6, 3, 4),  # general path: chunk with prefix, decode, prefill
+    ([2, 0, 1], [9, 3, 1], 8, 1, 8),  # a sequence with no new query
+])
+def test_paged_attention_ref_matches_naive(nq, ctx, h, hkv, bs):
+    d = 8
+    nblk = sum(-(-c // bs) for c in ctx)
+    perm = torch.randperm(nblk + 3).to(torch.int32)
+    table = torch.full((len(ctx), max(-(-c // bs) for c in ctx) + 1), int(perm[-1]),
+                       dtype=torch.int32)
+    start = 0
+    for i, c in enumerate(ctx):
+        used = -(-c // bs)
+        table[i, :used] = perm[start:start + used]
+        start += used
+    kc = torch.randn(nblk + 3, bs, hkv, d)
+    vc = torch.randn(nblk + 3, bs, hkv, d)
+    qsl = torch.tensor([0] + nq).cumsum(0).to(torch.int32)
+    q = torch.randn(int(qsl[-1]), h, d)
+    sl = torch.tensor(ctx, dtype=torch.int32)
+    ref = kernels.paged_attention(q, kc, vc, table, qsl, sl, 0.4)  # CPU dispatch: reference
+    assert torch.allclose(ref.double(), _naive_attention(q, kc, vc, table, qsl, sl, 0.4),
+                          atol=1e-5)
+
+
+def test_cpu_dispatch_uses_references():
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (64, 16)))
+    s, z, x = torch.rand(2, 16) * 0.1, torch.rand(2, 16) * 8, torch.randn(2, 3, 64)
+    assert torch.equal(kernels.w4a16_matmul(x, qw, s, z, 32), w4.w4a16_matmul_ref(x, qw, s, z, 32))
+    kc, vc = torch.randn(4, 8, 2, 16), torch.randn(4, 8, 2, 16)
+    kc2, vc2 = kc.clone(), vc.clone()
+    k, v, slots = torch.randn(3, 2, 16), torch.randn(3, 2, 16), torch.tensor([5, -1, 30])
+    kernels.write_kv(k, v, kc, vc, slots)
+    pa.write_kv_ref(k, v, kc2, vc2, slots)
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
+    assert torch.equal(kc.view(-1, 2, 16)[30], k[2]) and torch.equal(vc.view(-1, 2, 16)[5], v[0])
+
+
+def test_decode_split_plan():
+    for programs, ctx, sms, block_n in [(256, 2048, 132, 64), (4, 8192, 132, 64), (8, 100, 82, 32),
+                                        (1, 1, 8, 16), (1000, 32768, 128, 128)]:
+        splits, part = pa.decode_split_plan(programs, ctx, sms, block_n)
+        assert part % block_n == 0 and splits >= 1
+        assert splits * part >= ctx and (splits - 1) * part < ctx  # no empty split
+        assert part >= min(256, math.ceil(ctx / block_n) * block_n) or splits == 1
+    few, _ = pa.decode_split_plan(4, 8192, 132, 64)
+    many, _ = pa.decode_split_plan(512, 8192, 132, 64)
+    assert few > many == 1
+    assert pa.decode_split_plan(4, 8192, 132, 64, num_splits=3)[0] == 3
+
+
+def test_attention_input_errors():
+    kc = torch.randn(4, 8, 2, 16)
+    with pytest.raises(ValueError, match="q: expected"):
+        pa._check_cache(torch.randn(3, 3, 16), kc, kc)
+    with pytest.raises(ValueError, match="k_cache/v_cache"):
+        pa._check_cache(torch.randn(3, 4, 16), kc, torch.randn(4, 8, 2, 8))
+    with pytest.raises(ValueError, match="slot_mapping"):
+        pa.write_kv(torch.randn(3, 2, 16), torch.randn(3, 2, 16), kc, kc.clone(),
+                    torch.zeros(2, dtype=torch.int64))
