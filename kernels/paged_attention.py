@@ -114,6 +114,8 @@ def _decode_ref(
     kpos = torch.arange(nblk * bs, device=q.device).view(1, -1)
     pad = kpos >= seq_lens.to(q.device).view(-1, 1).long()  # (B, S)
     scores.masked_fill_(pad.view(b, 1, 1, -1), float("-inf"))
+    # slots past a sequence's end hold whatever was there (possibly NaN): 0 * NaN is NaN
+    v = v.masked_fill(pad.view(b, -1, 1, 1), 0.0)
     probs = scores.softmax(dim=-1)
     out = torch.einsum("bhgs,bshd->bhgd", probs, v)  # (B, Hkv, G, D)
     return out.reshape(b, h, d).to(q.dtype)
@@ -231,6 +233,20 @@ def _paged_decode_reduce_kernel(
 
 
 @triton.jit
+def _tile_owner(tile_starts_ptr, tile, num_seqs, SEARCH_STEPS: tl.constexpr):
+    """Largest b < num_seqs with tile_starts[b] <= tile (binary search; sequences with no
+    queries own no tiles, so equal neighbours resolve to the later one)."""
+    lo = 0
+    hi = num_seqs
+    for _ in tl.static_range(SEARCH_STEPS):
+        mid = (lo + hi) // 2
+        go_right = tl.load(tile_starts_ptr + mid) <= tile
+        lo = tl.where(go_right, mid, lo)
+        hi = tl.where(go_right, hi, mid)
+    return lo
+
+
+@triton.jit
 def _paged_prefill_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, qsl_ptr, tile_starts_ptr, out_ptr,
     scale_log2, num_seqs,
@@ -242,15 +258,7 @@ def _paged_prefill_kernel(
 ):
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
-    # largest b with tile_starts[b] <= tile (sequences with no queries own no tiles)
-    lo = 0
-    hi = num_seqs
-    for _ in tl.static_range(SEARCH_STEPS):
-        mid = (lo + hi) // 2
-        go_right = tl.load(tile_starts_ptr + mid) <= tile
-        lo = tl.where(go_right, mid, lo)
-        hi = tl.where(go_right, hi, mid)
-    b = lo
+    b = _tile_owner(tile_starts_ptr, tile, num_seqs, SEARCH_STEPS)
     num_tiles = tl.load(tile_starts_ptr + num_seqs)
     tile_valid = tile < num_tiles
     q_start = tl.load(qsl_ptr + b)
