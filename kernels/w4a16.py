@@ -362,16 +362,24 @@ def w4a16_matmul(
             cfg.kind == "gemv" and m != 1):
         w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype)
         return torch.matmul(x2, w).reshape(*lead, n)
+    _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
+                  group_size, cfg, block_k, one_group, sms)
+    return out.reshape(*lead, n)
+
+
+def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Config,
+                  block_k: int, one_group: bool, sms: int) -> None:
+    """GEMV or dot kernel into ``out`` [M, N]; fp32 partials + reduce when K is split."""
+    m, k = x2.shape
+    n = out.shape[1]
     block_m = max(16, triton.next_power_of_2(cfg.block_m))
     m_tiles = triton.cdiv(m, block_m) if cfg.kind == "dot" else 1
     n_tiles = triton.cdiv(n, cfg.block_n)
     split = cfg.split_k or _auto_split(m_tiles * n_tiles, k, block_k, sms)
     k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
     split = triton.cdiv(k, k_per_split)
-    target = torch.empty((split, m, n), device=x.device, dtype=torch.float32) if split > 1 \
+    target = torch.empty((split, m, n), device=x2.device, dtype=torch.float32) if split > 1 \
         else out.view(1, m, n)  # (SPLIT, M, N)
-    scales, zeros = scales.contiguous(), zeros.contiguous()
-    qweight = qweight.contiguous()
     if cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,
@@ -379,19 +387,17 @@ def w4a16_matmul(
             target.stride(0), BLOCK_N=cfg.block_n, BLOCK_K=block_k,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
-        precision = "ieee" if x.dtype == torch.float32 else "tf32"
+        precision = "ieee" if x2.dtype == torch.float32 else "tf32"
         _w4a16_dot_kernel[(m_tiles, n_tiles, split)](
             x2, qweight, scales, zeros, target, m, n, k, k_per_split, group_size,
             x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
             target.stride(1), target.stride(0), BLOCK_M=block_m, BLOCK_N=cfg.block_n,
             BLOCK_K=block_k, ONE_GROUP=one_group, NIBBLE_DOTS=cfg.nibble_dots,
-            DOT_PRECISION=precision,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            DOT_PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1:
         block = 1024
         _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](
             target, out, m * n, SPLIT=split, BLOCK=block, num_warps=4)
-    return out.reshape(*lead, n)
 
 
 def dequantize_w4a16(
