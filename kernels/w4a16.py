@@ -8,7 +8,7 @@ Public API (no repacking: the kernels read QuantLinear's runtime layout as it is
     dequantize_w4a16(qweight, scales, zeros, group_size) -> W [K, N] in scales' dtype (Triton)
     dequantize_w4a16_ref(qweight, scales, zeros, group_size) -> W [K, N] fp32 (plain torch)
     pack_w4_ref(q [K, N] ints in 0..15) -> qweight [K/8, N] int32 (for tests and benchmarks)
-    pick_config(m, n, k, group_size, num_sms) -> W4A16Config | None  (None: dequantize + cuBLAS)
+    pick_config(m, n, k, group_size, num_sms) -> W4A16Config  (kind "dequant": dequant + cuBLAS)
 
 Runtime layout, G = ceil(K / group_size)::
 
@@ -16,16 +16,17 @@ Runtime layout, G = ceil(K / group_size)::
     W[k, n] = (q[k, n] - zeros[k // gs, n]) * scales[k // gs, n]      y = x @ W
 
     qweight rows:  | k 0..7 | k 8..15 | ...      one int32 word holds 8 consecutive k of one n
-    a K tile of BLOCK_K rows (BLOCK_K divides group_size) lies inside one group, so each tile
-    needs one row of scales and zeros.
+    every word lies in one group (group_size % 8 == 0, else the dequant path serves it).
 
-Paths, by the number of activation rows M (thresholds from benchmarks/kernels.py, notes/kernels.md):
-  * GEMV (M == 1): no tensor cores; each program dequantizes a [BLOCK_K, BLOCK_N] tile and
-    accumulates x[k] * W[k, n] in a 2-D fp32 register tile reduced once at the end.
-  * skinny / tiled GEMM (M >= 2): tl.dot on the dequantized tile, BLOCK_M >= 16.
+Paths, by the number of activation rows M (thresholds measured, notes/kernels.md):
+  * M == 1, GEMV: no tensor cores; works on the packed [BK/8, BN] tile nibble by nibble
+    (no reshape), accumulating in a 2-D fp32 register tile reduced once at the end.
+  * M 2..4: tl.dot on each nibble plane (eight K = BK/8 dots), BLOCK_M 16.
+  * M 5..64: the tile unpacked to [BK, BN] in k order, one tl.dot (BLOCK_K kept inside a
+    group so scales are one [1, BN] row).
   * both split K over a third grid axis when the (M, N) tiles alone cannot fill the GPU; the
     fp32 partial sums [SPLIT, M, N] are added by a small reduce kernel.
-  * large M: dequantize W to the activation dtype and call torch.matmul (cuBLAS).
+  * M > 64: dequantize W to the activation dtype (one Triton pass) and torch.matmul (cuBLAS).
 """
 
 from __future__ import annotations
