@@ -47,9 +47,11 @@ class AsyncEngine:
         return cls(LLMEngine(config))
 
     async def start(self) -> None:
-        if self._task is not None:
+        """Start the loop in the running event loop (again, if an earlier loop has closed)."""
+        loop = asyncio.get_running_loop()
+        if self._task is not None and not self._task.done() and self._loop is loop:
             return
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop
         self._wakeup = asyncio.Event()
         self._task = asyncio.create_task(self._run_loop(), name="edge-llm-engine-loop")
 
@@ -94,8 +96,7 @@ class AsyncEngine:
         self, prompt: PromptInput, params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
         """Outputs of one request as they come; ValueError before the first for bad input."""
-        if self._task is None:
-            await self.start()
+        await self.start()
         queue: asyncio.Queue = asyncio.Queue()
         if request_id in self._queues:
             raise ValueError(f"Request id {request_id!r} is already in use.")
