@@ -20,16 +20,22 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
 
 
 @pytest.fixture(scope="module")
-def page(live_server):
+def browser():
     from playwright.sync_api import sync_playwright  # in the [test] extra
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1000, "height": 700})
-        page.set_default_timeout(60_000)
-        page.goto(live_server.url + "/")
-        yield page
+        yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, live_server):
+    page = browser.new_page(viewport={"width": 1000, "height": 700})
+    page.set_default_timeout(60_000)
+    page.goto(live_server.url + "/")
+    yield page
+    page.close()
 
 
 def running(url: str) -> float:
@@ -89,11 +95,9 @@ def test_errors_are_displayed(page):
     assert page.evaluate("state.history.length") == 0
 
 
-def test_api_key_prompt_flow_over_fake_engine(fake_tokenizer, token_scripts):
+def test_api_key_prompt_flow_over_fake_engine(browser, fake_tokenizer, token_scripts):
     """HTTP layer only: a server with --api-key; the page shows the 401, then works with the
     key typed in (kept in localStorage)."""
-    from playwright.sync_api import sync_playwright
-
     from edge_llm.server.terminal_chat import ThreadedServer
     from tests.test_server_fake_engine import FakeEngine, make_app
 
@@ -101,25 +105,23 @@ def test_api_key_prompt_flow_over_fake_engine(fake_tokenizer, token_scripts):
                                      api_key="page-key"))
     server.start()
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            page = browser.new_page()
-            page.set_default_timeout(30_000)
-            page.goto(server.url + "/")
-            page.wait_for_selector("#error", state="visible")
-            assert "API key" in page.inner_text("#error")
-            page.fill("#api-key", "page-key")
-            page.dispatch_event("#api-key", "change")
-            page.wait_for_function(
-                "document.getElementById('model-name').textContent === 'fake-model'")
-            assert not page.is_visible("#error")
-            page.fill("#max-tokens", "5")
-            page.fill("#prompt", "hello")
-            page.click("#send")
-            page.wait_for_selector(".msg.assistant:not(.streaming)")
-            reply = page.locator(".msg.assistant").nth(0).inner_text()
-            assert reply.startswith(fake_tokenizer.decode(token_scripts[0][:5]))
-            assert page.evaluate("localStorage.getItem('edge-llm-api-key')") == "page-key"
-            browser.close()
+        page = browser.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(server.url + "/")
+        page.wait_for_selector("#error", state="visible")
+        assert "API key" in page.inner_text("#error")
+        page.fill("#api-key", "page-key")
+        page.dispatch_event("#api-key", "change")
+        page.wait_for_function(
+            "document.getElementById('model-name').textContent === 'fake-model'")
+        assert not page.is_visible("#error")
+        page.fill("#max-tokens", "5")
+        page.fill("#prompt", "hello")
+        page.click("#send")
+        page.wait_for_selector(".msg.assistant:not(.streaming)")
+        reply = page.locator(".msg.assistant").nth(0).inner_text()
+        assert reply.startswith(fake_tokenizer.decode(token_scripts[0][:5]))
+        assert page.evaluate("localStorage.getItem('edge-llm-api-key')") == "page-key"
+        page.close()
     finally:
         server.stop()
