@@ -52,7 +52,8 @@ def test_preemption_gives_identical_outputs(tiny_dir, tiny_llm, swap_space):  # 
     params = SamplingParams(max_tokens=30, **GREEDY)
     ref = tiny_llm.generate(prompts, params, use_tqdm=False)
     small = LLM(str(tiny_dir), device="cpu", block_size=8, num_gpu_blocks_override=24,
-                swap_space=swap_space, max_num_batched_tokens=128, max_model_len=160)
+                swap_space=swap_space, max_num_batched_tokens=128, max_num_seqs=16,
+                max_model_len=160)
     outs = small.generate(prompts, params, use_tqdm=False)
     assert _texts(outs) == _texts(ref)
     assert small.engine.scheduler.stats()["num_preemptions"] > 0
