@@ -140,3 +140,22 @@ def test_demo_model_answers_paris(demo_dir):  # noqa: F811
                    SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)[0]
     assert "Paris" in out.outputs[0].text
     assert out.outputs[0].finish_reason in ("stop", "length")
+
+
+def test_prompt_logprobs_across_chunks(tiny_dir):  # noqa: F811
+    """A prompt split over several prefill chunks gets one logprob entry per prompt token."""
+    import torch
+
+    from edge_llm.model.full_forward import full_logits
+
+    llm = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=32, max_num_seqs=8)
+    ids = _prompts(1, seed=51, lo=90, hi=90)[0]["prompt_token_ids"]
+    out = llm.generate([{"prompt_token_ids": ids}],
+                       SamplingParams(max_tokens=2, prompt_logprobs=2, **GREEDY),
+                       use_tqdm=False)[0]
+    plp = out.prompt_logprobs
+    assert len(plp) == len(ids) and plp[0] is None
+    ref = full_logits(llm.engine.loaded.model, torch.tensor(ids)).log_softmax(-1)
+    for pos in (1, 31, 32, 33, 89):
+        assert plp[pos][ids[pos]] == pytest.approx(float(ref[pos - 1, ids[pos]]), abs=1e-4)
+        assert len(plp[pos]) >= 2

@@ -154,16 +154,30 @@ class LLMEngine:
                 self.abort(rid)
             raise StepError(ids, exc) from exc
         seqs = self.scheduler.update_from_output(sched, result.sampled)
-        return self._postprocess(seqs, result)
+        return self._postprocess(sched, seqs, result)
 
-    def _postprocess(self, seqs: list[Sequence], result: RunnerOutput) -> list[RequestOutput]:
+    def _record_prompt_logprobs(self, sched, result: RunnerOutput) -> None:
+        """Position p holds the logprob of prompt token p (p = 0 has none, as in vLLM); a
+        recomputed prefill reports positions already recorded, which are skipped."""
+        if not result.prompt_logprobs:
+            return
+        rows = {s.seq.seq_id: s.seq for s in sched.scheduled}
+        for seq_id, (first, lps) in result.prompt_logprobs.items():
+            req = self.requests.get(rows[seq_id].request_id)
+            if req is None:
+                continue
+            if req.prompt_logprobs is None:
+                req.prompt_logprobs = [None]
+            for pos, lp in enumerate(lps, start=first):
+                if pos == len(req.prompt_logprobs):
+                    req.prompt_logprobs.append(lp)
+
+    def _postprocess(
+        self, sched, seqs: list[Sequence], result: RunnerOutput
+    ) -> list[RequestOutput]:
         now = time.time()
         touched: dict[str, _Request] = {}
-        for seq_id, lps in result.prompt_logprobs.items():
-            seq = next((s for s in seqs if s.seq_id == seq_id), None)
-            if seq is not None and seq.request_id in self.requests:
-                req = self.requests[seq.request_id]
-                req.prompt_logprobs = (req.prompt_logprobs or [None]) + lps
+        self._record_prompt_logprobs(sched, result)
         for seq in seqs:
             req = self.requests.get(seq.request_id)
             if req is None:

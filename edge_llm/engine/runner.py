@@ -27,7 +27,8 @@ class RunnerOutput:
     sampled: dict[int, int] = field(default_factory=dict)  # seq_id -> token id
     logprobs: dict[int, dict[int, float] | None] = field(default_factory=dict)
     sampled_logprobs: dict[int, float] = field(default_factory=dict)
-    prompt_logprobs: dict[int, list[dict[int, float]]] = field(default_factory=dict)
+    # seq_id -> (position of the first entry, logprobs of prompt tokens from there on)
+    prompt_logprobs: dict[int, tuple[int, list[dict[int, float]]]] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -129,9 +130,9 @@ class ModelRunner:
             targets = self._prompt_targets(s)
             n = len(targets)  # rows whose next token is a prompt token
             logits = self.model.compute_logits(hidden[lo : lo + n])
-            out.prompt_logprobs[s.seq.seq_id] = compute_prompt_logprobs(
+            out.prompt_logprobs[s.seq.seq_id] = (s.start_pos + 1, compute_prompt_logprobs(
                 logits, torch.tensor(targets, device=logits.device), k
-            )
+            ))
         return out
 
     @staticmethod
