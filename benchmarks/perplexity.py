@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 
 import torch
@@ -37,8 +38,14 @@ def main() -> None:
     ap.add_argument("--seqlen", type=int, default=512)
     ap.add_argument("--damp", type=float, default=0.01)
     ap.add_argument("--no-true-sequential", action="store_true")
+    ap.add_argument("--mse", action="store_true", help="search each group's clipping range")
+    ap.add_argument("--act-order", action="store_true",
+                    help="GPTQ columns in act-order with static (sequential) groups")
     ap.add_argument("--json", default=None, help="append one JSON line per configuration")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("httpx", "transformers", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     tok = AutoTokenizer.from_pretrained(args.model)
     ids = torch.tensor(tok(load_eval_text())["input_ids"][: args.tokens])
     if ids.numel() < args.tokens:
@@ -52,7 +59,8 @@ def main() -> None:
             start = time.perf_counter()
             quantize_model(model, tok, fmt="awq", method=method, group_size=group,
                            nsamples=args.nsamples, seqlen=args.seqlen, damp=args.damp,
-                           true_sequential=not args.no_true_sequential)
+                           true_sequential=not args.no_true_sequential, mse=args.mse,
+                           desc_act=args.act_order, static_groups=args.act_order)
             seconds = time.perf_counter() - start
         ppl = perplexity(lambda x, m=model: m(input_ids=x, use_cache=False).logits, ids,
                          args.window)
@@ -61,7 +69,8 @@ def main() -> None:
         print(f"{config:10s} ppl {ppl:8.3f} {rel:>8s}  quantize {seconds:7.1f} s", flush=True)
         if args.json:
             row = dict(config=config, ppl=ppl, seconds=seconds, nsamples=args.nsamples,
-                       seqlen=args.seqlen, damp=args.damp, tokens=args.tokens)
+                       seqlen=args.seqlen, damp=args.damp, tokens=args.tokens, mse=args.mse,
+                       act_order=args.act_order, true_sequential=not args.no_true_sequential)
             with open(args.json, "a") as f:
                 f.write(json.dumps(row) + "\n")
 

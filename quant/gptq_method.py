@@ -52,12 +52,14 @@ def gptq_quantize(
     damp: float = 0.01,
     block_size: int = 128,
     static_groups: bool = False,
+    mse: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Quantize W (N, K) against the Hessian H (K, K) of its inputs.
 
     Returns q int32 (N, K) in 0..15, scales float32 (N, G), zeros float32 (N, G),
     g_idx int32 (K,) (group of each input column; non-monotonic with ``act_order`` unless
-    ``static_groups``), G = ceil(K / group_size).
+    ``static_groups``), G = ceil(K / group_size). ``mse`` searches each group's clipping range
+    (:func:`edge_llm.quant.rtn.group_params`) instead of using plain min/max.
     """
     gs = _check_args(w, bits, group_size)
     n, k = w.shape
@@ -75,7 +77,7 @@ def gptq_quantize(
     zeros = torch.zeros(n, groups)
     if static_groups:  # parameters from the original columns, in original group order
         for g in range(groups):
-            scales[:, g], zeros[:, g] = group_params(w[:, g * gs : (g + 1) * gs], bits, sym)
+            scales[:, g], zeros[:, g] = group_params(w[:, g * gs : (g + 1) * gs], bits, sym, mse)
     perm = torch.argsort(torch.diag(h), descending=True) if act_order else torch.arange(k)
     w, h = w[:, perm], h[perm][:, perm]
     hinv = _inverse_cholesky(h, damp).to(torch.float32)
@@ -84,7 +86,7 @@ def gptq_quantize(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        q = _quantize_columns(w, hinv, scales, zeros, gs, bits, sym,
+        q = _quantize_columns(w, hinv, scales, zeros, gs, bits, sym, mse,
                               perm if static_groups else None, block_size)
     finally:
         torch.set_num_threads(threads)
@@ -104,6 +106,7 @@ def _quantize_columns(
     gs: int,
     bits: int,
     sym: bool,
+    mse: bool,
     static_perm: torch.Tensor | None,  # original column of each processed one (static groups)
     block_size: int,
 ) -> torch.Tensor:
@@ -126,7 +129,7 @@ def _quantize_columns(
                     # in-block columns carry their updates; later blocks only matter when one
                     # group spans all of K, and then col == 0 where nothing is pending yet
                     cols = torch.cat([w1[:, i:], w[:, i2:]], dim=1)[:, :gs]
-                    scales[:, g], zeros[:, g] = group_params(cols, bits, sym)
+                    scales[:, g], zeros[:, g] = group_params(cols, bits, sym, mse)
             s, z = scales[:, g], zeros[:, g]
             col_w = w1[:, i]
             qi = quantize_to_int(col_w, s, z, bits)

@@ -58,15 +58,16 @@ def layer_linears(layer: nn.Module) -> dict[str, nn.Linear]:
     return {n: m for n, m in layer.named_modules() if isinstance(m, nn.Linear)}
 
 
-def _check_options(model, fmt, method, group_size, sym, desc_act) -> None:
+def _check_options(model, fmt, method, group_size, desc_act, static_groups) -> None:
     if fmt not in ("awq", "gptq"):
         raise ValueError(f"fmt must be 'awq' or 'gptq', got {fmt!r}.")
     if method not in ("rtn", "gptq", "awq"):
         raise ValueError(f"method must be 'rtn', 'gptq' or 'awq', got {method!r}.")
     if group_size != -1 and group_size < 1:
         raise ValueError(f"group_size must be -1 or >= 1, got {group_size}.")
-    if fmt == "awq" and (desc_act or group_size == -1):
-        raise ValueError("fmt='awq' needs sequential groups (desc_act=False) and group_size > 0.")
+    if fmt == "awq" and ((desc_act and not static_groups) or group_size == -1):
+        raise ValueError("fmt='awq' needs sequential groups (desc_act=False, or desc_act with "
+                         "static_groups) and group_size > 0.")
     if desc_act and method != "gptq":
         raise ValueError("desc_act (act-order) needs method='gptq'.")
     for i, layer in enumerate(decoder_layers(model)):
@@ -96,6 +97,7 @@ def quantize_model(
     damp: float = 0.01,
     true_sequential: bool = True,
     static_groups: bool = False,
+    mse: bool = False,
     batch_size: int = 8,
 ) -> dict[str, torch.Tensor]:
     """Quantize every decoder-layer linear of ``model`` and return the full checkpoint state dict.
@@ -103,26 +105,28 @@ def quantize_model(
     ``fmt``: tensors written ("awq" GEMM or "gptq" with ``checkpoint_format`` v1/v2).
     ``method``: "rtn" (no calibration), "gptq" (Hessian method), "awq" (AutoAWQ scale/clip search,
     then round-to-nearest; needs ``autoawq``). ``calib_texts`` defaults to the bundled
-    calibration prose. Pair the result with ``quantization_config_for`` and ``save_quantized``.
+    calibration prose. ``desc_act`` processes columns in act-order; with ``static_groups`` the
+    groups stay sequential (so fmt="awq" can store it). ``mse`` searches each group's clipping
+    range. Pair the result with ``quantization_config_for`` and ``save_quantized``.
     """
-    _check_options(model, fmt, method, group_size, sym, desc_act)
+    _check_options(model, fmt, method, group_size, desc_act, static_groups)
     model.eval()
     layers = decoder_layers(model)
     start = time.perf_counter()
     if method == "rtn":
-        results = _rtn_all(layers, group_size, sym)
+        results = _rtn_all(layers, group_size, sym, mse)
     else:
         texts = calib_texts if calib_texts is not None else load_calibration_texts()
         windows = calibration_windows(tokenizer, texts, nsamples, seqlen)
         if method == "gptq":
             opts = dict(group_size=group_size, sym=sym, act_order=desc_act, damp=damp,
-                        static_groups=static_groups)
+                        static_groups=static_groups, mse=mse)
             results = _gptq_all(model, layers, windows, opts, true_sequential, batch_size)
         else:
             from .awq_method import awq_scale_and_clip
 
             awq_scale_and_clip(model, tokenizer, windows, group_size, sym)
-            results = _rtn_all(layers, group_size, sym)
+            results = _rtn_all(layers, group_size, sym, mse)
     logger.info("Quantized %d layers (%s) in %.1f s", len(layers), method,
                 time.perf_counter() - start)
     return _checkpoint_state_dict(model, results, fmt, checkpoint_format, group_size)
@@ -133,11 +137,11 @@ def _apply(linear: nn.Linear, result: Result) -> None:
     linear.weight.data.copy_(fake_quantize(q, scales, zeros, g_idx).to(linear.weight.dtype))
 
 
-def _rtn_all(layers: nn.ModuleList, group_size: int, sym: bool) -> dict[str, Result]:
+def _rtn_all(layers: nn.ModuleList, group_size: int, sym: bool, mse: bool) -> dict[str, Result]:
     results = {}
     for i, layer in enumerate(layers):
         for name, lin in layer_linears(layer).items():
-            q, scales, zeros = rtn_quantize(lin.weight.data, 4, group_size, sym)
+            q, scales, zeros = rtn_quantize(lin.weight.data, 4, group_size, sym, mse)
             gs = lin.in_features if group_size == -1 else group_size
             g_idx = torch.div(torch.arange(lin.in_features), gs, rounding_mode="floor")
             results[f"model.layers.{i}.{name}"] = (q, scales, zeros, g_idx.to(torch.int32))

@@ -18,8 +18,22 @@ import torch.nn.functional as F
 _MIN_SCALE = 1e-6  # keeps w / scale finite for all-zero or tiny groups; fp16 can hold it
 
 
-def group_params(w: torch.Tensor, bits: int = 4, sym: bool = False):
-    """Scale and zero (float32, shape ``w.shape[:-1]``); each last-dim row of ``w`` is a group."""
+def _range_params(xmin, xmax, maxq: int, sym: bool):
+    scale = ((xmax - xmin) / maxq).clamp(min=_MIN_SCALE).to(torch.float16).to(torch.float32)
+    if sym:
+        return scale, torch.full_like(scale, (maxq + 1) / 2)
+    return scale, torch.round(-xmin / scale).clamp(0, maxq)
+
+
+def group_params(
+    w: torch.Tensor, bits: int = 4, sym: bool = False, mse: bool = False,
+    grid: int = 100, max_shrink: float = 0.8, norm: float = 2.4,
+):
+    """Scale and zero (float32, shape ``w.shape[:-1]``); each last-dim row of ``w`` is a group.
+
+    ``mse``: shrink the range by p = 1, 0.99, ... (``max_shrink * grid`` steps, AutoGPTQ's
+    ``Quantizer`` grid) and keep, per group, the p with the least sum |w - deq(q(w))|^norm.
+    """
     maxq = 2**bits - 1
     w = w.to(torch.float32)
     xmin = w.amin(dim=-1).clamp(max=0.0)
@@ -30,11 +44,19 @@ def group_params(w: torch.Tensor, bits: int = 4, sym: bool = False):
     flat = (xmin == 0) & (xmax == 0)
     xmin = torch.where(flat, torch.full_like(xmin, -1.0), xmin)
     xmax = torch.where(flat, torch.full_like(xmax, 1.0), xmax)
-    scale = ((xmax - xmin) / maxq).clamp(min=_MIN_SCALE).to(torch.float16).to(torch.float32)
-    if sym:
-        zero = torch.full_like(scale, (maxq + 1) / 2)
-    else:
-        zero = torch.round(-xmin / scale).clamp(0, maxq)
+    scale, zero = _range_params(xmin, xmax, maxq, sym)
+    if not mse:
+        return scale, zero
+    best = torch.full_like(scale, float("inf"))
+    for i in range(int(max_shrink * grid)):
+        p = 1.0 - i / grid
+        s1, z1 = _range_params(p * xmin, p * xmax, maxq, sym)
+        s1_, z1_ = s1[..., None], z1[..., None]
+        err = ((quantize_to_int(w, s1_, z1_, bits) - z1_) * s1_ - w).abs_().pow_(norm).sum(dim=-1)
+        better = err < best
+        best = torch.where(better, err, best)
+        scale = torch.where(better, s1, scale)
+        zero = torch.where(better, z1, zero)
     return scale, zero
 
 
@@ -59,12 +81,13 @@ def _check_args(w: torch.Tensor, bits: int, group_size: int) -> int:
 
 
 def rtn_quantize(
-    w: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False
+    w: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False, mse: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Quantize W (N, K) by round-to-nearest.
 
     Returns q int32 (N, K) in 0..15, scales float32 (N, G), zeros float32 (N, G) holding
-    integers, G = ceil(K / group_size) (group_size -1: one group over all of K).
+    integers, G = ceil(K / group_size) (group_size -1: one group over all of K). ``mse``: search
+    each group's clipping range (see :func:`group_params`) instead of plain min/max.
     """
     gs = _check_args(w, bits, group_size)
     n, k = w.shape
@@ -72,7 +95,7 @@ def rtn_quantize(
     # zero padding leaves every group's (min(w, 0), max(w, 0)) range unchanged
     w = F.pad(w.detach().to(torch.float32), (0, groups * gs - k))
     w = w.reshape(n, groups, gs)  # (N, G, gs)
-    scales, zeros = group_params(w, bits, sym)  # (N, G) each
+    scales, zeros = group_params(w, bits, sym, mse)  # (N, G) each
     q = quantize_to_int(w, scales[..., None], zeros[..., None], bits)
     return q.reshape(n, groups * gs)[:, :k].to(torch.int32).contiguous(), scales, zeros
 

@@ -98,6 +98,19 @@ def test_rtn_sym_and_group_edges():
         gptq_quantize(w, torch.eye(8))
 
 
+def test_mse_clipping_never_loses_to_min_max():
+    gen = torch.Generator().manual_seed(14)
+    w = torch.randn(24, 64, generator=gen) * torch.rand(24, 1, generator=gen)
+    w[0, 3] = 8.0  # an outlier that min/max would spend the whole range on
+    g_idx = sequential_g_idx(64, 32)
+    for sym in (False, True):
+        plain = fake_quantize(*rtn_quantize(w, group_size=32, sym=sym), g_idx) - w
+        tuned = fake_quantize(*rtn_quantize(w, group_size=32, sym=sym, mse=True), g_idx) - w
+        per_group = lambda e: e.abs().pow(2.4).reshape(24, 2, 32).sum(-1)  # noqa: E731
+        assert bool((per_group(tuned) <= per_group(plain) * (1 + 1e-5)).all())
+        assert float(per_group(tuned).sum()) < 0.97 * float(per_group(plain).sum())
+
+
 # ---------------------------------------------------------------- end to end
 
 
@@ -146,6 +159,7 @@ def _reload_and_compare(out, model, fmt: str) -> None:
     ("awq", dict(group_size=32)),
     ("gptq", dict(group_size=32, desc_act=True, checkpoint_format="gptq")),
     ("gptq", dict(group_size=-1, sym=True, checkpoint_format="gptq_v2", true_sequential=False)),
+    ("awq", dict(group_size=32, desc_act=True, static_groups=True, mse=True)),
 ])
 def test_quantize_model_save_and_reload(tmp_path, fmt, opts):
     tok = _byte_tokenizer()
@@ -156,8 +170,9 @@ def test_quantize_model_save_and_reload(tmp_path, fmt, opts):
     after = model.model.layers[0].mlp.up_proj.weight.detach()
     assert not torch.equal(before, after)  # replaced in place by the dequantized weight
     assert float((before - after).norm() / before.norm()) < 0.3  # 4-bit close, not garbage
+    act_order_groups = opts.get("desc_act", False) and not opts.get("static_groups", False)
     qcfg = quantization_config_for(fmt, group_size=opts["group_size"], sym=opts.get("sym", False),
-                                   desc_act=opts.get("desc_act", False),
+                                   desc_act=act_order_groups,
                                    checkpoint_format=opts.get("checkpoint_format", "gptq"))
     out = save_quantized(tmp_path / "ckpt", state, model.config.to_dict(), qcfg, tokenizer=tok,
                          max_shard_size=20_000)
