@@ -6,6 +6,8 @@ a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32).
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import paged_attention as _pa
@@ -25,6 +27,8 @@ __all__ = [
 ]
 
 _HALF = (torch.float16, torch.bfloat16)
+# EDGE_LLM_KERNELS=torch forces the references on CUDA too (to compare the two paths end to end)
+_TRITON = os.environ.get("EDGE_LLM_KERNELS", "triton").lower() != "torch"
 
 
 def write_kv(
@@ -35,7 +39,7 @@ def write_kv(
     slot_mapping: torch.Tensor,  # (T,) int64, < 0 = skip
 ) -> None:
     """Store new K/V at their cache slots (see ``paged_attention`` for the layout)."""
-    if k_cache.is_cuda:
+    if k_cache.is_cuda and _TRITON:
         _pa.write_kv(k, v, k_cache, v_cache, slot_mapping)
     else:
         write_kv_ref(k, v, k_cache, v_cache, slot_mapping)
@@ -58,7 +62,7 @@ def paged_attention(
     hints for the CUDA path: the first picks decode vs prefill without reading
     ``query_start_loc``, the second sizes the decode context split.
     """
-    if q.is_cuda and q.dtype in _HALF:
+    if q.is_cuda and q.dtype in _HALF and _TRITON:
         return _pa.paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc,
                                           seq_lens, scale, max_query_len, max_seq_len)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale)
@@ -72,6 +76,6 @@ def w4a16_matmul(
     group_size: int,
 ) -> torch.Tensor:
     """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype."""
-    if x.is_cuda and x.dtype in _HALF:
+    if x.is_cuda and x.dtype in _HALF and _TRITON:
         return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size)
     return w4a16_matmul_ref(x, qweight, scales, zeros, group_size)

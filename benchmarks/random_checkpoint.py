@@ -1,0 +1,150 @@
+"""Random-weight checkpoints of real model shapes, written in the real AWQ / GPTQ formats.
+
+Any int32 bit pattern is a valid set of eight 4-bit values, so packed tensors are drawn
+directly; scales are small positive fp16 so activations stay in range. A word-level tokenizer
+with exactly the model's vocabulary makes the folder loadable by the engine.
+
+    python benchmarks/random_checkpoint.py llama2-7b awq /tmp/llama2-7b-awq
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+SHAPES = {
+    "llama2-7b": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096,
+                      intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096,
+                      rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
+    "qwen2.5-7b": dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_size=3584,
+                       intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
+    "smollm2-135m": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=576,
+                         intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192,
+                         rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
+}
+FORMATS = ("awq", "gptq", "gptq-act", "fp16")
+
+
+def _linears(cfg: dict) -> list[tuple[str, int, int, bool]]:
+    h, i = cfg["hidden_size"], cfg["intermediate_size"]
+    d = h // cfg["num_attention_heads"]
+    kv = cfg["num_key_value_heads"] * d
+    bias = cfg["model_type"] == "qwen2"
+    return [("self_attn.q_proj", h, h, bias), ("self_attn.k_proj", h, kv, bias),
+            ("self_attn.v_proj", h, kv, bias), ("self_attn.o_proj", h, h, False),
+            ("mlp.gate_proj", h, i, False), ("mlp.up_proj", h, i, False),
+            ("mlp.down_proj", i, h, False)]
+
+
+def _int32(*shape, gen, device) -> torch.Tensor:
+    return torch.randint(-(2**31), 2**31 - 1, shape, generator=gen, dtype=torch.int64,
+                         device=device).to(torch.int32)
+
+
+def _quantized(fmt: str, k: int, n: int, gs: int, gen, device) -> dict[str, torch.Tensor]:
+    g = k // gs
+    # (q - z) * s with s ~ 1/(8 sqrt(K)) keeps each output's variance near its input's
+    scales = (torch.rand(g, n, generator=gen, device=device) + 0.5) / (6 * k**0.5)
+    if fmt == "awq":
+        return {"qweight": _int32(k, n // 8, gen=gen, device=device),
+                "qzeros": _int32(g, n // 8, gen=gen, device=device), "scales": scales.half()}
+    if fmt == "gptq-act":
+        perm = torch.randperm(k, generator=gen, device=device)
+        g_idx = torch.empty(k, dtype=torch.int32, device=device)
+        g_idx[perm] = (torch.arange(k, device=device) // gs).to(torch.int32)
+    else:
+        g_idx = (torch.arange(k, device=device) // gs).to(torch.int32)
+    return {"qweight": _int32(k // 8, n, gen=gen, device=device),
+            "qzeros": _int32(g, n // 8, gen=gen, device=device), "scales": scales.half(),
+            "g_idx": g_idx}
+
+
+def write_tokenizer(out: Path, vocab_size: int) -> None:
+    """A word-level tokenizer whose ids are exactly 0..vocab_size-1 ("t0", "t1", ...)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="t1", eos_token="t2",
+                                   unk_token="t0")
+    fast.save_pretrained(str(out))
+
+
+def make_random_checkpoint(shape: str, fmt: str, out: Path, group_size: int = 128,
+                           device: str = "cpu", seed: int = 0) -> Path:
+    cfg = dict(SHAPES[shape])
+    out.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+
+    def rnd(*s, scale=0.02):
+        return (torch.randn(*s, generator=gen, device=device) * scale).half().cpu()
+
+    shard: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rnd(vocab, h),
+                                      "model.norm.weight": (1 + rnd(h, scale=0.1).float()).half()}
+    if not cfg["tie_word_embeddings"]:
+        shard["lm_head.weight"] = rnd(vocab, h)
+    shards = [shard]
+    for layer in range(cfg["num_hidden_layers"]):
+        t: dict[str, torch.Tensor] = {}
+        p = f"model.layers.{layer}"
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            t[f"{p}.{norm}.weight"] = (1 + rnd(h, scale=0.1).float()).half()
+        for name, k, n, bias in _linears(cfg):
+            if fmt == "fp16":
+                t[f"{p}.{name}.weight"] = rnd(n, k, scale=1 / (2 * k**0.5))
+            else:
+                q = _quantized("gptq" if fmt == "gptq" else fmt, k, n, group_size, gen, device)
+                t.update({f"{p}.{name}.{key}": v.cpu() for key, v in q.items()})
+            if bias:
+                t[f"{p}.{name}.bias"] = rnd(n)
+        shards.append(t)
+    _save_shards(out, shards)
+    if fmt != "fp16":
+        qcfg = {"quant_method": "awq", "bits": 4, "group_size": group_size, "zero_point": True,
+                "version": "gemm"} if fmt == "awq" else {
+                "quant_method": "gptq", "bits": 4, "group_size": group_size, "sym": False,
+                "desc_act": fmt == "gptq-act", "checkpoint_format": "gptq"}
+        cfg["quantization_config"] = qcfg
+    cfg["torch_dtype"] = "float16"
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    write_tokenizer(out, vocab)
+    return out
+
+
+def _save_shards(out: Path, shards: list[dict[str, torch.Tensor]], per_file: int = 4) -> None:
+    groups = [shards[i:i + per_file] for i in range(0, len(shards), per_file)]
+    weight_map = {}
+    for i, group in enumerate(groups):
+        name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        tensors = {k: v.contiguous() for d in group for k, v in d.items()}
+        save_file(tensors, str(out / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, name))
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("shape", choices=list(SHAPES))
+    ap.add_argument("format", choices=FORMATS)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--group-size", type=int, default=128)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = ap.parse_args()
+    make_random_checkpoint(a.shape, a.format, a.out, a.group_size, a.device)
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
