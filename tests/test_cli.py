@@ -129,7 +129,7 @@ def test_subcommand_plugins_are_discovered(tmp_path, monkeypatch):
 
 def test_chat_with_url_streams_and_keeps_history(live_server):
     script = "What is the capital of France?\n/reset\n/bogus\nAnd of Italy?\n/exit\nnot read\n"
-    res = run_cli("chat", "--url", live_server.url, "--max-tokens", "24",
+    res = run_cli("chat", "--url", live_server.url, "--max-tokens", "10",
                   "--temperature", "0", stdin=script)
     assert res.returncode == 0, res.stderr
     out = res.stdout
@@ -149,7 +149,7 @@ def test_chat_in_process_with_model_folder(live_server):
     from edge_llm.model.demo import ensure_demo_model
 
     folder = Path(ensure_demo_model())  # prepared by the live server already
-    res = run_cli("chat", str(folder), "--max-model-len", "256", "--max-tokens", "4",
+    res = run_cli("chat", str(folder), "--max-model-len", "256", "--max-tokens", "2",
                   "--temperature", "0", stdin="Hi\n", timeout=300)
     assert res.returncode == 0, res.stderr
     assert "Chatting with SmolLM2-135M-Instruct-AWQ" in res.stdout

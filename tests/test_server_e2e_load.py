@@ -27,7 +27,7 @@ def test_32_concurrent_streams_match_solo_runs(live_server):
     async def stream_one(client: openai.AsyncOpenAI, prompt: str) -> str:
         stream = await client.chat.completions.create(
             model="SmolLM2-135M-Instruct-AWQ", messages=[{"role": "user", "content": prompt}],
-            temperature=0, max_tokens=6, stream=True)
+            temperature=0, max_tokens=5, stream=True)
         parts = [c.choices[0].delta.content or "" async for c in stream if c.choices]
         return "".join(parts)
 

@@ -46,7 +46,7 @@ def running(url: str) -> float:
 def test_page_streams_reply_keeps_history_and_shows_model(page, live_server, tmp_path):
     page.wait_for_function("document.getElementById('model-name').textContent.includes('Smol')")
     page.fill("#temperature", "0")
-    page.fill("#max-tokens", "24")
+    page.fill("#max-tokens", "12")
     page.fill("#prompt", "What is the capital of France?")
     page.press("#prompt", "Enter")
     page.wait_for_selector(".msg.assistant:not(.streaming)")
