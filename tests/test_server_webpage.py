@@ -93,6 +93,7 @@ def test_errors_are_displayed(page):
     page.wait_for_selector("#error", state="visible")
     assert "maximum context length is 1024" in page.inner_text("#error")
     assert page.evaluate("state.history.length") == 0
+    assert page.locator(".msg").count() == 0 and page.input_value("#prompt") == "Hello"
 
 
 def test_api_key_prompt_flow_over_fake_engine(browser, fake_tokenizer, token_scripts):
