@@ -159,3 +159,28 @@ def test_prompt_logprobs_across_chunks(tiny_dir):  # noqa: F811
     for pos in (1, 31, 32, 33, 89):
         assert plp[pos][ids[pos]] == pytest.approx(float(ref[pos - 1, ids[pos]]), abs=1e-4)
         assert len(plp[pos]) >= 2
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_sleep_and_wake_give_the_same_outputs(tiny_dir, level):  # noqa: F811
+    llm = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256, max_num_seqs=16)
+    prompts = _prompts(3, seed=61)
+    params = SamplingParams(max_tokens=8, **GREEDY)
+    before = llm.generate(prompts, params, use_tqdm=False)
+    llm.engine.sleep(level)
+    assert llm.engine.is_sleeping and llm.engine.runner.kv is None
+    with pytest.raises(RuntimeError, match="asleep"):
+        llm.generate(prompts, params, use_tqdm=False)
+    llm.engine.wake_up()
+    after = llm.generate(prompts, params, use_tqdm=False)
+    assert _texts(after) == _texts(before)
+    _assert_idle(llm)
+
+
+def test_sleep_refused_while_busy(tiny_llm):
+    eng = tiny_llm.engine
+    eng.add_request("busy", _prompts(1, seed=71)[0], SamplingParams(max_tokens=5, **GREEDY))
+    with pytest.raises(ValueError, match="in flight"):
+        eng.sleep(1)
+    eng.abort("busy")
+    _assert_idle(tiny_llm)

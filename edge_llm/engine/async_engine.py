@@ -120,6 +120,17 @@ class AsyncEngine:
             if not finished:  # client went away: free its blocks before the next step
                 self._executor.submit(self.engine.abort, request_id)
 
+    @property
+    def is_sleeping(self) -> bool:
+        return self.engine.is_sleeping
+
+    async def sleep(self, level: int = 1) -> None:
+        """Free the GPU (see ``LLMEngine.sleep``); ValueError while requests are in flight."""
+        await self._call(self.engine.sleep, level)
+
+    async def wake_up(self) -> None:
+        await self._call(self.engine.wake_up)
+
     async def abort(self, request_id: str) -> None:
         await self._call(self.engine.abort, request_id)
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from edge_llm.config import EngineConfig
+from edge_llm.model.loader import load_model
 from edge_llm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
@@ -55,8 +56,6 @@ class StepError(RuntimeError):
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
-        from edge_llm.model.loader import load_model
-
         self.config = config
         mc = config.model
         model = mc.model
@@ -81,6 +80,7 @@ class LLMEngine:
             self.runner.plan.num_cpu_blocks,
         )
         self.requests: dict[str, _Request] = {}
+        self.sleep_level = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
 
@@ -114,6 +114,8 @@ class LLMEngine:
         arrival_time: float | None = None,
     ) -> None:
         """Validate and queue; a bad prompt raises ValueError and leaves nothing behind."""
+        if self.is_sleeping:
+            raise RuntimeError("The engine is asleep: call wake_up() first.")
         if request_id in self.requests:
             raise ValueError(f"Request id {request_id!r} is already in use.")
         text, ids = self.tokenize(prompt)
@@ -244,6 +246,38 @@ class LLMEngine:
             prompt_logprobs=req.prompt_logprobs, metrics=req.metrics,
             num_cached_tokens=req.num_cached_tokens,
         )
+
+    # ---- scale to zero ---------------------------------------------------------------------
+    @property
+    def is_sleeping(self) -> bool:
+        return self.sleep_level > 0
+
+    def sleep(self, level: int = 1) -> None:
+        """Free the KV cache (and the prefix cache with it); level 1 keeps the weights in host
+        memory, level 2 drops them. Refused while requests are in flight."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level}.")
+        if self.scheduler.has_unfinished():
+            raise ValueError(
+                f"Cannot sleep with {self.scheduler.num_unfinished_requests} requests in flight."
+            )
+        if self.is_sleeping:
+            return
+        self.runner.sleep(level)
+        self.sleep_level = level
+
+    def wake_up(self) -> None:
+        if not self.is_sleeping:
+            return
+        mc = self.config.model
+        self.runner.wake_up(lambda: load_model(
+            str(self.loaded.path), revision=mc.revision, dtype=mc.dtype, device=mc.device,
+            progress=False))
+        self.scheduler = Scheduler(
+            self.config.scheduler, self.config.cache, self.runner.plan.num_gpu_blocks,
+            self.runner.plan.num_cpu_blocks,
+        )
+        self.sleep_level = 0
 
     def check_integrity(self) -> None:
         self.scheduler.check_integrity()

@@ -61,6 +61,28 @@ class ModelRunner:
             self.plan.num_cpu_blocks, time.perf_counter() - start,
         )
 
+    # ---- scale to zero: free the device, come back ----------------------------------------
+    def sleep(self, level: int) -> None:
+        """Free the KV cache; level 1 keeps the weights in (pinned) host memory, level 2 drops
+        them (``wake_up`` then reloads from disk)."""
+        self.kv = None
+        if level == 2:
+            self.model = self.loaded.model = None
+        elif self.device.type == "cuda":
+            _move_tensors(self.model, torch.device("cpu"), pin=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def wake_up(self, reload) -> None:
+        """Weights back on the device (``reload()`` returns a fresh LoadedModel after level 2),
+        then the same KV plan allocated again."""
+        if self.model is None:
+            self.loaded = reload()
+            self.model = self.loaded.model
+        elif self.device.type == "cuda":
+            _move_tensors(self.model, self.device, pin=False)
+        self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.dtype, self.device)
+
     @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
         """Peak device memory of the weights plus the largest batch's activations (CUDA)."""
@@ -182,3 +204,25 @@ class ModelRunner:
             torch.tensor(sample_idx, dtype=torch.int64, device=dev),
             prompt_rows,
         )
+
+
+def _move_tensors(module: torch.nn.Module, device: torch.device, pin: bool) -> None:
+    """Move every parameter and buffer in place (module objects, and tied parameters, stay
+    shared), host copies pinned so the way back is a fast DMA."""
+    moved: dict[int, torch.Tensor] = {}
+    for m in module.modules():
+        for store in (m._parameters, m._buffers):
+            for name, t in store.items():
+                if t is None:
+                    continue
+                if id(t) not in moved:
+                    data = t.detach().to(device, non_blocking=True)
+                    if pin and data.device.type == "cpu":
+                        data = data.pin_memory()
+                    moved[id(t)] = (torch.nn.Parameter(data, requires_grad=False)
+                                    if isinstance(t, torch.nn.Parameter) else data)
+                store[name] = moved[id(t)]
+        if hasattr(m, "_cpu_weight"):
+            m._cpu_weight = None
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
