@@ -20,16 +20,22 @@ class HessianAccumulator:
     """Running ``H = 2/n * sum x x^T`` over the rows of a linear's inputs (float64, (K, K))."""
 
     def __init__(self, in_features: int) -> None:
-        self.h = torch.zeros(in_features, in_features, dtype=torch.float64)
+        self.in_features = in_features
+        self.h: torch.Tensor | None = None  # allocated on the device of the first inputs
         self.rows = 0
 
     def add(self, x: torch.Tensor) -> None:
         x = x.detach().reshape(-1, x.shape[-1]).to(torch.float32)  # (rows, K)
-        self.h += (x.t() @ x).to(device=self.h.device, dtype=torch.float64)
+        if x.shape[1] != self.in_features:
+            raise ValueError(f"inputs have {x.shape[1]} features, expected {self.in_features}.")
+        if self.h is None:
+            self.h = torch.zeros(self.in_features, self.in_features, dtype=torch.float64,
+                                 device=x.device)
+        self.h += (x.t() @ x).to(torch.float64)
         self.rows += x.shape[0]
 
     def hessian(self) -> torch.Tensor:
-        if self.rows == 0:
+        if self.h is None or self.rows == 0:
             raise ValueError("HessianAccumulator saw no inputs; run calibration data first.")
         return self.h * (2.0 / self.rows)
 
@@ -37,7 +43,7 @@ class HessianAccumulator:
 def _inverse_cholesky(h: torch.Tensor, damp: float) -> torch.Tensor:
     """Upper Cholesky factor of (H + damp * mean(diag H) * I)^-1, float64."""
     k = h.shape[0]
-    h = h + damp * torch.mean(torch.diag(h)) * torch.eye(k, dtype=h.dtype)
+    h = h + damp * torch.mean(torch.diag(h)) * torch.eye(k, dtype=h.dtype, device=h.device)
     lower = torch.linalg.cholesky(h)
     return torch.linalg.cholesky(torch.cholesky_inverse(lower), upper=True)
 
@@ -68,17 +74,18 @@ def gptq_quantize(
     if not 0.0 <= damp < 1.0:
         raise ValueError(f"damp must be in [0, 1), got {damp}.")
     w = w.detach().to(torch.float32).clone()
-    h = h.detach().to(torch.float64).clone()
+    h = h.detach().to(device=w.device, dtype=torch.float64).clone()
     dead = torch.diag(h) == 0
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
     groups = -(-k // gs)
-    scales = torch.zeros(n, groups)
-    zeros = torch.zeros(n, groups)
+    scales = torch.zeros(n, groups, device=w.device)
+    zeros = torch.zeros(n, groups, device=w.device)
     if static_groups:  # parameters from the original columns, in original group order
         for g in range(groups):
             scales[:, g], zeros[:, g] = group_params(w[:, g * gs : (g + 1) * gs], bits, sym, mse)
-    perm = torch.argsort(torch.diag(h), descending=True) if act_order else torch.arange(k)
+    perm = (torch.argsort(torch.diag(h), descending=True) if act_order
+            else torch.arange(k, device=w.device))
     w, h = w[:, perm], h[perm][:, perm]
     hinv = _inverse_cholesky(h, damp).to(torch.float32)
     # the column loop is thousands of tiny ops: extra threads only add synchronisation (6-15x
@@ -93,7 +100,7 @@ def gptq_quantize(
     if static_groups:
         g_perm = torch.div(perm, gs, rounding_mode="floor")
     else:
-        g_perm = torch.div(torch.arange(k), gs, rounding_mode="floor")
+        g_perm = torch.div(torch.arange(k, device=w.device), gs, rounding_mode="floor")
     invperm = torch.argsort(perm)
     return q[:, invperm].contiguous(), scales, zeros, g_perm[invperm].to(torch.int32)
 
@@ -112,7 +119,7 @@ def _quantize_columns(
 ) -> torch.Tensor:
     """The GPTQ column loop; returns q int32 (N, K) in processing order."""
     n, k = w.shape
-    q = torch.zeros(n, k, dtype=torch.int32)
+    q = torch.zeros(n, k, dtype=torch.int32, device=w.device)
     bs = block_size if gs >= k else max(gs, -(-block_size // gs) * gs)
     for i1 in range(0, k, bs):
         i2 = min(i1 + bs, k)

@@ -143,7 +143,8 @@ def _rtn_all(layers: nn.ModuleList, group_size: int, sym: bool, mse: bool) -> di
         for name, lin in layer_linears(layer).items():
             q, scales, zeros = rtn_quantize(lin.weight.data, 4, group_size, sym, mse)
             gs = lin.in_features if group_size == -1 else group_size
-            g_idx = torch.div(torch.arange(lin.in_features), gs, rounding_mode="floor")
+            g_idx = torch.div(torch.arange(lin.in_features, device=q.device), gs,
+                              rounding_mode="floor")
             results[f"model.layers.{i}.{name}"] = (q, scales, zeros, g_idx.to(torch.int32))
             _apply(lin, results[f"model.layers.{i}.{name}"])
     return results
