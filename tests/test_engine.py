@@ -184,3 +184,24 @@ def test_sleep_refused_while_busy(tiny_llm):
         eng.sleep(1)
     eng.abort("busy")
     _assert_idle(tiny_llm)
+
+
+def test_kv_budget_too_small_fails_with_numbers_and_flag(tiny_dir):  # noqa: F811
+    from edge_llm.engine.kv_cache import KVBudgetError
+
+    with pytest.raises(KVBudgetError) as err:
+        LLM(str(tiny_dir), device="cpu", max_model_len=2048, kv_cache_memory=64 * 1024)
+    msg = str(err.value)
+    assert "2048" in msg and "--kv-cache-memory" in msg and "--max-model-len" in msg
+
+
+@pytest.mark.parametrize("block_size", [8, 32])
+def test_other_block_sizes_same_greedy_output(tiny_dir, tiny_llm, block_size):  # noqa: F811
+    prompts = _prompts(4, seed=81)
+    params = SamplingParams(max_tokens=6, **GREEDY)
+    ref = tiny_llm.generate(prompts, params, use_tqdm=False)
+    other = LLM(str(tiny_dir), device="cpu", block_size=block_size, max_num_seqs=16,
+                max_num_batched_tokens=256)
+    assert _texts(other.generate(prompts, params, use_tqdm=False)) == _texts(ref)
+    with pytest.raises(ValueError, match="block_size"):
+        LLM(str(tiny_dir), device="cpu", block_size=12)
