@@ -330,4 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the importable module's main: plug-ins raise edge_llm.cli's error classes, which
+    # are not this __main__ copy's
+    from edge_llm.cli import main as _main
+
+    sys.exit(_main())

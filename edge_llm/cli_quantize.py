@@ -93,10 +93,10 @@ def _report_perplexity(src, out, model, tok, text, perplexity) -> None:
     ids = tok.encode(text, add_special_tokens=False)[:2048]
     ids_t = torch.tensor(ids)
     with torch.no_grad():
-        base = perplexity(lambda x: model(x[None]).logits[0], ids_t, window=512)
+        base = perplexity(lambda x: model(x).logits, ids_t, window=512)  # x: (1, T)
     quant = load_model(str(out), device="cpu", progress=False)
     from edge_llm.model.full_forward import full_logits
 
-    qppl = perplexity(lambda x: full_logits(quant.model, x), ids_t, window=512)
+    qppl = perplexity(lambda x: full_logits(quant.model, x[0]), ids_t, window=512)
     print(f"perplexity on {len(ids)} tokens of the bundled eval text: source {base:.3f}, "
           f"quantized {qppl:.3f} ({(qppl / base - 1) * 100:+.1f}%)")
