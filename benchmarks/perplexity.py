@@ -2,7 +2,9 @@
 
 Each configuration reloads the fp32 model, quantizes it with ``quantize_model`` (which leaves
 the dequantized weights in place), and scores the first ``--tokens`` tokens of
-``edge_llm/data/eval.txt`` through transformers. Example::
+``edge_llm/data/eval.txt`` through transformers. With ``--save-dir`` the AWQ checkpoint is also
+written and scored again through edge-llm's own loader and ``QuantLinear`` (CPU reference path).
+Example::
 
     python benchmarks/perplexity.py --model /tmp/smol/hf --configs fp32 rtn-g32 gptq-g32
 """
@@ -13,11 +15,18 @@ import argparse
 import json
 import logging
 import time
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from edge_llm.quant import load_eval_text, perplexity, quantize_model
+from edge_llm.quant import (
+    load_eval_text,
+    perplexity,
+    quantization_config_for,
+    quantize_model,
+    save_quantized,
+)
 
 
 def _parse(config: str) -> tuple[str, int]:
@@ -27,22 +36,61 @@ def _parse(config: str) -> tuple[str, int]:
     return method, int(group)
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="/tmp/smol/hf")
-    ap.add_argument("--configs", nargs="+", default=["fp32", "rtn-g32", "rtn-g64", "gptq-g32",
-                                                      "gptq-g64"])
+    ap.add_argument("--configs", nargs="+",
+                    default=["fp32", "rtn-g32", "rtn-g64", "gptq-g32", "gptq-g64"])
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--window", type=int, default=2048)
-    ap.add_argument("--nsamples", type=int, default=64)
-    ap.add_argument("--seqlen", type=int, default=512)
+    ap.add_argument("--nsamples", type=int, default=32)
+    ap.add_argument("--seqlen", type=int, default=256)
     ap.add_argument("--damp", type=float, default=0.01)
     ap.add_argument("--no-true-sequential", action="store_true")
     ap.add_argument("--mse", action="store_true", help="search each group's clipping range")
     ap.add_argument("--act-order", action="store_true",
                     help="GPTQ columns in act-order with static (sequential) groups")
+    ap.add_argument("--save-dir", default=None, help="write each AWQ checkpoint here and "
+                    "score it again through edge-llm's loader")
     ap.add_argument("--json", default=None, help="append one JSON line per configuration")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def _edge_llm_ppl(path: Path, ids: torch.Tensor, window: int) -> float:
+    from edge_llm.model.full_forward import full_logits
+    from edge_llm.model.loader import load_model
+
+    lm = load_model(str(path), device="cpu", dtype="float32", progress=False).model
+    return perplexity(lambda x: full_logits(lm, x[0]), ids, window)
+
+
+def _run(config: str, args, tok, ids: torch.Tensor) -> dict:
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    row = dict(config=config, seconds=0.0, nsamples=args.nsamples, seqlen=args.seqlen,
+               damp=args.damp, tokens=args.tokens, mse=args.mse, act_order=args.act_order,
+               true_sequential=not args.no_true_sequential)
+    state = None
+    if config != "fp32":
+        method, group = _parse(config)
+        start = time.perf_counter()
+        state = quantize_model(
+            model, tok, fmt="awq", method=method, group_size=group, nsamples=args.nsamples,
+            seqlen=args.seqlen, damp=args.damp, true_sequential=not args.no_true_sequential,
+            mse=args.mse, desc_act=args.act_order, static_groups=args.act_order,
+        )
+        row["seconds"] = time.perf_counter() - start
+    row["ppl"] = perplexity(lambda x: model(input_ids=x, use_cache=False).logits, ids,
+                            args.window)
+    if state is not None and args.save_dir:
+        out = save_quantized(Path(args.save_dir) / config, state, model.config.to_dict(),
+                             quantization_config_for("awq", group_size=_parse(config)[1]),
+                             tokenizer=tok)
+        row["ppl_edge_llm"] = _edge_llm_ppl(out, ids, args.window)
+    return row
+
+
+def main() -> None:
+    args = _args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("httpx", "transformers", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -52,25 +100,13 @@ def main() -> None:
         raise SystemExit(f"eval text has only {ids.numel()} tokens")
     base = None
     for config in args.configs:
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-        seconds = 0.0
-        if config != "fp32":
-            method, group = _parse(config)
-            start = time.perf_counter()
-            quantize_model(model, tok, fmt="awq", method=method, group_size=group,
-                           nsamples=args.nsamples, seqlen=args.seqlen, damp=args.damp,
-                           true_sequential=not args.no_true_sequential, mse=args.mse,
-                           desc_act=args.act_order, static_groups=args.act_order)
-            seconds = time.perf_counter() - start
-        ppl = perplexity(lambda x, m=model: m(input_ids=x, use_cache=False).logits, ids,
-                         args.window)
-        base = ppl if config == "fp32" else base
-        rel = f"{100 * (ppl / base - 1):+.1f}%" if base else ""
-        print(f"{config:10s} ppl {ppl:8.3f} {rel:>8s}  quantize {seconds:7.1f} s", flush=True)
+        row = _run(config, args, tok, ids)
+        base = row["ppl"] if config == "fp32" else base
+        rel = f"{100 * (row['ppl'] / base - 1):+.1f}%" if base else ""
+        extra = f"  edge-llm ppl {row['ppl_edge_llm']:.3f}" if "ppl_edge_llm" in row else ""
+        print(f"{config:10s} ppl {row['ppl']:8.3f} {rel:>8s}  quantize {row['seconds']:7.1f} s"
+              f"{extra}", flush=True)
         if args.json:
-            row = dict(config=config, ppl=ppl, seconds=seconds, nsamples=args.nsamples,
-                       seqlen=args.seqlen, damp=args.damp, tokens=args.tokens, mse=args.mse,
-                       act_order=args.act_order, true_sequential=not args.no_true_sequential)
             with open(args.json, "a") as f:
                 f.write(json.dumps(row) + "\n")
 

@@ -81,9 +81,6 @@ def gptq_quantize(
     groups = -(-k // gs)
     scales = torch.zeros(n, groups, device=w.device)
     zeros = torch.zeros(n, groups, device=w.device)
-    if static_groups:  # parameters from the original columns, in original group order
-        for g in range(groups):
-            scales[:, g], zeros[:, g] = group_params(w[:, g * gs : (g + 1) * gs], bits, sym, mse)
     perm = (torch.argsort(torch.diag(h), descending=True) if act_order
             else torch.arange(k, device=w.device))
     w, h = w[:, perm], h[perm][:, perm]
@@ -108,7 +105,7 @@ def gptq_quantize(
 def _quantize_columns(
     w: torch.Tensor,  # (N, K) in processing order, updated in place
     hinv: torch.Tensor,  # (K, K) upper Cholesky factor of H^-1 in processing order
-    scales: torch.Tensor,  # (N, G) filled here unless static (then read)
+    scales: torch.Tensor,  # (N, G) filled here
     zeros: torch.Tensor,
     gs: int,
     bits: int,
@@ -117,9 +114,18 @@ def _quantize_columns(
     static_perm: torch.Tensor | None,  # original column of each processed one (static groups)
     block_size: int,
 ) -> torch.Tensor:
-    """The GPTQ column loop; returns q int32 (N, K) in processing order."""
+    """The GPTQ column loop; returns q int32 (N, K) in processing order.
+
+    Dynamic groups (the default) take their scale/zero when the loop reaches a group's first
+    column. Static groups (sequential groups of original columns, processed in act-order) take
+    theirs when the loop first touches any of their columns, from those columns' current,
+    error-updated values (AutoGPTQ uses the original weights, before any update).
+    """
     n, k = w.shape
     q = torch.zeros(n, k, dtype=torch.int32, device=w.device)
+    if static_perm is not None:
+        positions = torch.argsort(static_perm)  # processing position of each original column
+        ready = [False] * scales.shape[1]
     bs = block_size if gs >= k else max(gs, -(-block_size // gs) * gs)
     for i1 in range(0, k, bs):
         i2 = min(i1 + bs, k)
@@ -130,6 +136,11 @@ def _quantize_columns(
             col = i1 + i
             if static_perm is not None:
                 g = int(static_perm[col]) // gs
+                if not ready[g]:
+                    pos = positions[g * gs : (g + 1) * gs]
+                    cols = _current_columns(w, w1, err1, hinv, i1, i2, pos)
+                    scales[:, g], zeros[:, g] = group_params(cols, bits, sym, mse)
+                    ready[g] = True
             else:
                 g = col // gs
                 if col % gs == 0:
@@ -146,3 +157,15 @@ def _quantize_columns(
             err1[:, i] = err
         w[:, i2:] -= err1 @ hinv[i1:i2, i2:]  # lazy batch update of later columns
     return q
+
+
+def _current_columns(w, w1, err1, hinv, i1: int, i2: int, pos: torch.Tensor) -> torch.Tensor:
+    """Current values (N, len(pos)) of not-yet-quantized columns at processing positions ``pos``:
+    in-block ones from the block copy, later ones minus the block's pending (lazy) updates."""
+    out = torch.empty(w.shape[0], pos.numel(), dtype=w.dtype, device=w.device)
+    inside = pos < i2
+    out[:, inside] = w1[:, pos[inside] - i1]
+    later = pos[~inside]
+    if later.numel():
+        out[:, ~inside] = w[:, later] - err1 @ hinv[i1:i2, later]
+    return out
