@@ -2,7 +2,8 @@
 
 Lifecycle (scale-to-zero friendly): ``lifespan`` starts loading the engine in a background thread
 and returns at once, so the port opens immediately; ``/health`` says 503 until the engine is
-ready; ``/v1`` requests wait for it (bounded by ``ServerConfig.ready_timeout``).
+loaded and warmed up; ``/v1`` requests wait for it (bounded by ``ServerConfig.ready_timeout``).
+The rest of the life (warm-up, hooks, idle sleep, drain) is set by a ``LifecycleConfig``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from edge_llm.config import EngineConfig, ServerConfig
 
 from .context import USAGE_KEY, ServerContext
 from .errors import handle_exception
+from .hooks import Hooks, LifecycleConfig, StartupPhases, builtin_warmup, user_warmup
 from .lifecycle import EngineHolder
 from .metrics import ServerMetrics, engine_stats
 from .preprocess import read_chat_template
-from .routes import ROUTES
+from .routes import ROUTES, SAGEMAKER_ROUTES
 
 logger = logging.getLogger("edge_llm.server")
 
@@ -36,30 +38,46 @@ def create_app(
     *,
     engine_factory: Callable[[], Any] | None = None,
     on_load_failure: Callable[[BaseException], None] | None = None,
+    lifecycle: LifecycleConfig | None = None,
 ) -> Litestar:
     """Build the app. ``engine_factory`` (blocking, run in a thread) defaults to
     ``AsyncEngine.from_config(engine_config)``; tests pass their own. ``on_load_failure`` is
-    called (in the event loop) if loading raises, e.g. to stop the process.
+    called (in the event loop) if loading raises, e.g. to stop the process. ``lifecycle``
+    (default: built-in warm-up on for the default factory, no idle sleep) sets warm-up, hooks,
+    idle sleep and the SageMaker routes.
 
-    Raises ValueError for a ``chat_template`` that is neither a file nor a template.
+    Raises ValueError for a ``chat_template`` that is neither a file nor a template, or a hook
+    that cannot be imported.
     """
     engine_config = engine_config or EngineConfig()
     server_config = server_config or ServerConfig()
+    # a caller's own factory (a test double) gets no built-in warm-up unless asked for
+    lifecycle = lifecycle or LifecycleConfig(warmup=engine_factory is None)
+    phases = StartupPhases()
     if engine_factory is None:
-        engine_factory = _default_factory(engine_config)
+        engine_factory = _default_factory(engine_config, phases)
+    hooks = Hooks.from_specs(lifecycle.hooks)
+    chat_template = read_chat_template(server_config.chat_template)
+    max_num_seqs = engine_config.scheduler.max_num_seqs
     holder = EngineHolder(
         engine_factory,
         ready_timeout=server_config.ready_timeout,
-        max_num_seqs=engine_config.scheduler.max_num_seqs,
+        max_num_seqs=max_num_seqs,
         max_queue=server_config.max_queue,
         retry_after=server_config.retry_after,
         on_load_failure=on_load_failure,
+        warmup=_warmup(lifecycle, max_num_seqs, chat_template),
+        hooks=hooks,
+        phases=phases,
+        idle_sleep_s=lifecycle.idle_sleep_s,
+        sleep_level=lifecycle.sleep_level,
     )
     ctx = ServerContext(
         config=server_config,
         holder=holder,
-        metrics=ServerMetrics(lambda: engine_stats(holder), lambda: ctx.model_name()),
-        chat_template=read_chat_template(server_config.chat_template),
+        metrics=ServerMetrics(lambda: engine_stats(holder), lambda: ctx.model_name(),
+                              phases=lambda: phases.seconds),
+        chat_template=chat_template,
     )
 
     @asynccontextmanager
@@ -73,7 +91,7 @@ def create_app(
     from edge_llm import __version__
 
     app = Litestar(
-        route_handlers=ROUTES,
+        route_handlers=ROUTES + (SAGEMAKER_ROUTES if lifecycle.sagemaker else []),
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=server_config.max_body_bytes,
@@ -81,18 +99,38 @@ def create_app(
         logging_config=None,
     )
     app.state.ctx = ctx
+    hooks.state = app.state
     # Wrapped outside Litestar's router so that unmatched routes (404/405) are logged too.
     app.asgi_handler = RequestLog(app.asgi_handler, enabled=server_config.log_requests)
     return app
 
 
-def _default_factory(config: EngineConfig) -> Callable[[], Any]:
+def _default_factory(config: EngineConfig, phases: StartupPhases) -> Callable[[], Any]:
     def load() -> Any:
+        began = time.perf_counter()
         from edge_llm.engine.async_engine import AsyncEngine  # torch loads here, off the loop
 
+        phases.record("import", time.perf_counter() - began, "torch and the engine")
         return AsyncEngine.from_config(config)
 
     return load
+
+
+def _warmup(lifecycle: LifecycleConfig, max_num_seqs: int, chat_template: str | None
+            ) -> Callable[[Any], Any] | None:
+    """The warm-up run before ready: the built-in shapes, then the user's requests."""
+    if not lifecycle.warmup and not lifecycle.warmup_prompts:
+        return None
+
+    async def warm(engine: Any) -> None:
+        tokens = 0
+        if lifecycle.warmup:
+            tokens += await builtin_warmup(engine, lifecycle, max_num_seqs)
+        if lifecycle.warmup_prompts:
+            tokens += await user_warmup(engine, lifecycle.warmup_prompts, chat_template)
+        logger.info("Warm-up generated %d tokens", tokens)
+
+    return warm
 
 
 class RequestLog:

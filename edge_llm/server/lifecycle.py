@@ -1,11 +1,14 @@
-"""The engine's life in the server: load in the background, admit requests, stop.
+"""The engine's life in the server: load in the background, admit requests, sleep, stop.
 
 Built for scale-to-zero platforms: the port opens at once, the weights load in a daemon thread
 (so a shutdown while loading does not wait for it), and ``/v1`` requests that arrive meanwhile
 wait for readiness (up to ``ready_timeout``) instead of failing.
 
-    state:  loading --(factory returned, engine.start())--> ready
-               \\--(factory raised)--> failed          (health 503 with the reason)
+    loading --(factory, engine.start(), on_load, warm-up)--> ready <--(wake_up)-- asleep
+       \\--(factory or warm-up raised)--> failed            \\--(sleep: idle or POST)--^
+    any --(SIGTERM: begin_drain)--> draining               (new requests 503; in-flight finish)
+
+A request to a sleeping engine wakes it and waits; ``/health`` says 503 "asleep" meanwhile.
 """
 
 from __future__ import annotations
@@ -14,21 +17,25 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .errors import OpenAIError
+from .hooks import Hooks, StartupPhases
 
 logger = logging.getLogger("edge_llm.server")
 
 EngineFactory = Callable[[], Any]  # blocking; returns an AsyncEngine-like object
+Warmup = Callable[[Any], Awaitable[None]]  # given the started engine; runs before ready
 
 
 class EngineHolder:
-    """Owns the engine object and the admission counter of one app.
+    """Owns the engine object, its sleep state and the admission counter of one app.
 
     ``max_num_seqs`` is how many requests the engine runs at once; ``max_queue`` (None: no
     limit) is how many more may wait. Past that, requests get 429 with ``Retry-After``.
+    ``warmup`` runs after loading and before ready; ``hooks`` get the lifecycle events;
+    ``idle_sleep_s`` (None: never) sleeps the engine at ``sleep_level`` after that long idle.
     """
 
     def __init__(
@@ -40,6 +47,11 @@ class EngineHolder:
         max_queue: int | None,
         retry_after: int = 1,
         on_load_failure: Callable[[BaseException], None] | None = None,
+        warmup: Warmup | None = None,
+        hooks: Hooks | None = None,
+        phases: StartupPhases | None = None,
+        idle_sleep_s: float | None = None,
+        sleep_level: int = 1,
     ) -> None:
         self._factory = factory
         self.ready_timeout = ready_timeout
@@ -47,62 +59,184 @@ class EngineHolder:
         self.max_queue = max_queue
         self.retry_after = retry_after
         self.on_load_failure = on_load_failure
-        self.engine: Any = None
+        self.warmup = warmup
+        self.hooks = hooks or Hooks()
+        self.phases = phases or StartupPhases()
+        self.idle_sleep_s = idle_sleep_s
+        self.sleep_level = sleep_level
+        self.engine: Any = None  # set once ready (after warm-up)
         self.error: str | None = None
         self.load_seconds: float | None = None
         self.in_flight = 0  # engine requests admitted and not yet finished
+        self.asleep = False
+        self.waking = False
+        self.warming = False
+        self.draining = False
+        self.last_activity = time.monotonic()
         self._done: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._idle_task: asyncio.Task | None = None
+        self._sleep_lock: asyncio.Lock | None = None
 
     @property
     def state(self) -> str:
-        if self.engine is not None:
-            return "ready"
-        return "failed" if self.error is not None else "loading"
+        """One of loading, warming, ready, asleep, waking, draining, failed."""
+        if self.draining:
+            return "draining"
+        if self.engine is None:
+            if self.error is not None:
+                return "failed"
+            return "warming" if self.warming else "loading"
+        if self.waking:
+            return "waking"
+        return "asleep" if self.asleep else "ready"
 
     # ---- lifespan --------------------------------------------------------------------------
     async def start_loading(self) -> None:
         """Begin loading in the background; returns at once (call inside the event loop)."""
         self._done = asyncio.Event()
+        self._sleep_lock = asyncio.Lock()
         self._task = asyncio.create_task(self._load(), name="edge-llm-load")
+        if self.idle_sleep_s is not None:
+            self._idle_task = asyncio.create_task(self._idle_loop(), name="edge-llm-idle")
 
     async def _load(self) -> None:
         assert self._done is not None
         start = time.perf_counter()
+        engine = None
         try:
             engine = await _run_in_daemon_thread(self._factory)
+            imported = self.phases.seconds.get("import", 0.0)  # the factory's own import time
+            self.phases.record_engine(engine, time.perf_counter() - start - imported)
             await engine.start()
+            await self.hooks.fire("on_load", strict=True)
+            if self.warmup is not None:
+                self.warming = True
+                began = time.perf_counter()
+                await self.warmup(engine)
+                self.phases.record("warmup", time.perf_counter() - began)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any load failure is reported, not raised
             self.error = f"{type(exc).__name__}: {exc}"
             logger.error("The model failed to load: %s", self.error)
+            if engine is not None:
+                await engine.stop()
             if self.on_load_failure is not None:
                 self.on_load_failure(exc)
         else:
             self.engine = engine
             self.load_seconds = time.perf_counter() - start
+            self.last_activity = time.monotonic()
+            self.phases.record_ready()
             logger.info("Model %s ready in %.1f s", getattr(engine, "model_name", "?"),
                         self.load_seconds)
+            await self.hooks.fire("on_ready")
         finally:
+            self.warming = False
             self._done.set()
 
+    def begin_drain(self) -> None:
+        """Stop admitting requests (503); those in flight go on. Called on SIGTERM."""
+        if not self.draining:
+            logger.info("Draining: %d requests in flight; new requests get 503", self.in_flight)
+        self.draining = True
+
     async def shutdown(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()  # the loading thread is a daemon: it dies with the process
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        self.draining = True
+        for task in (self._idle_task, self._task):
+            if task is not None and not task.done():
+                task.cancel()  # the loading thread is a daemon: it dies with the process
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         if self.engine is not None:
             await self.engine.stop()
             self.engine = None
 
+    # ---- sleep -------------------------------------------------------------------------------
+    async def sleep(self, level: int | None = None) -> bool:
+        """Sleep the engine (KV cache freed; level 1: weights to host memory, 2: dropped).
+        False if already asleep; 409 while requests are in flight; 503 if not loaded."""
+        level = self.sleep_level if level is None else level
+        if level not in (1, 2):
+            raise OpenAIError(400, f"level must be 1 or 2, got {level}.", param="level")
+        engine = self._loaded_engine()
+        assert self._sleep_lock is not None
+        async with self._sleep_lock:
+            if self.asleep:
+                return False
+            if self.in_flight:
+                raise self._busy(f"{self.in_flight} requests are in flight")
+            try:
+                await engine.sleep(level)
+            except ValueError as exc:  # the engine's own in-flight check
+                raise self._busy(str(exc)) from exc
+            self.asleep = True
+        logger.info("Engine asleep (level %d)", level)
+        await self.hooks.fire("on_sleep")
+        return True
+
+    async def wake_up(self) -> bool:
+        """Wake a sleeping engine (the weights come back); False if it was awake."""
+        engine = self._loaded_engine()
+        assert self._sleep_lock is not None
+        async with self._sleep_lock:
+            if not self.asleep:
+                return False
+            self.waking = True
+            began = time.perf_counter()
+            try:
+                await engine.wake_up()
+            finally:
+                self.waking = False
+            self.asleep = False
+            self.last_activity = time.monotonic()
+        logger.info("Engine awake in %.2f s", time.perf_counter() - began)
+        await self.hooks.fire("on_wake")
+        return True
+
+    def _loaded_engine(self) -> Any:
+        if self.engine is None:
+            raise self._unavailable(f"The model is not loaded ({self.state}).")
+        return self.engine
+
+    @staticmethod
+    def _busy(why: str) -> OpenAIError:
+        return OpenAIError(409, f"Cannot sleep: {why}; retry when they finish.",
+                           code="requests_in_flight")
+
+    async def _idle_loop(self) -> None:
+        """Sleep the engine once it has been idle ``idle_sleep_s`` seconds."""
+        assert self.idle_sleep_s is not None
+        tick = min(1.0, self.idle_sleep_s / 4)
+        while True:
+            await asyncio.sleep(tick)
+            idle = time.monotonic() - self.last_activity
+            if (self.state == "ready" and self.in_flight == 0 and idle >= self.idle_sleep_s):
+                try:
+                    await self.sleep()
+                except OpenAIError as exc:  # a request slipped in: try again later
+                    logger.debug("Idle sleep skipped: %s", exc.message)
+                except Exception:  # noqa: BLE001 - keep the watcher alive
+                    logger.exception("Idle sleep failed")
+
     # ---- requests --------------------------------------------------------------------------
     async def wait_ready(self) -> Any:
-        """The engine, waiting up to ``ready_timeout`` while it loads; 503 if not there."""
-        if self.engine is not None:
-            return self.engine
+        """The awake engine, waiting up to ``ready_timeout`` while it loads and waking it if
+        it sleeps; 503 while draining or if it is not there."""
+        if self.draining:
+            raise self._unavailable("The server is shutting down.")
+        self.last_activity = time.monotonic()
+        if self.engine is None:
+            await self._wait_loaded()
+        if self.asleep or self.waking:
+            await self.wake_up()
+        self.last_activity = time.monotonic()
+        return self.engine
+
+    async def _wait_loaded(self) -> None:
         if self._done is None:
             raise self._unavailable("The server is starting; the model is not loading yet.")
         if self.error is None:
@@ -114,7 +248,6 @@ class EngineHolder:
                 ) from None
         if self.engine is None:
             raise self._unavailable(f"The model failed to load: {self.error}")
-        return self.engine
 
     def _unavailable(self, message: str) -> OpenAIError:
         return OpenAIError(503, message, code="model_not_ready",
@@ -138,6 +271,7 @@ class EngineHolder:
                     headers={"Retry-After": str(self.retry_after)},
                 )
         self.in_flight += num_requests
+        self.last_activity = time.monotonic()
         return Ticket(self, num_requests)
 
 
@@ -150,6 +284,8 @@ class Ticket:
 
     def release(self) -> None:
         self._holder.in_flight -= self._count
+        if self._count:
+            self._holder.last_activity = time.monotonic()
         self._count = 0
 
 

@@ -77,10 +77,29 @@ class _EngineStatsCollector:
                     yield fam
 
 
-class ServerMetrics:
-    """The app's registry; ``model_name`` is resolved lazily (the engine may still be loading)."""
+class _PhaseCollector:
+    """``edge_llm:startup_phase_seconds{phase=...}``: seconds of each start-up phase so far."""
 
-    def __init__(self, stats: Callable[[], dict | None], model_name: Callable[[], str]) -> None:
+    def __init__(self, phases: Callable[[], dict[str, float]]) -> None:
+        self._phases = phases
+
+    def collect(self) -> Iterator[Metric]:
+        phases = self._phases()
+        if phases:
+            fam = GaugeMetricFamily("edge_llm:startup_phase_seconds",
+                                    "Seconds of each start-up phase (ready: since process start).",
+                                    labels=["phase"])
+            for phase, seconds in phases.items():
+                fam.add_metric([phase], seconds)
+            yield fam
+
+
+class ServerMetrics:
+    """The app's registry; ``model_name`` is resolved lazily (the engine may still be loading).
+    ``phases`` (optional) gives the start-up phase seconds exported as a gauge."""
+
+    def __init__(self, stats: Callable[[], dict | None], model_name: Callable[[], str],
+                 phases: Callable[[], dict[str, float]] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._model_name = model_name
         r, lab = self.registry, ["model_name"]
@@ -106,6 +125,8 @@ class ServerMetrics:
             "vllm:request_generation_tokens", "Generated tokens per request.", lab,
             buckets=_TOKEN_BUCKETS, registry=r)
         self.registry.register(_EngineStatsCollector(stats, model_name))
+        if phases is not None:
+            self.registry.register(_PhaseCollector(phases))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import hmac
 from functools import cache
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Any
 
+import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.enums import RequestEncodingType
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Body
+from litestar.params import Body, QueryParameter
 
 from .context import ServerContext, until_disconnect
-from .errors import OpenAIError
+from .errors import OpenAIError, bad_request
 from .metrics import CONTENT_TYPE
 from .protocol import (
     ChatCompletion,
@@ -80,18 +81,83 @@ v1_router = Router("/v1", route_handlers=[chat_completions, completions, list_mo
                    guards=[require_api_key])
 
 
-@get("/health", summary="200 when the model is ready, 503 while it loads",
+_HEALTH_MESSAGES = {
+    "loading": "The model is loading; the server will be ready soon.",
+    "warming": "The model is warming up; the server will be ready soon.",
+    "asleep": "The engine is asleep; the next request wakes it.",
+    "waking": "The engine is asleep and waking up for a request.",
+    "draining": "The server is shutting down.",
+}
+
+
+@get("/health", summary="200 when the model is ready; 503 while it loads, sleeps or drains",
      responses={503: ResponseSpec(ErrorResponse)})
 async def health(request: Request) -> Response:
     holder = ctx_of(request).holder
-    if holder.state == "ready":
+    state = holder.state
+    if state == "ready":
         return Response({"status": "ok"}, status_code=200)
-    if holder.state == "failed":
+    if state == "failed":
         msg = f"The model failed to load: {holder.error}"
     else:
-        msg = "The model is loading; the server will be ready soon."
-    raise OpenAIError(503, msg, code=f"model_{holder.state}",
-                      headers={"Retry-After": str(holder.retry_after)})
+        msg = _HEALTH_MESSAGES[state]
+    code = f"model_{state}" if state in ("loading", "failed") else state
+    raise OpenAIError(503, msg, code=code, headers={"Retry-After": str(holder.retry_after)})
+
+
+@get("/ping", summary="RunPod / SageMaker: 200 ready (or asleep), 204 initialising, 503 down",
+     status_code=200)
+async def ping(request: Request) -> Response:
+    """RunPod's load balancer reads 204 as initialising and 200 as healthy; SageMaker wants
+    200 when the container can take requests, which a sleeping engine can (it wakes)."""
+    state = ctx_of(request).holder.state
+    if state in ("ready", "asleep", "waking"):
+        return Response({"status": "healthy", "state": state}, status_code=200)
+    if state in ("loading", "warming"):
+        return Response(b"", status_code=204)
+    return Response({"status": "unhealthy", "state": state}, status_code=503)
+
+
+@post("/sleep", status_code=200, guards=[require_api_key],
+      summary="Free the accelerator: level 1 keeps weights in host memory, 2 drops them",
+      responses={409: ResponseSpec(ErrorResponse, description="Requests in flight")})
+async def sleep(request: Request, level: Annotated[int | None, QueryParameter(name="level")] = None
+                ) -> dict[str, Any]:
+    holder = ctx_of(request).holder
+    changed = await holder.sleep(level)
+    return {"is_sleeping": True, "changed": changed}
+
+
+@post("/wake_up", status_code=200, guards=[require_api_key], summary="Wake a sleeping engine")
+async def wake_up(request: Request) -> dict[str, Any]:
+    changed = await ctx_of(request).holder.wake_up()
+    return {"is_sleeping": False, "changed": changed}
+
+
+@get("/is_sleeping", guards=[require_api_key], summary="Whether the engine sleeps")
+async def is_sleeping(request: Request) -> dict[str, Any]:
+    return {"is_sleeping": ctx_of(request).holder.asleep}
+
+
+@post("/invocations", status_code=200, guards=[require_api_key],
+      responses={200: ResponseSpec(ChatCompletion), **_ERRORS},
+      summary="SageMaker: an OpenAI chat (messages) or completions (prompt) body")
+async def invocations(request: Request) -> Response:
+    raw = await request.body()
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"The body is not valid JSON: {exc}", None) from None
+    if not isinstance(body, dict) or ("messages" in body) == ("prompt" in body):
+        raise bad_request("The body needs either 'messages' (chat) or 'prompt' (completions).",
+                          None)
+    ctx = ctx_of(request)
+    try:
+        if "messages" in body:
+            return await serve_chat(ctx, msgspec.convert(body, ChatCompletionRequest), request)
+        return await serve_completions(ctx, msgspec.convert(body, CompletionRequest), request)
+    except msgspec.ValidationError as exc:
+        raise bad_request(f"Invalid body: {exc}", None) from None
 
 
 @get("/version", summary="edge-llm version")
@@ -116,4 +182,5 @@ async def index() -> Response:
     return Response(_page(), media_type="text/html; charset=utf-8")
 
 
-ROUTES = [v1_router, health, version, metrics, index]
+ROUTES = [v1_router, health, ping, sleep, wake_up, is_sleeping, version, metrics, index]
+SAGEMAKER_ROUTES = [invocations]
