@@ -17,9 +17,11 @@ import logging
 import os
 import pkgutil
 import re
+import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -107,6 +109,17 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--ready-timeout", float, 600.0, "seconds a request waits for the model to load"),
     Option("--log-level", str, "info", "debug, info, warning or error"),
     _bool_flag("--log-requests", True, "one log line per request"),
+    Option("--idle-sleep-s", float, None, "sleep the engine after this many idle seconds "
+           "(default: never); the next request wakes it"),
+    Option("--sleep-level", int, 1, "1: weights to host memory while asleep, 2: dropped"),
+    _bool_flag("--warmup", True, "run a prefill/decode warm-up pass before ready"),
+    Option("--warmup-prompts", str, None, "file of warm-up requests run before ready: one "
+           "prompt per line, or JSONL of OpenAI bodies"),
+    Option("--hook", str, None, "lifecycle hook(s) 'module:function', comma-separated; called "
+           "with (event, app state) at on_load/on_ready/on_sleep/on_wake"),
+    Option("--drain-timeout", float, 30.0, "seconds in-flight requests get after SIGTERM"),
+    _bool_flag("--sagemaker", False, "SageMaker mode: POST /invocations, port 8080 (also on "
+               "when $SAGEMAKER_BIND_TO_PORT or $SM_MODEL_DIR is set)"),
 )
 
 
@@ -200,6 +213,36 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
     return engine, server
 
 
+def build_lifecycle(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Any:
+    """LifecycleConfig from resolved serve options; SageMaker's environment turns on its mode
+    and picks its port (``SAGEMAKER_BIND_TO_PORT``, default 8080) unless a port was given.
+    UsageError naming the flag or file on bad values."""
+    from edge_llm.server.hooks import LifecycleConfig, read_warmup_prompts
+
+    environ = os.environ if environ is None else environ
+    sagemaker = args.sagemaker or bool(environ.get("SAGEMAKER_BIND_TO_PORT")
+                                       or environ.get("SM_MODEL_DIR"))
+    if sagemaker and not args.port_given:
+        try:
+            args.port = int(environ.get("SAGEMAKER_BIND_TO_PORT") or 8080)
+        except ValueError:
+            raise UsageError("environment variable SAGEMAKER_BIND_TO_PORT: not a port") from None
+        args.host = "0.0.0.0" if args.host == "127.0.0.1" else args.host
+    prompts: tuple = ()
+    if args.warmup_prompts:
+        try:
+            prompts = read_warmup_prompts(args.warmup_prompts)
+        except ValueError as exc:
+            raise UsageError(f"--warmup-prompts: {exc}") from None
+    hooks = tuple(h.strip() for h in (args.hook or "").split(",") if h.strip())
+    try:
+        return LifecycleConfig(idle_sleep_s=args.idle_sleep_s, sleep_level=args.sleep_level,
+                               warmup=args.warmup, warmup_prompts=prompts, hooks=hooks,
+                               drain_timeout=args.drain_timeout, sagemaker=sagemaker)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def setup_logging(level: str) -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
@@ -209,35 +252,74 @@ def setup_logging(level: str) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    """Serve until SIGTERM/SIGINT: then new requests get 503 (or a refused connection), those
+    in flight get ``--drain-timeout`` seconds to finish, and the exit code is 0."""
+    started = time.time()
+    from edge_llm.server.hooks import set_compile_cache_env
 
-    from edge_llm.server import create_app
-
+    set_compile_cache_env()  # before torch/triton load: a second cold start reuses kernels
+    args.port_given = args.port is not None or any(os.environ.get(e) for e in
+                                                   ("EDGE_LLM_PORT", "PORT"))
     resolve_options(args, SERVE_OPTIONS)
     args.model = args.model or os.environ.get("EDGE_LLM_MODEL") or None
     engine_cfg, server_cfg = build_configs(args)
+    lifecycle = build_lifecycle(args)
+    server_cfg = replace(server_cfg, host=args.host, port=args.port)
     setup_logging(args.log_level)
     check_model_path(args.model)
     failures: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    server: Any = None
 
     def stop(exc: BaseException) -> None:  # the model failed to load: exit 1
         failures.append(exc)
         if server is not None:
             server.should_exit = True
 
+    import uvicorn
+
+    from edge_llm.server import create_app
+
     try:
-        app = create_app(engine_cfg, server_cfg, on_load_failure=stop)
+        app = create_app(engine_cfg, server_cfg, on_load_failure=stop, lifecycle=lifecycle)
     except (ValueError, OSError) as exc:
         raise RunError(str(exc)) from None
+    logging.getLogger("edge_llm.server").info(
+        "startup phase server_import: %.2f s (process start to app built: %.2f s)",
+        time.time() - started, time.time() - app.state.ctx.holder.phases.process_start)
     config = uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
                             log_level=args.log_level, access_log=False, log_config=None,
-                            timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+                            timeout_graceful_shutdown=lifecycle.drain_timeout)
+    server = _DrainingServer(config, app.state.ctx.holder)
     server.run()
     if failures:
         raise RunError(f"the model failed to load: {failures[0]}")
     return 0 if server.started else 1
+
+
+def _draining_server_class() -> type:
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's graceful shutdown (listening socket closed, open connections waited for
+        up to ``timeout_graceful_shutdown``) plus the holder's admission gate, so requests on
+        kept-alive connections get 503 meanwhile. SIGTERM ends with exit code 0: uvicorn would
+        re-raise it after the drain, and a platform would read that as a crash."""
+
+        def __init__(self, config: Any, holder: Any) -> None:
+            super().__init__(config)
+            self.holder = holder
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.holder.begin_drain()
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM and sig in self._captured_signals:
+                self._captured_signals.remove(sig)
+
+    return DrainingServer
+
+
+def _DrainingServer(config: Any, holder: Any) -> Any:  # noqa: N802 - a class, built lazily
+    return _draining_server_class()(config, holder)
 
 
 # ---- chat ---------------------------------------------------------------------------------

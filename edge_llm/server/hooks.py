@@ -51,8 +51,8 @@ class LifecycleConfig:
     hooks: tuple[str, ...] = ()
     drain_timeout: float = 30.0
     sagemaker: bool = False
-    warmup_batch: int = 8  # sequences of the larger warm-up batch (capped by max_num_seqs)
-    warmup_tokens: int = 4  # decode steps per warm-up request
+    warmup_batch: int = 4  # sequences of the larger warm-up batch (capped by max_num_seqs)
+    warmup_tokens: int = 3  # decode steps per warm-up request
 
     def __post_init__(self) -> None:
         if self.idle_sleep_s is not None and self.idle_sleep_s <= 0:
