@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
+
+# OpenMP threads that spin while waiting make every small CPU op crawl as soon as another
+# process wants the cores (measured on 2 cores: 1.9 -> 14.4 tokens/s for the demo model).
+# Takes effect when edge_llm is imported before torch; the user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .outputs import CompletionOutput, RequestOutput
 from .sampling_params import SamplingParams

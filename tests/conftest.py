@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+
+# before anything imports torch (see edge_llm/__init__.py): no spinning OpenMP waiters
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import socket
 import subprocess
 import sys
