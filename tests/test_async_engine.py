@@ -47,7 +47,7 @@ def test_concurrent_streams_match_alone(engine):
         return alone, together
 
     alone, together = asyncio.run(main())
-    for (d1, o1), (d2, o2) in zip(alone, together, strict=True):
+    for (_, o1), (d2, o2) in zip(alone, together, strict=True):
         assert o1.outputs[0].token_ids == o2.outputs[0].token_ids
         assert sum(d2, []) == o2.outputs[0].token_ids  # deltas add up to the whole
         assert o2.finished and o2.outputs[0].finish_reason == "length"
