@@ -17,7 +17,6 @@ import logging
 import os
 import pkgutil
 import re
-import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -278,6 +277,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from edge_llm.server import create_app
+    from edge_llm.server.draining import DrainingServer
 
     try:
         app = create_app(engine_cfg, server_cfg, on_load_failure=stop, lifecycle=lifecycle)
@@ -289,37 +289,11 @@ def run_serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
                             log_level=args.log_level, access_log=False, log_config=None,
                             timeout_graceful_shutdown=lifecycle.drain_timeout)
-    server = _DrainingServer(config, app.state.ctx.holder)
+    server = DrainingServer(config, app.state.ctx.holder)
     server.run()
     if failures:
         raise RunError(f"the model failed to load: {failures[0]}")
     return 0 if server.started else 1
-
-
-def _draining_server_class() -> type:
-    import uvicorn
-
-    class DrainingServer(uvicorn.Server):
-        """uvicorn's graceful shutdown (listening socket closed, open connections waited for
-        up to ``timeout_graceful_shutdown``) plus the holder's admission gate, so requests on
-        kept-alive connections get 503 meanwhile. SIGTERM ends with exit code 0: uvicorn would
-        re-raise it after the drain, and a platform would read that as a crash."""
-
-        def __init__(self, config: Any, holder: Any) -> None:
-            super().__init__(config)
-            self.holder = holder
-
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            self.holder.begin_drain()
-            super().handle_exit(sig, frame)
-            if sig == signal.SIGTERM and sig in self._captured_signals:
-                self._captured_signals.remove(sig)
-
-    return DrainingServer
-
-
-def _DrainingServer(config: Any, holder: Any) -> Any:  # noqa: N802 - a class, built lazily
-    return _draining_server_class()(config, holder)
 
 
 # ---- chat ---------------------------------------------------------------------------------

@@ -58,20 +58,8 @@ def create_app(
         engine_factory = _default_factory(engine_config, phases)
     hooks = Hooks.from_specs(lifecycle.hooks)
     chat_template = read_chat_template(server_config.chat_template)
-    max_num_seqs = engine_config.scheduler.max_num_seqs
-    holder = EngineHolder(
-        engine_factory,
-        ready_timeout=server_config.ready_timeout,
-        max_num_seqs=max_num_seqs,
-        max_queue=server_config.max_queue,
-        retry_after=server_config.retry_after,
-        on_load_failure=on_load_failure,
-        warmup=_warmup(lifecycle, max_num_seqs, chat_template),
-        hooks=hooks,
-        phases=phases,
-        idle_sleep_s=lifecycle.idle_sleep_s,
-        sleep_level=lifecycle.sleep_level,
-    )
+    holder = _holder(engine_factory, engine_config, server_config, lifecycle, on_load_failure,
+                     hooks, phases, chat_template)
     ctx = ServerContext(
         config=server_config,
         holder=holder,
@@ -103,6 +91,26 @@ def create_app(
     # Wrapped outside Litestar's router so that unmatched routes (404/405) are logged too.
     app.asgi_handler = RequestLog(app.asgi_handler, enabled=server_config.log_requests)
     return app
+
+
+def _holder(factory: Callable[[], Any], engine_config: EngineConfig,
+            server_config: ServerConfig, lifecycle: LifecycleConfig,
+            on_load_failure: Callable[[BaseException], None] | None, hooks: Hooks,
+            phases: StartupPhases, chat_template: str | None) -> EngineHolder:
+    max_num_seqs = engine_config.scheduler.max_num_seqs
+    return EngineHolder(
+        factory,
+        ready_timeout=server_config.ready_timeout,
+        max_num_seqs=max_num_seqs,
+        max_queue=server_config.max_queue,
+        retry_after=server_config.retry_after,
+        on_load_failure=on_load_failure,
+        warmup=_warmup(lifecycle, max_num_seqs, chat_template),
+        hooks=hooks,
+        phases=phases,
+        idle_sleep_s=lifecycle.idle_sleep_s,
+        sleep_level=lifecycle.sleep_level,
+    )
 
 
 def _default_factory(config: EngineConfig, phases: StartupPhases) -> Callable[[], Any]:
