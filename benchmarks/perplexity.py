@@ -50,6 +50,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--mse", action="store_true", help="search each group's clipping range")
     ap.add_argument("--act-order", action="store_true",
                     help="GPTQ columns in act-order with static (sequential) groups")
+    ap.add_argument("--dynamic-groups", action="store_true",
+                    help="with --act-order: groups in processing order (GPTQ format, g_idx)")
     ap.add_argument("--save-dir", default=None, help="write each AWQ checkpoint here and "
                     "score it again through edge-llm's loader")
     ap.add_argument("--json", default=None, help="append one JSON line per configuration")
@@ -68,20 +70,21 @@ def _run(config: str, args, tok, ids: torch.Tensor) -> dict:
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     row = dict(config=config, seconds=0.0, nsamples=args.nsamples, seqlen=args.seqlen,
                damp=args.damp, tokens=args.tokens, mse=args.mse, act_order=args.act_order,
-               true_sequential=not args.no_true_sequential)
+               dynamic_groups=args.dynamic_groups, true_sequential=not args.no_true_sequential)
     state = None
     if config != "fp32":
         method, group = _parse(config)
         start = time.perf_counter()
         state = quantize_model(
-            model, tok, fmt="awq", method=method, group_size=group, nsamples=args.nsamples,
-            seqlen=args.seqlen, damp=args.damp, true_sequential=not args.no_true_sequential,
-            mse=args.mse, desc_act=args.act_order, static_groups=args.act_order,
+            model, tok, fmt="gptq" if args.dynamic_groups else "awq", method=method,
+            group_size=group, nsamples=args.nsamples, seqlen=args.seqlen, damp=args.damp,
+            true_sequential=not args.no_true_sequential, mse=args.mse, desc_act=args.act_order,
+            static_groups=args.act_order and not args.dynamic_groups,
         )
         row["seconds"] = time.perf_counter() - start
     row["ppl"] = perplexity(lambda x: model(input_ids=x, use_cache=False).logits, ids,
                             args.window)
-    if state is not None and args.save_dir:
+    if state is not None and args.save_dir and not args.dynamic_groups:
         out = save_quantized(Path(args.save_dir) / config, state, model.config.to_dict(),
                              quantization_config_for("awq", group_size=_parse(config)[1]),
                              tokenizer=tok)

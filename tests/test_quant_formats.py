@@ -232,6 +232,24 @@ def test_kernel_seam_gets_runtime_layout_and_permuted_input():
     torch.testing.assert_close(y, x @ w.dequantize())
 
 
+@pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
+def test_runtime_layout_matches_the_kernels_reference(kind, fields):
+    """The kernels package's own oracle reads our runtime tensors to the same product."""
+    kernels = pytest.importorskip("edge_llm.kernels")
+    gen = torch.Generator().manual_seed(9)
+    k, n = 256, 64
+    spec = QuantSpec(**fields)
+    gs = spec.group_size_for(k)
+    g_idx = _act_order_g_idx(k, gs, gen) if kind.endswith("act") else None
+    w = _rand_weight(k, n, gs, gen, g_idx, sym=spec.sym)
+    lin = QuantLinear(k, n, False, spec, torch.float32)
+    lin.load_checkpoint_tensors(_pack(spec, w), "cpu")
+    x = torch.randn(2, 7, k, generator=gen)
+    y = lin._forward_kernel(kernels.w4a16_matmul_ref, x)
+    torch.testing.assert_close(y, x @ w.dequantize())
+    torch.testing.assert_close(y, lin(x))
+
+
 def test_cpu_cache_is_dropped_on_reload():
     gen = torch.Generator().manual_seed(6)
     spec = QuantSpec("awq", group_size=32)
@@ -388,3 +406,27 @@ def test_bad_config_values_raise_value_errors(tmp_path):
     (tmp_path / "quantize_config.json").write_text("{not json")
     with pytest.raises(ValueError, match="quantize_config.json"):
         detect_quant_spec(tmp_path, {})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
+@pytest.mark.parametrize("rows", [1, 3, 40, 300])
+def test_cuda_forward_goes_through_the_kernel(kind, fields, rows):
+    from edge_llm.quant.linear import _w4a16_kernel
+
+    assert _w4a16_kernel() is not None, "edge_llm.kernels.w4a16_matmul is missing"
+    gen = torch.Generator().manual_seed(rows)
+    k, n = 1024, 512
+    spec = QuantSpec(**fields)
+    gs = spec.group_size_for(k)
+    g_idx = _act_order_g_idx(k, gs, gen) if kind.endswith("act") else None
+    w = _rand_weight(k, n, gs, gen, g_idx, sym=spec.sym)
+    lin = QuantLinear(k, n, True, spec, torch.float16)
+    bias = torch.randn(n, generator=gen).half()
+    lin.load_checkpoint_tensors({**_pack(spec, w), "bias": bias}, "cuda")
+    x = torch.randn(rows, k, generator=gen).half().cuda()
+    ref = x.double() @ w.dequantize(torch.float64).cuda() + bias.double().cuda()
+    y = lin(x)
+    assert y.dtype == torch.float16 and y.shape == (rows, n)
+    torch.testing.assert_close(y.double(), ref, rtol=2e-2, atol=2e-2)
