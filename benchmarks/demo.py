@@ -50,7 +50,7 @@ def main() -> None:
     print(f"\n{'weights':36} {'ppl ratio':>9} {'ppl':>7}  {'greedy answer':40} "
           f"{'tok/s b1':>8} {'tok/s b8':>8}")
     for name, ratio, ppl, ans, s1, s8 in rows:
-        print(f"{name:36} {ratio:9.3f} {ppl:7.2f}  {ans:40} {s1:>8} {s8:>8}")
+        print(f"{name:36} {ratio:9.4f} {ppl:7.3f}  {ans:40} {s1:>8} {s8:>8}")
 
 
 if __name__ == "__main__":
