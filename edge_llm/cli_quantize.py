@@ -48,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from edge_llm.quant import (
         load_calibration_texts,
         load_eval_text,
-        perplexity,
         quantization_config_for,
         quantize_model,
         save_quantized,
@@ -81,22 +80,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"quantized {args.src} -> {out} ({args.fmt}, {args.method}, group {args.group_size}) "
           f"in {seconds:.1f} s")
     if not args.no_eval:
-        _report_perplexity(src, out, model, tok, load_eval_text(), perplexity)
+        _report_perplexity(out, model, tok, load_eval_text())
     return 0
 
 
-def _report_perplexity(src, out, model, tok, text, perplexity) -> None:
+def _report_perplexity(out: Path, model, tok, text: str) -> None:
+    """Source (transformers) against the written checkpoint (our loader), same windows."""
     import torch
 
+    from edge_llm.model.full_forward import full_logits
     from edge_llm.model.loader import load_model
+    from edge_llm.quant import perplexity
 
     ids = tok.encode(text, add_special_tokens=False)[:2048]
     ids_t = torch.tensor(ids)
     with torch.no_grad():
         base = perplexity(lambda x: model(x).logits, ids_t, window=512)  # x: (1, T)
     quant = load_model(str(out), device="cpu", progress=False)
-    from edge_llm.model.full_forward import full_logits
-
     qppl = perplexity(lambda x: full_logits(quant.model, x[0]), ids_t, window=512)
     print(f"perplexity on {len(ids)} tokens of the bundled eval text: source {base:.3f}, "
           f"quantized {qppl:.3f} ({(qppl / base - 1) * 100:+.1f}%)")

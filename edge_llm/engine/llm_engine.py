@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from edge_llm.config import EngineConfig
 from edge_llm.model.loader import load_model
@@ -63,7 +64,7 @@ class LLMEngine:
             from edge_llm.model.demo import ensure_demo_model
 
             model = str(ensure_demo_model())
-        self.loaded = load_model(model, revision=mc.revision, dtype=mc.dtype, device=mc.device)
+        self.loaded = self._load(model)
         arch = self.loaded.arch
         self.max_model_len = self._resolve_max_model_len()
         self.config = config = replace(
@@ -83,6 +84,11 @@ class LLMEngine:
         self.sleep_level = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+
+    def _load(self, model: str, progress: bool = True):
+        mc = self.config.model
+        return load_model(model, revision=mc.revision, dtype=mc.dtype, device=mc.device,
+                          progress=progress)
 
     def _resolve_max_model_len(self) -> int:
         arch = self.loaded.arch
@@ -269,10 +275,8 @@ class LLMEngine:
     def wake_up(self) -> None:
         if not self.is_sleeping:
             return
-        mc = self.config.model
-        self.runner.wake_up(lambda: load_model(
-            str(self.loaded.path), revision=mc.revision, dtype=mc.dtype, device=mc.device,
-            progress=False))
+        path = str(self.loaded.path)
+        self.runner.wake_up(lambda: self._load(path, progress=False))
         self.scheduler = Scheduler(
             self.config.scheduler, self.config.cache, self.runner.plan.num_gpu_blocks,
             self.runner.plan.num_cpu_blocks,
@@ -298,8 +302,6 @@ def _finish_reason(seq: Sequence) -> tuple[str, int | str | None]:
 
 
 def _model_name(model: str, demo: bool) -> str:
-    from pathlib import Path
-
     if demo:
         return "SmolLM2-135M-Instruct-AWQ"
     path = Path(model)

@@ -14,6 +14,7 @@ import torch
 
 from edge_llm.config import CacheConfig, SchedulerConfig
 from edge_llm.model.attention_metadata import AttentionMetadata
+from edge_llm.model.full_forward import scratch_prefill
 from edge_llm.model.loader import LoadedModel
 
 from .kv_cache import KVCache, KVCachePlan, plan_kv_cache
@@ -90,22 +91,10 @@ class ModelRunner:
             return 0
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.device)
-        arch = self.loaded.arch
         tokens = min(self.scheduler_config.max_num_batched_tokens,
                      self.scheduler_config.max_model_len)
-        nblk = -(-tokens // self.block_size)
-        shape = (nblk, self.block_size, arch.num_kv_heads, arch.head_dim)
-        kv = [(torch.empty(shape, dtype=self.dtype, device=self.device),
-               torch.empty(shape, dtype=self.dtype, device=self.device))
-              for _ in range(arch.num_layers)]
-        ids = torch.randint(0, arch.vocab_size, (tokens,), device=self.device)
-        meta = AttentionMetadata(
-            slot_mapping=torch.arange(tokens, device=self.device),
-            query_start_loc=torch.tensor([0, tokens], dtype=torch.int32, device=self.device),
-            seq_lens=torch.tensor([tokens], dtype=torch.int32, device=self.device),
-            block_tables=torch.arange(nblk, dtype=torch.int32, device=self.device).view(1, -1),
-            max_query_len=tokens, max_seq_len=tokens,
-        )
+        kv, meta = scratch_prefill(self.model, tokens, self.block_size, self.dtype, self.device)
+        ids = torch.randint(0, self.loaded.arch.vocab_size, (tokens,), device=self.device)
         hidden = self.model(ids, torch.arange(tokens, device=self.device), kv, meta)
         rows = min(self.scheduler_config.max_num_seqs, tokens)
         self.model.compute_logits(hidden[:rows]).softmax(-1)

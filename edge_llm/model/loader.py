@@ -83,12 +83,14 @@ def load_model(
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, arch, spec is not None, dev)
     files = checkpoint_files(path)
-    total = sum(validate_safetensors(f) for f in files)  # refuse corrupt files before loading
+    # refuse corrupt files before loading anything; the headers also give the progress total
+    headers = [validate_safetensors(f) for f in files]
+    total = sum(nbytes for nbytes, _ in headers)
     positions = max_positions or arch.max_position_embeddings
     start = time.perf_counter()
     with torch.device("meta"):
         lm = CausalLM(arch, positions, _linear_factory(spec, torch_dtype))
-    _load_weights(lm, files, torch_dtype, dev, progress)
+    _load_weights(lm, files, sum(n for _, n in headers), torch_dtype, dev, progress)
     lm.rotary.build_tables(dev)
     lm.eval()
     seconds = time.perf_counter() - start
@@ -102,15 +104,15 @@ def load_model(
 
 
 def _load_weights(
-    lm: CausalLM, files: list[Path], dtype: torch.dtype, device: torch.device, progress: bool
+    lm: CausalLM, files: list[Path], num_tensors: int, dtype: torch.dtype,
+    device: torch.device, progress: bool,
 ) -> None:
     from edge_llm.quant import QuantLinear
 
     modules = dict(lm.named_modules())
     pending: dict[str, dict[str, torch.Tensor]] = {}  # quantized module -> its format tensors
     loaded: set[str] = set()
-    names = [n for f in files for n in _keys(f)]
-    bar = tqdm(total=len(names), desc="Loading weights", disable=not progress, unit="tensor")
+    bar = tqdm(total=num_tensors, desc="Loading weights", disable=not progress, unit="tensor")
     for name, tensor in iter_tensors(files):
         bar.update(1)
         prefix, _, attr = name.rpartition(".")
@@ -121,7 +123,7 @@ def _load_weights(
             raise ValueError(f"Unexpected tensor {name!r} in the checkpoint.")
         if isinstance(module, QuantLinear):
             if attr == "weight":  # a linear the producer left unquantized
-                module = _replace_with_plain(lm, modules, prefix, tensor)
+                module = _replace_with_plain(modules, prefix)
             else:
                 pending.setdefault(prefix, {})[attr] = tensor
                 continue
@@ -140,13 +142,6 @@ def _load_weights(
         raise ValueError(f"Checkpoint lacks tensors: {missing[:8]}{more}")
 
 
-def _keys(file: Path) -> list[str]:
-    from safetensors import safe_open
-
-    with safe_open(str(file), framework="pt", device="cpu") as f:
-        return list(f.keys())
-
-
 def _set_param(
     module: nn.Module, attr: str, tensor: torch.Tensor, dtype, device, name: str
 ) -> None:
@@ -162,7 +157,7 @@ def _set_param(
     module._parameters[attr] = nn.Parameter(value, requires_grad=False)
 
 
-def _replace_with_plain(lm: CausalLM, modules: dict, prefix: str, weight: torch.Tensor):
+def _replace_with_plain(modules: dict, prefix: str) -> nn.Linear:
     parent_name, _, child = prefix.rpartition(".")
     old = modules[prefix]
     with torch.device("meta"):

@@ -78,8 +78,8 @@ def checkpoint_files(path: Path) -> list[Path]:
     return files
 
 
-def validate_safetensors(file: Path) -> int:
-    """Check the header against the file size; return the bytes of tensor data."""
+def validate_safetensors(file: Path) -> tuple[int, int]:
+    """Check the header against the file size; return (bytes of tensor data, tensor count)."""
     size = file.stat().st_size
     try:
         with open(file, "rb") as f:
@@ -89,7 +89,7 @@ def validate_safetensors(file: Path) -> int:
             header = json.loads(f.read(header_len))
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise CorruptCheckpointError(f"Corrupt safetensors file {file}: {exc}") from None
-    end = 0
+    end = count = 0
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -100,12 +100,13 @@ def validate_safetensors(file: Path) -> int:
         if stop - begin != numel * _DTYPE_BYTES.get(info["dtype"], 0):
             raise CorruptCheckpointError(f"Corrupt safetensors file {file}: tensor {name}.")
         end = max(end, stop)
+        count += 1
     if 8 + header_len + end > size:
         raise CorruptCheckpointError(
             f"Truncated safetensors file {file}: needs {8 + header_len + end} bytes, "
             f"has {size}."
         )
-    return end
+    return end, count
 
 
 def iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -115,10 +116,3 @@ def iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
             for name in f.keys():
                 yield name, f.get_tensor(name)
 
-
-def tensor_names(files: list[Path]) -> list[str]:
-    names: list[str] = []
-    for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            names.extend(f.keys())
-    return names
