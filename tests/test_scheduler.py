@@ -1,24 +1,26 @@
-"""Scheduler scenarios: chunked prefill, preemption (swap / recompute), n > 1, refusal, abort.
-
-A fake KV cache replays every SchedulerOutput (swap-out, swap-in, copy, then the rows' writes)
-and checks that each row would attend to exactly its own token history; the fake sampler's
-token depends only on the history and the choice index, so outputs must not depend on memory
-pressure.
-"""
+"""Scheduler scenarios: chunked prefill, refusal, n > 1, abort, stop conditions (the fake KV
+cache and sampler are in tests/scheduler_helpers.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 
 import pytest
 
 from edge_llm.config import CacheConfig, SchedulerConfig
-from edge_llm.engine.scheduler import Scheduler, SchedulerOutput
-from edge_llm.engine.sequence import Sequence, SequenceStatus
+from edge_llm.engine.scheduler import Scheduler
+from edge_llm.engine.sequence import SequenceStatus
 from edge_llm.sampling_params import SamplingParams
-
-VOCAB = 1000  # fake sampler tokens are < VOCAB; stop ids used by tests are >= VOCAB
+from tests.scheduler_helpers import (
+    VOCAB,
+    FakeKV,
+    drain,
+    make,
+    outputs_of,
+    rand_prompt,
+    reference_outputs,
+    step,
+)
 
 
 @pytest.fixture
@@ -27,86 +29,6 @@ def rng() -> random.Random:
     print(f"random seed {seed}")
     return random.Random(seed)
 
-
-def fake_token(seq: Sequence, salt: int = 0) -> int:
-    tail = seq.all_token_ids[-6:]
-    data = f"{salt}|{seq.index}|{seq.num_tokens}|{tail}".encode()
-    return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little") % VOCAB
-
-
-class FakeKV:
-    """Token ids stored per (block, offset); checks every row sees its own history."""
-
-    def __init__(self, sched: Scheduler) -> None:
-        bs = self.bs = sched.block_size
-        self.gpu = [[None] * bs for _ in range(sched.pool.num_blocks)]
-        self.cpu = [[None] * bs for _ in range(sched.swap_space.num_cpu_blocks)]
-
-    def run(self, out: SchedulerOutput) -> None:
-        for g, c in out.blocks_to_swap_out:
-            self.cpu[c] = list(self.gpu[g])
-        for c, g in out.blocks_to_swap_in:
-            self.gpu[g] = list(self.cpu[c])
-        for src, dst in out.blocks_to_copy:
-            self.gpu[dst] = list(self.gpu[src])
-        bs = self.bs
-        for r in out.scheduled:
-            for i in range(r.num_scheduled_tokens):
-                p = r.start_pos + i
-                self.gpu[r.block_table[p // bs]][p % bs] = r.token_ids[i]
-        for r in out.scheduled:
-            end = r.start_pos + r.num_scheduled_tokens
-            seen = [self.gpu[r.block_table[p // bs]][p % bs] for p in range(end)]
-            assert seen == r.seq.all_token_ids[:end], f"wrong KV for {r.seq!r}"
-
-
-def make(
-    num_gpu_blocks: int,
-    num_cpu_blocks: int = 0,
-    block_size: int = 8,
-    max_num_seqs: int = 8,
-    budget: int = 64,
-    max_model_len: int = 256,
-    **cache: bool,
-) -> Scheduler:
-    return Scheduler(
-        SchedulerConfig(
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len
-        ),
-        CacheConfig(block_size=block_size, **cache),
-        num_gpu_blocks,
-        num_cpu_blocks,
-    )
-
-
-def step(sched: Scheduler, kv: FakeKV) -> tuple[SchedulerOutput, list[Sequence]]:
-    out = sched.schedule()
-    sched.check_integrity()
-    assert out.num_batched_tokens == sum(r.num_scheduled_tokens for r in out.scheduled)
-    assert out.num_batched_tokens <= sched.config.max_num_batched_tokens
-    kv.run(out)
-    sampled = {r.seq.seq_id: fake_token(r.seq) for r in out.scheduled if r.do_sample}
-    got = sched.update_from_output(out, sampled)
-    sched.check_integrity()
-    return out, got
-
-
-def drain(sched: Scheduler, kv: FakeKV, max_steps: int = 2000) -> list[SchedulerOutput]:
-    outs = []
-    while sched.has_unfinished():
-        outs.append(step(sched, kv)[0])
-        assert len(outs) <= max_steps, "no progress"
-    assert sched.pool.num_free_blocks == sched.pool.num_blocks  # cached-free counts as free
-    assert sched.swap_space.num_free == sched.swap_space.num_cpu_blocks
-    return outs
-
-
-def rand_prompt(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(VOCAB) for _ in range(n)]
-
-
-def outputs_of(seqs: list[Sequence]) -> dict[tuple[str, int], list[int]]:
-    return {(s.request_id, s.index): list(s.output_token_ids) for s in seqs}
 
 
 def test_chunked_prefill_mixes_with_decodes(rng: random.Random) -> None:
@@ -168,101 +90,6 @@ def test_chunking_disabled_needs_whole_prompt_budget(rng: random.Random) -> None
     rows = [r for o in drain(sched, kv) for r in o.scheduled if r.seq is b]
     assert rows[0].num_scheduled_tokens == 127 and rows[0].do_sample
     assert b.num_output_tokens == 1 and b.finish_reason == "length"  # capped by max_model_len
-
-
-def reference_outputs(requests: list[tuple[str, list[int], SamplingParams, float]]) -> dict:
-    sched = make(1000, budget=512, max_num_seqs=16)
-    kv = FakeKV(sched)
-    seqs = []
-    for rid, prompt, params, arrival in requests:
-        sched.add_request(rid, prompt, params, arrival)
-    while sched.has_unfinished():
-        seqs += step(sched, kv)[1]
-    return outputs_of(seqs)
-
-
-@pytest.mark.parametrize("num_cpu_blocks", [16, 0])  # swap, then recompute
-def test_preemption_when_blocks_run_out(rng: random.Random, num_cpu_blocks: int) -> None:
-    reqs = [
-        ("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0),
-        ("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0),
-    ]
-    sched = make(6, num_cpu_blocks=num_cpu_blocks, budget=32)  # each needs 4 blocks of 8
-    kv = FakeKV(sched)
-    a, b = (sched.add_request(*r)[0] for r in reqs)
-    seqs: list[Sequence] = []
-    while not sched.num_preemptions:
-        table_b = list(b.block_table)
-        out, got = step(sched, kv)
-        seqs += got
-    # a (older) needed a block for position 24: the most recently arrived b is the victim
-    assert out.preempted_seq_ids == [b.seq_id] and a.num_computed_tokens == 25
-    assert b.block_table == []
-    if num_cpu_blocks:
-        assert b.status is SequenceStatus.SWAPPED and sched.swapped == [b]
-        assert [g for g, _ in out.blocks_to_swap_out] == table_b
-        slots = [c for _, c in out.blocks_to_swap_out]
-    else:
-        assert b.status is SequenceStatus.WAITING and sched.waiting[0] is b
-        assert b.num_computed_tokens == 0 and not out.blocks_to_swap_out
-    resumed = None
-    while sched.has_unfinished():
-        out, got = step(sched, kv)
-        seqs += got
-        row = next((r for r in out.scheduled if r.seq is b), None)
-        if resumed is None and row is not None:
-            resumed = out
-            if num_cpu_blocks:
-                assert [c for c, _ in out.blocks_to_swap_in] == slots
-                assert [g for _, g in out.blocks_to_swap_in] == b.block_table[: len(slots)]
-                assert (row.start_pos, row.num_scheduled_tokens) == (24, 1)
-            else:  # prompt + outputs so far are the new prefill; full blocks hit the cache
-                assert row.start_pos == b.num_cached_tokens + 16 == 16
-                assert row.token_ids == b.all_token_ids[16:25] and row.do_sample
-    assert resumed is not None and a.is_finished and b.is_finished
-    assert sched.stats()["num_preemptions"] == 1 and b.num_preemptions == 1
-    assert outputs_of(seqs) == reference_outputs(reqs)
-    assert sched.pool.num_free_blocks == 6
-
-
-def test_recompute_without_prefix_cache_restarts_at_zero(rng: random.Random) -> None:
-    sched = make(6, budget=32, enable_prefix_caching=False)
-    kv = FakeKV(sched)
-    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
-    (b,) = sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
-    while not sched.num_preemptions:
-        step(sched, kv)
-    row = None
-    while row is None:
-        out = step(sched, kv)[0]
-        row = next((r for r in out.scheduled if r.seq is b), None)
-    assert (row.start_pos, row.num_scheduled_tokens) == (0, 25) and row.token_ids == (
-        b.prompt_token_ids + b.output_token_ids[:-1]  # the last one was sampled this step
-    )
-    drain(sched, kv)
-
-
-def test_swapped_come_back_before_new_admissions(rng: random.Random) -> None:
-    sched = make(6, num_cpu_blocks=16, budget=32)
-    kv = FakeKV(sched)
-    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
-    (b,) = sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
-    while b.status is not SequenceStatus.SWAPPED:
-        step(sched, kv)
-    (c,) = sched.add_request("c", rand_prompt(rng, 4), SamplingParams(max_tokens=2), 2.0)
-    swap_in_step = admit_step = None
-    for i in range(200):
-        out, _ = step(sched, kv)
-        if out.blocks_to_swap_in and swap_in_step is None:
-            swap_in_step = i
-        if any(r.seq is c for r in out.scheduled) and admit_step is None:
-            admit_step = i
-        if b.status is SequenceStatus.SWAPPED:
-            assert c.status is SequenceStatus.WAITING  # c's one block would have fit
-        if not sched.has_unfinished():
-            break
-    assert swap_in_step is not None and admit_step is not None and swap_in_step <= admit_step
-    assert sched.pool.num_free_blocks == 6
 
 
 def test_admission_refusals_name_both_numbers(rng: random.Random) -> None:
@@ -429,38 +256,3 @@ def test_finish_by_caller_and_max_num_seqs(rng: random.Random) -> None:
     for i in range(5):
         sched.abort(f"r{i}")
     assert sched.pool.num_free_blocks == 100
-
-
-def test_slots_freed_by_swap_in_are_not_reused_in_the_same_step(rng: random.Random) -> None:
-    """White-box: the runner applies swap-out before swap-in, so a slot freed by this step's
-    swap-in must not receive this step's swap-out. State: P and V mid-prefill, S swapped."""
-    sched = make(5, num_cpu_blocks=4, budget=16, max_num_seqs=4)
-    kv = FakeKV(sched)
-    p, s, v = (
-        sched.add_request(rid, rand_prompt(rng, n), SamplingParams(max_tokens=4), t)[0]
-        for rid, n, t in (("p", 24, 0.0), ("s", 9, 1.0), ("v", 24, 2.0))
-    )
-    sched.waiting.clear()
-    for seq, computed in ((p, 16), (v, 8)):
-        seq.block_table = sched.pool.allocate(computed // 8)
-        seq.num_computed_tokens = computed
-        seq.status = SequenceStatus.RUNNING
-        sched.running.append(seq)
-        for i, b in enumerate(seq.block_table):
-            kv.gpu[b] = seq.all_token_ids[8 * i : 8 * i + 8]
-    s.num_computed_tokens, s.status = 8, SequenceStatus.SWAPPED
-    s.swap_slots = sched.swap_space.allocate(1)
-    kv.cpu[s.swap_slots[0]] = s.all_token_ids[:8]
-    sched.swapped.append(s)
-    sched.check_integrity()  # the hand-made state is a legal one
-    out = sched.schedule()
-    # S comes back (2 blocks: its data + position 8); P then finds no free block and
-    # preempts V, the most recently arrived unscheduled sequence, into a different slot
-    assert [r.seq.request_id for r in out.scheduled] == ["s", "p"]
-    assert out.preempted_seq_ids == [v.seq_id] and v.status is SequenceStatus.SWAPPED
-    (slot_in, _), (_, slot_out) = out.blocks_to_swap_in[0], out.blocks_to_swap_out[0]
-    assert slot_in != slot_out
-    kv.run(out)
-    sched.update_from_output(out, {r.seq.seq_id: 1 for r in out.scheduled if r.do_sample})
-    sched.check_integrity()
-    drain(sched, kv)

@@ -43,73 +43,22 @@ prefix, but always computes at least its last token (that row is sampled). Reque
 from __future__ import annotations
 
 import bisect
-from collections import Counter, deque
-from dataclasses import dataclass, field
-from operator import attrgetter
+from collections import deque
 
 from edge_llm.config import CacheConfig, SchedulerConfig
 from edge_llm.sampling_params import SamplingParams
 
 from .block_pool import BlockPool
+from .scheduler_checks import check_scheduler_integrity
+from .scheduler_output import ScheduledSeq, SchedulerOutput, cdiv, priority
 from .sequence import Sequence, SequenceStatus
 from .swap_space import SwapSpace
+
+__all__ = ["Scheduler", "ScheduledSeq", "SchedulerOutput"]
 
 _RUNNING = SequenceStatus.RUNNING
 _WAITING = SequenceStatus.WAITING
 _SWAPPED = SequenceStatus.SWAPPED
-_priority = attrgetter("arrival_time", "seq_id")  # sort key of running/swapped: oldest first
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-@dataclass(slots=True)
-class ScheduledSeq:
-    """One row of the batch: feed ``token_ids`` at positions ``[start_pos, start_pos + n)``.
-
-    ``block_table`` is the sequence's live table (do not mutate it; valid until the next
-    ``schedule()``); it covers every position ``< start_pos + num_scheduled_tokens``.
-    ``do_sample``: this chunk ends at the last known token, so sample the next one.
-    """
-
-    seq: Sequence
-    token_ids: list[int]
-    start_pos: int
-    num_scheduled_tokens: int
-    block_table: list[int]
-    do_sample: bool
-
-
-@dataclass(slots=True)
-class SchedulerOutput:
-    """The only contract between the scheduler and the runner.
-
-    Apply ``blocks_to_swap_out`` (gpu block, cpu slot), then ``blocks_to_swap_in`` (cpu slot,
-    gpu block), then ``blocks_to_copy`` (src gpu block, dst gpu block) in list order, then run
-    the forward over ``scheduled``. ``finished_seq_ids``: sequences finished since the previous
-    step (the runner may drop per-sequence state such as seeded generators).
-    """
-
-    scheduled: list[ScheduledSeq] = field(default_factory=list)
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
-    num_batched_tokens: int = 0
-    preempted_seq_ids: list[int] = field(default_factory=list)
-    finished_seq_ids: list[int] = field(default_factory=list)
-    consumed: bool = False  # set by update_from_output
-
-    @property
-    def is_empty(self) -> bool:
-        """Nothing for the runner to do (no rows, no swaps, no copies)."""
-        return not (
-            self.scheduled
-            or self.blocks_to_swap_out
-            or self.blocks_to_swap_in
-            or self.blocks_to_copy
-        )
-
 
 class Scheduler:
     """Continuous-batching policy over a ``BlockPool`` and a ``SwapSpace``."""
@@ -137,8 +86,8 @@ class Scheduler:
         self.pool = BlockPool(num_gpu_blocks, self.block_size, cache_config.enable_prefix_caching)
         self.swap_space = SwapSpace(num_cpu_blocks)
         self.waiting: deque[Sequence] = deque()  # FIFO; recomputed victims go to the front
-        self.running: list[Sequence] = []  # sorted by _priority
-        self.swapped: list[Sequence] = []  # sorted by _priority
+        self.running: list[Sequence] = []  # sorted by priority
+        self.swapped: list[Sequence] = []  # sorted by priority
         self._requests: dict[str, list[Sequence]] = {}
         self.num_preemptions = 0
         self._step = 0
@@ -180,7 +129,7 @@ class Scheduler:
         room = max_len - length
         max_out = room if params.max_tokens is None else min(params.max_tokens, room)
         # the last output token is sampled, never fed: its KV is never stored
-        blocks = _cdiv(length + max_out - 1, bs)
+        blocks = cdiv(length + max_out - 1, bs)
         if blocks > self.pool.num_blocks:
             raise ValueError(
                 f"request needs {blocks} KV blocks (prompt {length} + max_tokens {max_out} "
@@ -264,7 +213,7 @@ class Scheduler:
             out.blocks_to_copy.append((table[-1], new))
             pool.free((table[-1],))
             table[-1] = new
-        need = _cdiv(start + k, bs) - len(table)
+        need = cdiv(start + k, bs) - len(table)
         if need > 0:
             table.extend(pool.allocate(need))
         return k
@@ -286,7 +235,7 @@ class Scheduler:
             seq.swap_slots = self.swap_space.allocate(len(table))
             out.blocks_to_swap_out.extend(zip(table, seq.swap_slots, strict=True))
             seq.status = _SWAPPED
-            bisect.insort(self.swapped, seq, key=_priority)
+            bisect.insort(self.swapped, seq, key=priority)
         else:
             seq.num_computed_tokens = 0
             seq.num_registered_blocks = 0
@@ -295,7 +244,7 @@ class Scheduler:
         self.pool.free(reversed(table))
         seq.block_table = []
 
-    def _seq_slots_in_use(self) -> int:
+    def seq_slots_in_use(self) -> int:
         """Running sequences plus the siblings their pending forks will add."""
         return len(self.running) + sum(s.num_pending_forks for s in self.running)
 
@@ -303,7 +252,7 @@ class Scheduler:
         if not self.swapped:
             return
         bs, pool, chunked = self.block_size, self.pool, self.config.enable_chunked_prefill
-        used = self._seq_slots_in_use()
+        used = self.seq_slots_in_use()
         while self.swapped and self._budget > 0:
             seq = self.swapped[0]
             if used + 1 + seq.num_pending_forks > self.config.max_num_seqs:
@@ -321,7 +270,7 @@ class Scheduler:
             out.blocks_to_swap_in.extend(zip(seq.swap_slots, blocks, strict=True))
             self._slots_to_free.extend(seq.swap_slots)
             seq.swap_slots = []
-            need = _cdiv(seq.num_computed_tokens + k, bs) - num_in
+            need = cdiv(seq.num_computed_tokens + k, bs) - num_in
             seq.block_table = blocks + pool.allocate(need) if need > 0 else blocks
             seq.num_registered_blocks = 0  # new block ids: offer them to the index again
             self._start_running(seq)
@@ -332,7 +281,7 @@ class Scheduler:
         if not self.waiting:
             return
         bs, pool, chunked = self.block_size, self.pool, self.config.enable_chunked_prefill
-        used = self._seq_slots_in_use()
+        used = self.seq_slots_in_use()
         while self.waiting and self._budget > 0:
             seq = self.waiting[0]
             if used + 1 + seq.num_pending_forks > self.config.max_num_seqs:
@@ -343,7 +292,7 @@ class Scheduler:
             k = min(target - cached, self._budget)
             if k < target - cached and not chunked:
                 return
-            need = _cdiv(cached + k, bs) - len(hits)
+            need = cdiv(cached + k, bs) - len(hits)
             if need > pool.num_free_blocks - pool.num_evictable(hits):
                 return
             self.waiting.popleft()
@@ -369,7 +318,7 @@ class Scheduler:
 
     def _start_running(self, seq: Sequence) -> None:
         seq.status = _RUNNING
-        bisect.insort(self.running, seq, key=_priority)
+        bisect.insort(self.running, seq, key=priority)
 
     def _emit(self, seq: Sequence, k: int, out: SchedulerOutput) -> None:
         start = seq.num_computed_tokens
@@ -451,7 +400,7 @@ class Scheduler:
         for index in range(1, parent.num_pending_forks + 1):
             child = parent.fork(index)
             self.pool.touch(child.block_table)
-            bisect.insort(self.running, child, key=_priority)
+            bisect.insort(self.running, child, key=priority)
             siblings.append(child)
         parent.num_pending_forks = 0
 
@@ -547,40 +496,4 @@ class Scheduler:
         """Pool and swap checks, plus: every ref count equals the number of tables holding the
         block, queues match statuses, tables cover the computed positions, limits hold.
         O(blocks + tokens): for tests and idle debug checks. Raises AssertionError."""
-        self.pool.check_integrity()
-        self.swap_space.check_integrity()
-        bs, cfg, errors = self.block_size, self.config, []
-        refs: Counter[int] = Counter()
-        for seq in self.running:
-            refs.update(seq.block_table)
-            lo, hi = _cdiv(seq.num_computed_tokens, bs), _cdiv(seq.num_tokens, bs)
-            if seq.status is not _RUNNING or not lo <= len(seq.block_table) <= hi:
-                errors.append(f"bad running {seq!r}")
-        for seq in self.waiting:
-            if seq.status is not _WAITING or seq.block_table or seq.num_computed_tokens:
-                errors.append(f"bad waiting {seq!r}")
-        for seq in self.swapped:
-            if (
-                seq.status is not _SWAPPED
-                or seq.block_table
-                or (len(seq.swap_slots) != _cdiv(seq.num_computed_tokens, bs))
-            ):
-                errors.append(f"bad swapped {seq!r}")
-        num_slots = sum(len(s.swap_slots) for s in self.swapped)
-        if num_slots != self.swap_space.num_used:
-            errors.append(f"swapped seqs hold {num_slots} slots, {self.swap_space.num_used} used")
-        wrong = [b for b in range(self.pool.num_blocks) if self.pool.ref_count(b) != refs[b]]
-        if wrong:
-            b = wrong[0]
-            errors.append(f"block {b}: ref count {self.pool.ref_count(b)}, tables {refs[b]}")
-        if self.running != sorted(self.running, key=_priority):
-            errors.append("running queue is out of priority order")
-        if self._seq_slots_in_use() > cfg.max_num_seqs:
-            errors.append(f"{self._seq_slots_in_use()} running seqs > max_num_seqs")
-        for seq in (*self.running, *self.waiting, *self.swapped):
-            if seq.num_output_tokens > seq.max_output_tokens or seq.num_tokens > cfg.max_model_len:
-                errors.append(f"{seq!r} exceeds its length limits")
-            if seq.num_computed_tokens >= seq.num_tokens:
-                errors.append(f"{seq!r} computed every known token")
-        if errors:
-            raise AssertionError("Scheduler integrity: " + "; ".join(errors[:5]))
+        check_scheduler_integrity(self)

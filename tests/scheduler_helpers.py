@@ -1,0 +1,107 @@
+"""Shared pieces of the scheduler tests: a fake KV cache that replays every SchedulerOutput and
+checks each row sees exactly its own token history, and a fake sampler whose token depends only
+on that history, so outputs must not depend on memory pressure."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from edge_llm.config import CacheConfig, SchedulerConfig
+from edge_llm.engine.scheduler import Scheduler, SchedulerOutput
+from edge_llm.engine.sequence import Sequence
+from edge_llm.sampling_params import SamplingParams
+
+VOCAB = 1000  # fake sampler tokens are < VOCAB; stop ids used by tests are >= VOCAB
+
+
+def fake_token(seq: Sequence, salt: int = 0) -> int:
+    tail = seq.all_token_ids[-6:]
+    data = f"{salt}|{seq.index}|{seq.num_tokens}|{tail}".encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little") % VOCAB
+
+
+class FakeKV:
+    """Token ids stored per (block, offset); checks every row sees its own history."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        bs = self.bs = sched.block_size
+        self.gpu = [[None] * bs for _ in range(sched.pool.num_blocks)]
+        self.cpu = [[None] * bs for _ in range(sched.swap_space.num_cpu_blocks)]
+
+    def run(self, out: SchedulerOutput) -> None:
+        for g, c in out.blocks_to_swap_out:
+            self.cpu[c] = list(self.gpu[g])
+        for c, g in out.blocks_to_swap_in:
+            self.gpu[g] = list(self.cpu[c])
+        for src, dst in out.blocks_to_copy:
+            self.gpu[dst] = list(self.gpu[src])
+        bs = self.bs
+        for r in out.scheduled:
+            for i in range(r.num_scheduled_tokens):
+                p = r.start_pos + i
+                self.gpu[r.block_table[p // bs]][p % bs] = r.token_ids[i]
+        for r in out.scheduled:
+            end = r.start_pos + r.num_scheduled_tokens
+            seen = [self.gpu[r.block_table[p // bs]][p % bs] for p in range(end)]
+            assert seen == r.seq.all_token_ids[:end], f"wrong KV for {r.seq!r}"
+
+
+def make(
+    num_gpu_blocks: int,
+    num_cpu_blocks: int = 0,
+    block_size: int = 8,
+    max_num_seqs: int = 8,
+    budget: int = 64,
+    max_model_len: int = 256,
+    **cache: bool,
+) -> Scheduler:
+    return Scheduler(
+        SchedulerConfig(
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len
+        ),
+        CacheConfig(block_size=block_size, **cache),
+        num_gpu_blocks,
+        num_cpu_blocks,
+    )
+
+
+def step(sched: Scheduler, kv: FakeKV) -> tuple[SchedulerOutput, list[Sequence]]:
+    out = sched.schedule()
+    sched.check_integrity()
+    assert out.num_batched_tokens == sum(r.num_scheduled_tokens for r in out.scheduled)
+    assert out.num_batched_tokens <= sched.config.max_num_batched_tokens
+    kv.run(out)
+    sampled = {r.seq.seq_id: fake_token(r.seq) for r in out.scheduled if r.do_sample}
+    got = sched.update_from_output(out, sampled)
+    sched.check_integrity()
+    return out, got
+
+
+def drain(sched: Scheduler, kv: FakeKV, max_steps: int = 2000) -> list[SchedulerOutput]:
+    outs = []
+    while sched.has_unfinished():
+        outs.append(step(sched, kv)[0])
+        assert len(outs) <= max_steps, "no progress"
+    assert sched.pool.num_free_blocks == sched.pool.num_blocks  # cached-free counts as free
+    assert sched.swap_space.num_free == sched.swap_space.num_cpu_blocks
+    return outs
+
+
+def rand_prompt(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(VOCAB) for _ in range(n)]
+
+
+def outputs_of(seqs: list[Sequence]) -> dict[tuple[str, int], list[int]]:
+    return {(s.request_id, s.index): list(s.output_token_ids) for s in seqs}
+
+
+def reference_outputs(requests: list[tuple[str, list[int], SamplingParams, float]]) -> dict:
+    sched = make(1000, budget=512, max_num_seqs=16)
+    kv = FakeKV(sched)
+    seqs = []
+    for rid, prompt, params, arrival in requests:
+        sched.add_request(rid, prompt, params, arrival)
+    while sched.has_unfinished():
+        seqs += step(sched, kv)[1]
+    return outputs_of(seqs)

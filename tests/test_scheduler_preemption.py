@@ -1,0 +1,147 @@
+"""Scheduler under memory pressure: preemption by swap and by recompute, swap-in order, and
+the CPU slots of one step (the fake KV cache replays every step's swaps and copies)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from edge_llm.engine.sequence import Sequence, SequenceStatus
+from edge_llm.sampling_params import SamplingParams
+from tests.scheduler_helpers import (
+    FakeKV,
+    drain,
+    make,
+    outputs_of,
+    rand_prompt,
+    reference_outputs,
+    step,
+)
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    seed = random.randrange(2**32)
+    print(f"random seed {seed}")
+    return random.Random(seed)
+
+
+
+@pytest.mark.parametrize("num_cpu_blocks", [16, 0])  # swap, then recompute
+def test_preemption_when_blocks_run_out(rng: random.Random, num_cpu_blocks: int) -> None:
+    reqs = [
+        ("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0),
+        ("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0),
+    ]
+    sched = make(6, num_cpu_blocks=num_cpu_blocks, budget=32)  # each needs 4 blocks of 8
+    kv = FakeKV(sched)
+    a, b = (sched.add_request(*r)[0] for r in reqs)
+    seqs: list[Sequence] = []
+    while not sched.num_preemptions:
+        table_b = list(b.block_table)
+        out, got = step(sched, kv)
+        seqs += got
+    # a (older) needed a block for position 24: the most recently arrived b is the victim
+    assert out.preempted_seq_ids == [b.seq_id] and a.num_computed_tokens == 25
+    assert b.block_table == []
+    if num_cpu_blocks:
+        assert b.status is SequenceStatus.SWAPPED and sched.swapped == [b]
+        assert [g for g, _ in out.blocks_to_swap_out] == table_b
+        slots = [c for _, c in out.blocks_to_swap_out]
+    else:
+        assert b.status is SequenceStatus.WAITING and sched.waiting[0] is b
+        assert b.num_computed_tokens == 0 and not out.blocks_to_swap_out
+    resumed = None
+    while sched.has_unfinished():
+        out, got = step(sched, kv)
+        seqs += got
+        row = next((r for r in out.scheduled if r.seq is b), None)
+        if resumed is None and row is not None:
+            resumed = out
+            if num_cpu_blocks:
+                assert [c for c, _ in out.blocks_to_swap_in] == slots
+                assert [g for _, g in out.blocks_to_swap_in] == b.block_table[: len(slots)]
+                assert (row.start_pos, row.num_scheduled_tokens) == (24, 1)
+            else:  # prompt + outputs so far are the new prefill; full blocks hit the cache
+                assert row.start_pos == b.num_cached_tokens + 16 == 16
+                assert row.token_ids == b.all_token_ids[16:25] and row.do_sample
+    assert resumed is not None and a.is_finished and b.is_finished
+    assert sched.stats()["num_preemptions"] == 1 and b.num_preemptions == 1
+    assert outputs_of(seqs) == reference_outputs(reqs)
+    assert sched.pool.num_free_blocks == 6
+
+
+def test_recompute_without_prefix_cache_restarts_at_zero(rng: random.Random) -> None:
+    sched = make(6, budget=32, enable_prefix_caching=False)
+    kv = FakeKV(sched)
+    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
+    while not sched.num_preemptions:
+        step(sched, kv)
+    row = None
+    while row is None:
+        out = step(sched, kv)[0]
+        row = next((r for r in out.scheduled if r.seq is b), None)
+    assert (row.start_pos, row.num_scheduled_tokens) == (0, 25) and row.token_ids == (
+        b.prompt_token_ids + b.output_token_ids[:-1]  # the last one was sampled this step
+    )
+    drain(sched, kv)
+
+
+def test_swapped_come_back_before_new_admissions(rng: random.Random) -> None:
+    sched = make(6, num_cpu_blocks=16, budget=32)
+    kv = FakeKV(sched)
+    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
+    while b.status is not SequenceStatus.SWAPPED:
+        step(sched, kv)
+    (c,) = sched.add_request("c", rand_prompt(rng, 4), SamplingParams(max_tokens=2), 2.0)
+    swap_in_step = admit_step = None
+    for i in range(200):
+        out, _ = step(sched, kv)
+        if out.blocks_to_swap_in and swap_in_step is None:
+            swap_in_step = i
+        if any(r.seq is c for r in out.scheduled) and admit_step is None:
+            admit_step = i
+        if b.status is SequenceStatus.SWAPPED:
+            assert c.status is SequenceStatus.WAITING  # c's one block would have fit
+        if not sched.has_unfinished():
+            break
+    assert swap_in_step is not None and admit_step is not None and swap_in_step <= admit_step
+    assert sched.pool.num_free_blocks == 6
+
+
+def test_slots_freed_by_swap_in_are_not_reused_in_the_same_step(rng: random.Random) -> None:
+    """White-box: the runner applies swap-out before swap-in, so a slot freed by this step's
+    swap-in must not receive this step's swap-out. State: P and V mid-prefill, S swapped."""
+    sched = make(5, num_cpu_blocks=4, budget=16, max_num_seqs=4)
+    kv = FakeKV(sched)
+    p, s, v = (
+        sched.add_request(rid, rand_prompt(rng, n), SamplingParams(max_tokens=4), t)[0]
+        for rid, n, t in (("p", 24, 0.0), ("s", 9, 1.0), ("v", 24, 2.0))
+    )
+    sched.waiting.clear()
+    for seq, computed in ((p, 16), (v, 8)):
+        seq.block_table = sched.pool.allocate(computed // 8)
+        seq.num_computed_tokens = computed
+        seq.status = SequenceStatus.RUNNING
+        sched.running.append(seq)
+        for i, b in enumerate(seq.block_table):
+            kv.gpu[b] = seq.all_token_ids[8 * i : 8 * i + 8]
+    s.num_computed_tokens, s.status = 8, SequenceStatus.SWAPPED
+    s.swap_slots = sched.swap_space.allocate(1)
+    kv.cpu[s.swap_slots[0]] = s.all_token_ids[:8]
+    sched.swapped.append(s)
+    sched.check_integrity()  # the hand-made state is a legal one
+    out = sched.schedule()
+    # S comes back (2 blocks: its data + position 8); P then finds no free block and
+    # preempts V, the most recently arrived unscheduled sequence, into a different slot
+    assert [r.seq.request_id for r in out.scheduled] == ["s", "p"]
+    assert out.preempted_seq_ids == [v.seq_id] and v.status is SequenceStatus.SWAPPED
+    (slot_in, _), (_, slot_out) = out.blocks_to_swap_in[0], out.blocks_to_swap_out[0]
+    assert slot_in != slot_out
+    kv.run(out)
+    sched.update_from_output(out, {r.seq.seq_id: 1 for r in out.scheduled if r.do_sample})
+    sched.check_integrity()
+    drain(sched, kv)
