@@ -37,6 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .device import num_sms
+
 PACK = 8  # 4-bit values per int32 word
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -285,19 +287,6 @@ def _check_inputs(x, qweight, scales, zeros, group_size) -> tuple[int, int]:
     if not (x.device == qweight.device == scales.device == zeros.device):
         raise ValueError("x, qweight, scales, zeros: must be on one device")
     return k, n
-
-
-_SM_COUNT: dict[int, int] = {}
-
-
-def num_sms(device: torch.device) -> int:
-    """Multiprocessor count of a CUDA device (cached); 8 for anything else (interpreter)."""
-    if device.type != "cuda":
-        return 8
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
 
 
 def _auto_split(tiles: int, k: int, block_k: int, sms: int) -> int:

@@ -146,11 +146,13 @@ def test_decode_split_plan():
 
 
 def test_attention_input_errors():
+    from edge_llm.kernels.paged_common import check_cache
+
     kc = torch.randn(4, 8, 2, 16)
     with pytest.raises(ValueError, match="q: expected"):
-        pa._check_cache(torch.randn(3, 3, 16), kc, kc)
+        check_cache(torch.randn(3, 3, 16), kc, kc)
     with pytest.raises(ValueError, match="k_cache/v_cache"):
-        pa._check_cache(torch.randn(3, 4, 16), kc, torch.randn(4, 8, 2, 8))
+        check_cache(torch.randn(3, 4, 16), kc, torch.randn(4, 8, 2, 8))
     with pytest.raises(ValueError, match="slot_mapping"):
         pa.write_kv(torch.randn(3, 2, 16), torch.randn(3, 2, 16), kc, kc.clone(),
                     torch.zeros(2, dtype=torch.int64))

@@ -1,0 +1,35 @@
+"""Pieces shared by the paged-attention kernels: the block-table gather of a K/V tile, input
+checks, and the multiprocessor count (layout: ``kernels/paged_attention.py``)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .device import num_sms
+
+__all__ = ["LOG2E", "check_cache", "load_kv_tile", "num_sms"]
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def load_kv_tile(cache_ptr, table_row_ptr, tok, t_mask, kvh, offs_d, d_mask,
+                  stride_b, stride_s, stride_h, BLOCK_SIZE: tl.constexpr):
+    """[BLOCK_N, D_PAD] keys or values of context tokens ``tok`` (block-table gather)."""
+    blk = tl.load(table_row_ptr + tok // BLOCK_SIZE, mask=t_mask, other=0).to(tl.int64)
+    ptrs = cache_ptr + blk[:, None] * stride_b + (tok % BLOCK_SIZE)[:, None] * stride_s \
+        + kvh * stride_h + offs_d[None, :]
+    return tl.load(ptrs, mask=t_mask[:, None] & d_mask[None, :], other=0.0)
+
+
+def check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    if k_cache.shape != v_cache.shape or k_cache.dim() != 4:
+        raise ValueError(f"k_cache/v_cache: expected equal (num_blocks, block_size, Hkv, D) "
+                         f"shapes, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if q.dim() != 3 or q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
+        raise ValueError(f"q: expected (T, H, D) with D = {k_cache.shape[3]} and H a multiple "
+                         f"of Hkv = {k_cache.shape[2]}, got {tuple(q.shape)}")
+    if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError("q, k_cache, v_cache: the head_dim axis must be contiguous")

@@ -1,0 +1,170 @@
+"""Paged decode attention: one query per sequence, split along the context (flash-decoding)
+with a reduce kernel; the oracle is ``paged_attention_ref`` (kernels/paged_attention.py).
+
+    grid (B, Hkv, S): program (b, h, s) owns the G = H / Hkv query heads of kv head h and
+    context tokens [s * P, min((s + 1) * P, seq_len)), P = partition size (a multiple of
+    BLOCK_N). Each loaded K/V tile [BLOCK_N, D] serves all G heads through one tl.dot whose
+    M rows are the heads (padded to 16). With S > 1 every program writes its normalised
+    partial output and log2-sum-exp; the reduce kernel weights the S partials per head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .paged_common import LOG2E, check_cache, load_kv_tile, num_sms
+
+
+@triton.jit
+def _paged_decode_kernel(
+    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+    scale_log2, partition_size,
+    stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+):
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + b)
+    start = split * partition_size
+    end = tl.minimum(seq_len, start + partition_size)
+    offs_g = tl.arange(0, GROUP_PAD)
+    offs_d = tl.arange(0, D_PAD)
+    g_mask = offs_g < GROUP
+    d_mask = offs_d < HEAD_DIM
+    heads = kvh * GROUP + offs_g
+    q = tl.load(q_ptr + b * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=g_mask[:, None] & d_mask[None, :], other=0.0)  # (G_PAD, D_PAD)
+    m_i = tl.full((GROUP_PAD,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((GROUP_PAD,), dtype=tl.float32)
+    acc = tl.zeros((GROUP_PAD, D_PAD), dtype=tl.float32)
+    table_row = table_ptr + b * stride_bt
+    offs_n = tl.arange(0, BLOCK_N)
+    for n0 in range(start, end, BLOCK_N):
+        tok = n0 + offs_n
+        t_mask = tok < end
+        k = load_kv_tile(k_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
+                          stride_kb, stride_ks, stride_kh, BLOCK_SIZE)  # (BLOCK_N, D_PAD)
+        s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
+        s = tl.where(t_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
+                          stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros
+    o_mask = g_mask[:, None] & d_mask[None, :]
+    if not SPLIT:
+        tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=o_mask)
+    else:
+        base = b * stride_pb + heads * stride_ph + split * stride_ps  # (G_PAD,)
+        tl.store(part_out_ptr + base[:, None] * HEAD_DIM + offs_d[None, :], out, mask=o_mask)
+        tl.store(part_lse_ptr + base, m_i + tl.log2(l_i), mask=g_mask)
+
+
+@triton.jit
+def _paged_decode_reduce_kernel(
+    part_out_ptr, part_lse_ptr, seq_lens_ptr, out_ptr, partition_size,
+    stride_pb, stride_ph, stride_ps, stride_ot, stride_oh,
+    num_splits, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):
+    """out[b, h] = sum_s w_s * part[b, h, s] with w_s = 2^lse_s / sum 2^lse (valid splits)."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + b)
+    num_valid = tl.cdiv(seq_len, partition_size)
+    offs_s = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, D_PAD)
+    s_mask = (offs_s < num_valid) & (offs_s < num_splits)
+    base = b * stride_pb + h * stride_ph + offs_s * stride_ps  # (S_PAD,)
+    lse = tl.load(part_lse_ptr + base, mask=s_mask, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.where(s_mask, tl.exp2(lse - m), 0.0)
+    denom = tl.sum(w, axis=0)
+    parts = tl.load(part_out_ptr + base[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    out = tl.sum(parts * w[:, None], axis=0) / tl.where(denom > 0, denom, 1.0)
+    tl.store(out_ptr + b * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
+             mask=offs_d < HEAD_DIM)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Decode launch knobs; num_splits 0 = choose from the GPU size and the longest context."""
+
+    block_n: int = 64
+    num_splits: int = 0
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def decode_split_plan(programs: int, max_context: int, sms: int, block_n: int,
+                      num_splits: int = 0) -> tuple[int, int]:
+    """(num_splits, partition_size): split contexts until about 2 programs per multiprocessor,
+    keeping partitions >= 256 tokens; the partition is a multiple of block_n."""
+    max_context = max(max_context, 1)
+    if num_splits <= 0:
+        num_splits = min(triton.cdiv(2 * sms, max(programs, 1)),
+                         triton.cdiv(max_context, 256), 64)
+        num_splits = max(1, num_splits)
+    partition = triton.cdiv(triton.cdiv(max_context, num_splits), block_n) * block_n
+    return triton.cdiv(max_context, partition), partition
+
+
+def paged_decode(
+    q: torch.Tensor,  # (B, H, D): one query per sequence
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,  # (B, max_blocks) int32
+    seq_lens: torch.Tensor,  # (B,) int32, on q's device
+    scale: float,
+    max_seq_len: int | None = None,
+    config: DecodeConfig | None = None,
+) -> torch.Tensor:
+    """Decode attention (Triton). No host sync: safe to capture in a CUDA graph.
+
+    ``max_seq_len`` (host int) sizes the context split; default block_tables' width.
+    """
+    check_cache(q, k_cache, v_cache)
+    cfg = config or DecodeConfig()
+    b, h, d = q.shape
+    _, bs, hkv, _ = k_cache.shape
+    group = h // hkv
+    out = torch.empty_like(q)
+    if b == 0:
+        return out
+    max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
+    splits, partition = decode_split_plan(b * hkv, max_ctx, num_sms(q.device), cfg.block_n,
+                                          cfg.num_splits)
+    d_pad = triton.next_power_of_2(d)
+    part_out = part_lse = out  # placeholders, unused without a split
+    if splits > 1:
+        part_out = torch.empty((b, h, splits, d), device=q.device, dtype=torch.float32)
+        part_lse = torch.empty((b, h, splits), device=q.device, dtype=torch.float32)
+    seq_lens = seq_lens.to(q.device)
+    _paged_decode_kernel[(b, hkv, splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
+        scale * LOG2E, partition, q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_tables.stride(0), out.stride(0), out.stride(1), h * splits, splits, 1,
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
+        D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if splits > 1:
+        _paged_decode_reduce_kernel[(b, h)](
+            part_out, part_lse, seq_lens, out, partition, h * splits, splits, 1,
+            out.stride(0), out.stride(1), splits, HEAD_DIM=d, D_PAD=d_pad,
+            SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+    return out

@@ -1,0 +1,140 @@
+"""Paged prefill / chunked-prefill attention: any number of new queries per sequence over its
+cached prefix; the oracle is ``paged_attention_ref`` (kernels/paged_attention.py).
+
+    grid (num_q_tiles_upper_bound, Hkv): a q tile is BLOCK_Q consecutive new tokens of one
+    sequence times its G heads, flattened into BLOCK_M >= BLOCK_Q * G rows (row = token * G +
+    head). tile_starts[b] = sum of q tiles of sequences < b (device cumsum, no host sync); a
+    program finds its sequence by binary search. Key loop: 0 .. last query position + 1,
+    masked causally (query at position p sees keys <= p) and by seq_len.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .paged_common import LOG2E, check_cache, load_kv_tile
+
+
+@triton.jit
+def _tile_owner(tile_starts_ptr, tile, num_seqs, SEARCH_STEPS: tl.constexpr):
+    """Largest b < num_seqs with tile_starts[b] <= tile (binary search; sequences with no
+    queries own no tiles, so equal neighbours resolve to the later one)."""
+    lo = 0
+    hi = num_seqs
+    for _ in tl.static_range(SEARCH_STEPS):
+        mid = (lo + hi) // 2
+        go_right = tl.load(tile_starts_ptr + mid) <= tile
+        lo = tl.where(go_right, mid, lo)
+        hi = tl.where(go_right, hi, mid)
+    return lo
+
+
+@triton.jit
+def _paged_prefill_kernel(
+    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, qsl_ptr, tile_starts_ptr, out_ptr,
+    scale_log2, num_seqs,
+    stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_bt, stride_ot, stride_oh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    kvh = tl.program_id(1)
+    b = _tile_owner(tile_starts_ptr, tile, num_seqs, SEARCH_STEPS)
+    num_tiles = tl.load(tile_starts_ptr + num_seqs)
+    tile_valid = tile < num_tiles
+    q_start = tl.load(qsl_ptr + b)
+    num_q = tl.load(qsl_ptr + b + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + b)
+    first_q = (tile - tl.load(tile_starts_ptr + b)) * BLOCK_Q  # among this seq's new tokens
+    rows = tl.arange(0, BLOCK_M)
+    q_local = first_q + rows // GROUP
+    # (rows * 0 + tile): a tensor, as the interpreter cannot AND a tensor with a scalar bool
+    row_mask = (rows < BLOCK_Q * GROUP) & (q_local < num_q) & (rows * 0 + tile < num_tiles)
+    heads = kvh * GROUP + rows % GROUP
+    offs_d = tl.arange(0, D_PAD)
+    d_mask = offs_d < HEAD_DIM
+    tok = (q_start + q_local).to(tl.int64)
+    q = tl.load(q_ptr + tok[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=row_mask[:, None] & d_mask[None, :], other=0.0)  # (BLOCK_M, D_PAD)
+    q_pos = seq_len - num_q + q_local  # (BLOCK_M,) absolute position of each row's query
+    last_pos = tl.minimum(seq_len - num_q + first_q + BLOCK_Q - 1, seq_len - 1)
+    kv_end = tl.where(tile_valid, last_pos + 1, 0)
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, D_PAD), dtype=tl.float32)
+    table_row = table_ptr + b * stride_bt
+    offs_n = tl.arange(0, BLOCK_N)
+    for n0 in range(0, kv_end, BLOCK_N):
+        kpos = n0 + offs_n
+        t_mask = kpos < kv_end
+        k = load_kv_tile(k_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
+                          stride_kb, stride_ks, stride_kh, BLOCK_SIZE)
+        s = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_M, BLOCK_N)
+        visible = (kpos[None, :] <= q_pos[:, None]) & t_mask[None, :]
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = load_kv_tile(v_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
+                          stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(out_ptr + tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+
+
+@dataclass(frozen=True)
+class PrefillConfig:
+    block_m: int = 64  # query rows per program: BLOCK_M // G tokens times G heads
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+def paged_prefill(
+    q: torch.Tensor,  # (T, H, D)
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,  # (B + 1,) int32, host or device
+    seq_lens: torch.Tensor,
+    scale: float,
+    config: PrefillConfig | None = None,
+) -> torch.Tensor:
+    """Prefill / chunked-prefill / mixed-batch attention (Triton), causal over the cache."""
+    check_cache(q, k_cache, v_cache)
+    cfg = config or PrefillConfig()
+    t, h, d = q.shape
+    _, bs, hkv, _ = k_cache.shape
+    group = h // hkv
+    num_seqs = seq_lens.shape[0]
+    out = torch.empty_like(q)
+    if t == 0 or num_seqs == 0:
+        return out
+    block_m = max(cfg.block_m, 16, triton.next_power_of_2(group))
+    block_q = block_m // group
+    qsl = query_start_loc.to(q.device, torch.int32)
+    tiles = (qsl[1:] - qsl[:-1] + block_q - 1) // block_q  # (B,) q tiles per sequence
+    tile_starts = torch.zeros(num_seqs + 1, device=q.device, dtype=torch.int32)
+    tile_starts[1:] = torch.cumsum(tiles, 0)
+    grid = (t // block_q + num_seqs, hkv)  # >= sum over b of ceil(num_q_b / block_q)
+    _paged_prefill_kernel[grid](
+        q, k_cache, v_cache, block_tables, seq_lens.to(q.device), qsl, tile_starts, out,
+        scale * LOG2E, num_seqs, q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_tables.stride(0), out.stride(0), out.stride(1),
+        GROUP=group, HEAD_DIM=d, D_PAD=triton.next_power_of_2(d), BLOCK_SIZE=bs,
+        BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
+        SEARCH_STEPS=max(1, num_seqs.bit_length()),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out
