@@ -31,30 +31,17 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
 from .device import num_sms
+from .w4a16_config import W4A16Config, auto_split, pick_config
 
 PACK = 8  # 4-bit values per int32 word
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 
-@dataclass(frozen=True)
-class W4A16Config:
-    """One launch configuration. ``kind`` is "gemv" (M == 1 only), "dot" or "dequant"."""
-
-    kind: str
-    block_m: int = 16
-    block_n: int = 128
-    block_k: int = 64
-    split_k: int = 1  # 0: choose from the GPU size (see _auto_split)
-    num_warps: int = 4
-    num_stages: int = 3
-    nibble_dots: bool = False  # "dot": eight K/8 dots on nibble planes (needs block_k >= 128)
 
 
 # --------------------------------------------------------------------------- Triton kernels
@@ -289,31 +276,6 @@ def _check_inputs(x, qweight, scales, zeros, group_size) -> tuple[int, int]:
     return k, n
 
 
-def _auto_split(tiles: int, k: int, block_k: int, sms: int) -> int:
-    """Split K until the grid covers about two waves, keeping >= 4 K tiles per split."""
-    split = 1
-    while tiles * split < 2 * sms and k // (2 * split) >= 4 * block_k and split < 16:
-        split *= 2
-    return split
-
-
-def pick_config(m: int, n: int, k: int, group_size: int, sms: int) -> W4A16Config:
-    """The tuned launch choice for an (M, N, K) problem.
-
-    From the sweep in benchmarks/kernels.py on an H200 (notes/kernels.md): the best
-    geometric-mean variant per M bucket over the eight Llama-2/Qwen2.5-7B shapes; above
-    M = 64 dequantize + cuBLAS won every shape but one. Every config fits 99 KB of shared
-    memory on sm_86/89 (tests/test_kernels_compile.py).
-    """
-    if m == 1:
-        block_k = 256 if n * k >= (32 << 20) else 128  # more bytes in flight per program
-        return W4A16Config("gemv", block_n=64, block_k=block_k, split_k=0, num_warps=4)
-    if m <= 4:
-        return W4A16Config("dot", 16, 64, 128, split_k=0, num_warps=4, nibble_dots=True)
-    if m <= 64:
-        return W4A16Config("dot", min(64, max(16, triton.next_power_of_2(m))), 128, 64,
-                           split_k=0, num_warps=4, num_stages=3)
-    return W4A16Config("dequant")
 
 
 def w4a16_matmul(
@@ -365,7 +327,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
     block_m = max(16, triton.next_power_of_2(cfg.block_m))
     m_tiles = triton.cdiv(m, block_m) if cfg.kind == "dot" else 1
     n_tiles = triton.cdiv(n, cfg.block_n)
-    split = cfg.split_k or _auto_split(m_tiles * n_tiles, k, block_k, sms)
+    split = cfg.split_k or auto_split(m_tiles * n_tiles, k, block_k, sms)
     k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
     split = triton.cdiv(k, k_per_split)
     target = torch.empty((split, m, n), device=x2.device, dtype=torch.float32) if split > 1 \
