@@ -16,6 +16,7 @@ from .paged_attention import paged_attention_ref, write_kv_ref
 from .w4a16 import dequantize_w4a16_ref, pack_w4_ref, w4a16_matmul_ref
 
 __all__ = [
+    "triton_enabled",
     "paged_attention",
     "write_kv",
     "w4a16_matmul",
@@ -29,6 +30,13 @@ __all__ = [
 _HALF = (torch.float16, torch.bfloat16)
 # EDGE_LLM_KERNELS=torch forces the references on CUDA too (to compare the two paths end to end)
 _TRITON = os.environ.get("EDGE_LLM_KERNELS", "triton").lower() != "torch"
+
+
+def triton_enabled(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the dispatchers below run the Triton kernels for tensors on ``device`` in
+    ``dtype``. Only then is a decode forward free of host syncs (the references read sequence
+    lengths on the host), so only then can it be captured in a CUDA graph."""
+    return device.type == "cuda" and dtype in _HALF and _TRITON
 
 
 def write_kv(
