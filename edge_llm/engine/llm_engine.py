@@ -75,7 +75,8 @@ class LLMEngine:
         gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
         self.eos_token_ids = eos_token_ids(self.tokenizer, arch.eos_token_ids, gen)
         self.model_name = _model_name(model, mc.model is None)
-        self.runner = ModelRunner(self.loaded, config.cache, config.scheduler, seed=mc.seed)
+        self.runner = ModelRunner(self.loaded, config.cache, config.scheduler, seed=mc.seed,
+                                  enforce_eager=config.enforce_eager)
         self.scheduler = Scheduler(
             config.scheduler, config.cache, self.runner.plan.num_gpu_blocks,
             self.runner.plan.num_cpu_blocks,
@@ -287,9 +288,16 @@ class LLMEngine:
         self.scheduler.check_integrity()
 
     def stats(self) -> dict:
+        """Scheduler counters, token totals, and the decode CUDA graphs' last capture (count,
+        seconds, device bytes; zeros when eager or asleep)."""
         s = self.scheduler.stats()
-        s.update(num_total_blocks=self.scheduler.pool.num_blocks,prompt_tokens_total=self.prompt_tokens_total,
-                 generation_tokens_total=self.generation_tokens_total)
+        graphs = self.runner.graph_stats
+        s.update(num_total_blocks=self.scheduler.pool.num_blocks,
+                 prompt_tokens_total=self.prompt_tokens_total,
+                 generation_tokens_total=self.generation_tokens_total,
+                 num_cuda_graphs=len(graphs.sizes),
+                 cuda_graph_capture_seconds=graphs.seconds,
+                 cuda_graph_memory_bytes=graphs.memory_bytes)
         return s
 
 

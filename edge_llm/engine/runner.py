@@ -2,6 +2,8 @@
 
 It owns the KV cache tensors, applies swaps and copies (block-id pairs only: it never learns
 request identities from them), flattens the scheduled tokens into one batch, and samples.
+Decode-only steps replay CUDA graphs (``cuda_graphs.py``) unless ``enforce_eager`` is set or
+the forward would not be capturable (CPU, fp32, ``EDGE_LLM_KERNELS=torch``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,18 @@ from dataclasses import dataclass, field
 import torch
 
 from edge_llm.config import CacheConfig, SchedulerConfig
+from edge_llm.kernels import triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
 from edge_llm.model.full_forward import scratch_prefill
 from edge_llm.model.loader import LoadedModel
 
+from .cuda_graphs import (
+    DecodeGraphs,
+    GraphStats,
+    capture_sizes,
+    describe_sizes,
+    wants_prompt_logprobs,
+)
 from .kv_cache import KVCache, KVCachePlan, plan_kv_cache
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
 
@@ -39,6 +49,7 @@ class ModelRunner:
         cache_config: CacheConfig,
         scheduler_config: SchedulerConfig,
         seed: int = 0,
+        enforce_eager: bool = False,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -61,11 +72,50 @@ class ModelRunner:
             self.plan.num_gpu_blocks * self.plan.block_bytes / (1 << 30),
             self.plan.num_cpu_blocks, time.perf_counter() - start,
         )
+        self.enforce_eager = enforce_eager
+        self.graphs: DecodeGraphs | None = None
+        self.graph_stats = GraphStats()
+        self._capture_graphs()
+
+    # ---- CUDA graphs -----------------------------------------------------------------------
+    def _capture_graphs(self) -> None:
+        """Capture the decode graphs over the current KV cache and weights (start-up, wake)."""
+        if self.enforce_eager:
+            return
+        if not triton_enabled(self.device, self.dtype):
+            if self.device.type == "cuda":
+                logger.info("CUDA graphs off: the %s forward runs the torch reference kernels",
+                            self.dtype)
+            return
+        sizes = capture_sizes(self.scheduler_config.max_num_seqs)
+        graphs = DecodeGraphs(self.model, self.kv.layers, sizes,
+                              self.scheduler_config.max_model_len, self.block_size, self.device)
+        try:
+            stats = graphs.capture()
+        except Exception as exc:  # an op that cannot be captured: serve eagerly, say why
+            graphs.release()
+            del graphs
+            torch.cuda.empty_cache()
+            logger.warning("CUDA graph capture failed, decode runs eagerly (%s: %s)",
+                           type(exc).__name__, exc)
+            return
+        self.graphs, self.graph_stats = graphs, stats
+        logger.info("CUDA graphs: %d decode graphs (batch sizes %s) captured in %.2f s, "
+                    "%.0f MiB", len(stats.sizes), describe_sizes(stats.sizes), stats.seconds,
+                    stats.memory_bytes / (1 << 20))
+
+    def _drop_graphs(self) -> None:
+        if self.graphs is not None:
+            self.graphs.release()
+        self.graphs = None
+        self.graph_stats = GraphStats()
 
     # ---- scale to zero: free the device, come back ----------------------------------------
     def sleep(self, level: int) -> None:
         """Free the KV cache; level 1 keeps the weights in (pinned) host memory, level 2 drops
-        them (``wake_up`` then reloads from disk)."""
+        them (``wake_up`` then reloads from disk). The CUDA graphs go first: they hold the
+        device addresses of both."""
+        self._drop_graphs()
         self.kv = None
         if level == 2:
             self.model = self.loaded.model = None
@@ -76,13 +126,14 @@ class ModelRunner:
 
     def wake_up(self, reload) -> None:
         """Weights back on the device (``reload()`` returns a fresh LoadedModel after level 2),
-        then the same KV plan allocated again."""
+        then the same KV plan allocated again and the CUDA graphs captured over them."""
         if self.model is None:
             self.loaded = reload()
             self.model = self.loaded.model
         elif self.device.type == "cuda":
             _move_tensors(self.model, self.device, pin=False)
         self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.dtype, self.device)
+        self._capture_graphs()
 
     @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
@@ -116,26 +167,18 @@ class ModelRunner:
         out = RunnerOutput()
         if not sched.scheduled:
             return out
+        rows = [s for s in sched.scheduled if s.do_sample]
+        if self.graphs is not None and self.graphs.can_run(sched.scheduled):
+            logits = self.graphs.run(sched.scheduled)  # (B, vocab), row i: scheduled[i]
+            if len(rows) != len(sched.scheduled):  # a one-token prefill chunk samples nothing
+                logits = logits[[i for i, s in enumerate(sched.scheduled) if s.do_sample]]
+            if rows:
+                self._sample(logits, rows, out)
+            return out
         ids, positions, meta, sample_idx, prompt_rows = self._prepare(sched.scheduled)
         hidden = self.model(ids, positions, self.kv.layers, meta)
-        rows = [s for s in sched.scheduled if s.do_sample]
         if rows:
-            logits = self.model.compute_logits(hidden[sample_idx])
-            sample_rows = [
-                SampleRow(
-                    params=s.seq.params,
-                    prompt_token_ids=s.seq.prompt_token_ids,
-                    output_token_ids=s.seq.output_token_ids,
-                    generator_key=s.seq.seq_id,
-                    choice_index=s.seq.index,
-                )
-                for s in rows
-            ]
-            res = self.sampler(logits, sample_rows)
-            for i, s in enumerate(rows):
-                out.sampled[s.seq.seq_id] = res.token_ids[i]
-                out.logprobs[s.seq.seq_id] = res.logprobs[i]
-                out.sampled_logprobs[s.seq.seq_id] = res.sampled_logprobs[i]
+            self._sample(self.model.compute_logits(hidden[sample_idx]), rows, out)
         for s, lo, _hi in prompt_rows:
             k = s.seq.params.prompt_logprobs
             targets = self._prompt_targets(s)
@@ -145,6 +188,24 @@ class ModelRunner:
                 logits, torch.tensor(targets, device=logits.device), k
             ))
         return out
+
+    def _sample(self, logits: torch.Tensor, rows: list, out: RunnerOutput) -> None:
+        """Sample one token per row of ``logits`` (row i belongs to ``rows[i]``) into ``out``."""
+        sample_rows = [
+            SampleRow(
+                params=s.seq.params,
+                prompt_token_ids=s.seq.prompt_token_ids,
+                output_token_ids=s.seq.output_token_ids,
+                generator_key=s.seq.seq_id,
+                choice_index=s.seq.index,
+            )
+            for s in rows
+        ]
+        res = self.sampler(logits, sample_rows)
+        for i, s in enumerate(rows):
+            out.sampled[s.seq.seq_id] = res.token_ids[i]
+            out.logprobs[s.seq.seq_id] = res.logprobs[i]
+            out.sampled_logprobs[s.seq.seq_id] = res.sampled_logprobs[i]
 
     @staticmethod
     def _prompt_targets(s) -> list[int]:
@@ -170,7 +231,7 @@ class ModelRunner:
             positions.extend(range(start, start + n))
             table = s.block_table
             slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
-            if s.seq.params.prompt_logprobs is not None and start < s.seq.num_prompt_tokens - 1:
+            if wants_prompt_logprobs(s):
                 prompt_rows.append((s, qsl[-1], qsl[-1] + n))
             qsl.append(qsl[-1] + n)
             seq_lens.append(start + n)

@@ -1,0 +1,268 @@
+"""CUDA graphs for decode steps: one graph per padded batch size, captured once, replayed.
+
+A decode step of a 7B model is a few hundred short kernel launches; replaying them from a
+graph removes the per-launch host cost (vLLM's default, switched off by ``--enforce-eager``).
+
+Static buffers, ``max_bs`` rows (the largest captured size); the graph of size ``bs`` reads
+rows ``[0, bs)``, a step of ``B <= bs`` sequences fills rows ``[0, B)`` and pads the rest::
+
+    row          input_ids  positions  slot_mapping     seq_lens   block_tables[row, :W]
+    b < B        its token  start_pos  its cache slot   start + 1  its table (W = widest)
+    B <= b < bs  0          0          -1 (write_kv     1          0 ... (block 0: read,
+                                        skips it)                   never written)
+
+    forward(bs rows) -> compute_logits -> logits[:bs]   (fp32, one buffer shared by all sizes)
+
+The sampler then reads ``logits[:B]``. Only decode-only steps replay (every sequence feeds one
+token and none wants prompt logprobs); prefill and mixed steps, and steps of more than
+``max_bs`` sequences, run eagerly.
+
+Graph safety (what the captured forward may not do): read a device value on the host, or
+launch a grid that depends on the step. The paged decode kernel sizes its context split from
+the host int ``max_seq_len``: captured graphs pass ``max_model_len``, so the grid is fixed and
+a short sequence leaves the later partitions empty (tests/test_decode_graph_interpret.py).
+``query_start_loc`` (a host tensor) is not read by the decode kernel. Sizes are captured
+largest first into one memory pool, so the smaller graphs reuse the larger ones' scratch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gc
+import itertools
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from edge_llm.model.attention_metadata import AttentionMetadata
+
+MAX_CAPTURE_SIZE = 512  # vLLM's largest default capture size
+
+
+def capture_sizes(max_num_seqs: int, limit: int = MAX_CAPTURE_SIZE) -> list[int]:
+    """Padded batch sizes, ascending: 1, 2, 4, 8, then every multiple of 8, up to the first
+    size >= ``max_num_seqs`` (so every batch the scheduler can form has a graph), at most
+    ``limit``."""
+    if max_num_seqs < 1:
+        raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}.")
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}.")
+    sizes = []
+    for size in itertools.chain((1, 2, 4), itertools.count(8, 8)):
+        if size > limit:
+            break
+        sizes.append(size)
+        if size >= max_num_seqs:
+            break
+    return sizes
+
+
+def padded_size(sizes: list[int], batch: int) -> int | None:
+    """The smallest size in ascending ``sizes`` that holds ``batch`` rows; None if none does."""
+    i = bisect.bisect_left(sizes, batch)
+    return sizes[i] if i < len(sizes) else None
+
+
+def wants_prompt_logprobs(s) -> bool:
+    """This row (a ``ScheduledSeq``) produces prompt logprobs (its chunk holds prompt tokens
+    whose successor is a prompt token)."""
+    return s.seq.params.prompt_logprobs is not None and s.start_pos < s.seq.num_prompt_tokens - 1
+
+
+def is_decode_step(scheduled: list) -> bool:
+    """Every row feeds exactly one token and none wants prompt logprobs."""
+    return bool(scheduled) and all(
+        s.num_scheduled_tokens == 1 and not wants_prompt_logprobs(s) for s in scheduled
+    )
+
+
+@dataclass
+class DecodeInputs:
+    """One decode step's inputs on the host, padded to ``bs`` rows (layout: module doc)."""
+
+    input_ids: torch.Tensor  # (bs,) int64
+    positions: torch.Tensor  # (bs,) int64
+    slot_mapping: torch.Tensor  # (bs,) int64, -1 on padding rows
+    seq_lens: torch.Tensor  # (bs,) int32, 1 on padding rows
+    block_tables: torch.Tensor  # (bs, W) int32, W = the longest table; zeros past each table
+
+
+def decode_inputs(scheduled: list, bs: int, block_size: int) -> DecodeInputs:
+    """Flatten a decode step's rows (``ScheduledSeq`` with one token each) into ``bs`` rows."""
+    b = len(scheduled)
+    if not 0 < b <= bs:
+        raise ValueError(f"a decode step of {b} rows does not fit {bs} padded rows.")
+    pad = bs - b
+    width = max(len(s.block_table) for s in scheduled)
+    ids, positions, slots, seq_lens, tables = [], [], [], [], []
+    for s in scheduled:
+        if s.num_scheduled_tokens != 1:
+            raise ValueError(f"decode rows feed one token, got {s.num_scheduled_tokens}.")
+        p = s.start_pos
+        ids.append(s.token_ids[0])
+        positions.append(p)
+        slots.append(s.block_table[p // block_size] * block_size + p % block_size)
+        seq_lens.append(p + 1)
+        tables.append(s.block_table + [0] * (width - len(s.block_table)))
+    tables.extend([[0] * width] * pad)
+    return DecodeInputs(
+        input_ids=torch.tensor(ids + [0] * pad, dtype=torch.int64),
+        positions=torch.tensor(positions + [0] * pad, dtype=torch.int64),
+        slot_mapping=torch.tensor(slots + [-1] * pad, dtype=torch.int64),
+        seq_lens=torch.tensor(seq_lens + [1] * pad, dtype=torch.int32),
+        block_tables=torch.tensor(tables, dtype=torch.int32),
+    )
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """What the last capture made: its sizes, wall seconds, and the device memory it holds
+    (graph pool, static buffers; measured as the drop in free device memory)."""
+
+    sizes: tuple[int, ...] = ()
+    seconds: float = 0.0
+    memory_bytes: int = 0
+
+
+class DecodeGraphs:
+    """Static decode buffers and the graphs captured over them (layout: module doc).
+
+    ``run(scheduled)`` fills the buffers and replays the graph of the padded size; without a
+    captured graph for that size (``capture`` not called: the CPU tests) it runs the same
+    padded forward eagerly. ``release()`` drops the graphs and their pool (before the KV cache
+    or the weights move: the graphs hold their device addresses).
+    """
+
+    def __init__(self, model, kv_layers: list, sizes: list[int], max_model_len: int,
+                 block_size: int, device: torch.device) -> None:
+        if not sizes or sorted(set(sizes)) != list(sizes) or sizes[0] < 1:
+            raise ValueError(f"sizes must be ascending distinct positive ints, got {sizes}.")
+        self.model = model
+        self.kv_layers = kv_layers
+        self.sizes = list(sizes)
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.device = device
+        self.max_blocks = -(-max_model_len // block_size)
+        max_bs, vocab = self.sizes[-1], model.arch.vocab_size
+        with torch.inference_mode():
+            self.input_ids = torch.zeros(max_bs, dtype=torch.int64, device=device)
+            self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
+            self.slot_mapping = torch.full((max_bs,), -1, dtype=torch.int64, device=device)
+            self.seq_lens = torch.ones(max_bs, dtype=torch.int32, device=device)
+            self.block_tables = torch.zeros((max_bs, self.max_blocks), dtype=torch.int32,
+                                            device=device)
+            self.logits = torch.empty((max_bs, vocab), dtype=torch.float32, device=device)
+        # read only by the torch reference (CPU): the decode kernel ignores it
+        self._query_start_loc = torch.arange(max_bs + 1, dtype=torch.int32)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.replays: Counter[int] = Counter()  # padded size -> decode steps run at that size
+
+    @property
+    def max_batch(self) -> int:
+        return self.sizes[-1]
+
+    def can_run(self, scheduled: list) -> bool:
+        """A decode-only step of at most ``max_batch`` rows whose tables fit the buffer."""
+        return (
+            len(scheduled) <= self.max_batch
+            and is_decode_step(scheduled)
+            and max(len(s.block_table) for s in scheduled) <= self.max_blocks
+        )
+
+    def _forward(self, bs: int) -> None:
+        """The captured body: forward and logits of static rows [0, bs) into logits[:bs]."""
+        meta = AttentionMetadata(
+            slot_mapping=self.slot_mapping[:bs],
+            query_start_loc=self._query_start_loc[: bs + 1],
+            seq_lens=self.seq_lens[:bs],
+            block_tables=self.block_tables[:bs],
+            max_query_len=1,
+            max_seq_len=self.max_model_len,  # fixed split grid (module doc)
+        )
+        hidden = self.model(self.input_ids[:bs], self.positions[:bs], self.kv_layers, meta)
+        self.logits[:bs].copy_(self.model.compute_logits(hidden))
+
+    @torch.inference_mode()
+    def run(self, scheduled: list) -> torch.Tensor:
+        """Logits (B, vocab) fp32 of a decode step (``can_run``), row i for ``scheduled[i]``;
+        a view of the static buffer, valid until the next ``run``."""
+        b = len(scheduled)
+        bs = padded_size(self.sizes, b)
+        if bs is None:
+            raise ValueError(f"{b} rows exceed the largest padded size {self.max_batch}.")
+        host = decode_inputs(scheduled, bs, self.block_size)
+        w = host.block_tables.shape[1]
+        # pageable host sources: each copy returns once its source is staged
+        self.input_ids[:bs].copy_(host.input_ids, non_blocking=True)
+        self.positions[:bs].copy_(host.positions, non_blocking=True)
+        self.slot_mapping[:bs].copy_(host.slot_mapping, non_blocking=True)
+        self.seq_lens[:bs].copy_(host.seq_lens, non_blocking=True)
+        self.block_tables[:bs, :w].copy_(host.block_tables, non_blocking=True)
+        graph = self.graphs.get(bs)
+        if graph is not None:
+            graph.replay()
+        else:
+            self._forward(bs)
+        self.replays[bs] += 1
+        return self.logits[:b]
+
+    def _pad_all(self) -> None:
+        """Every row padding: warm-up and capture runs write no KV (slot -1)."""
+        self.input_ids.zero_()
+        self.positions.zero_()
+        self.slot_mapping.fill_(-1)
+        self.seq_lens.fill_(1)
+        self.block_tables.zero_()
+
+    @torch.inference_mode()
+    def capture(self) -> GraphStats:
+        """Warm each size up eagerly (compiles kernels, initialises cuBLAS), then capture it,
+        largest first, into one shared pool. Raises on a forward that is not capturable."""
+        if self.device.type != "cuda":
+            raise RuntimeError(f"CUDA graphs need a CUDA device, not {self.device}.")
+        dev = self.device
+        start = time.perf_counter()
+        gc.collect()
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        free_before = torch.cuda.mem_get_info(dev)[0]
+        self._pad_all()
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(dev)  # capture cannot run on the default stream
+        for bs in reversed(self.sizes):
+            self._forward(bs)
+            torch.cuda.synchronize(dev)
+            graph = torch.cuda.CUDAGraph()
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                # thread_local: other threads' CUDA calls (the server's) do not break capture
+                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+                try:
+                    self._forward(bs)
+                finally:
+                    graph.capture_end()
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            self.graphs[bs] = graph
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()  # the warm-up runs' cached blocks; the pool stays
+        buffers = sum(t.numel() * t.element_size() for t in (
+            self.input_ids, self.positions, self.slot_mapping, self.seq_lens,
+            self.block_tables, self.logits))
+        used = max(free_before - torch.cuda.mem_get_info(dev)[0], 0) + buffers
+        return GraphStats(tuple(self.sizes), time.perf_counter() - start, used)
+
+    def release(self) -> None:
+        """Drop every graph (their pool memory returns on the next ``empty_cache``)."""
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+
+
+def describe_sizes(sizes: tuple[int, ...] | list[int]) -> str:
+    """Sizes for a log line: "1, 2, 4, 8, 16, ..., 256"."""
+    if len(sizes) <= 6:
+        return ", ".join(map(str, sizes))
+    return ", ".join(map(str, sizes[:5])) + f", ..., {sizes[-1]}"

@@ -1,0 +1,217 @@
+"""Decode CUDA graphs, the parts that run anywhere: padded sizes, padded inputs, and the padded
+decode forward (``DecodeGraphs.run`` without a captured graph runs it eagerly) against the
+plain eager step, on CPU. The captured graphs themselves: tests/test_cuda_graphs_gpu.py.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from edge_llm import LLM, SamplingParams
+from edge_llm.engine.cuda_graphs import (
+    DecodeGraphs,
+    capture_sizes,
+    decode_inputs,
+    describe_sizes,
+    is_decode_step,
+    padded_size,
+)
+from tests.helpers import save_hf_checkpoint, tiny_hf_model
+
+GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=24)
+
+
+# ---- helpers shared with the GPU tests ------------------------------------------------------
+
+
+def word_model(out: Path, vocab: int = 512, **kw) -> Path:
+    """A random tiny Llama with a word-level tokenizer of exactly ``vocab`` ids (no demo
+    model, no network: the GPU machine has neither)."""
+    from benchmarks.random_checkpoint import write_tokenizer
+
+    kw = {"hidden": 64, "heads": 4, "kv_heads": 2, "layers": 2, "max_pos": 512, **kw}
+    save_hf_checkpoint(tiny_hf_model("LlamaForCausalLM", vocab=vocab, **kw), out)
+    write_tokenizer(out, vocab)
+    return out
+
+
+def random_prompts(n: int, vocab: int, lo: int, hi: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+def run_traffic(llm: LLM, arrivals: list[tuple[int, list[int]]],
+                params: SamplingParams) -> dict[str, list[int]]:
+    """Requests arriving at given engine steps (so prefills land among running decodes);
+    returns each request's output tokens. The same arrivals give the same schedule."""
+    engine, done, step = llm.engine, {}, 0
+    pending = sorted(arrivals, key=lambda a: a[0])
+    i = 0
+    while i < len(pending) or engine.has_unfinished():
+        while i < len(pending) and pending[i][0] <= step:
+            engine.add_request(f"r{i}", {"prompt_token_ids": pending[i][1]}, params)
+            i += 1
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out.outputs[0].token_ids
+        step += 1
+    return done
+
+
+def tokens(outs) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in outs]
+
+
+# ---- pure logic -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_num_seqs, expected", [
+    (1, [1]), (2, [1, 2]), (3, [1, 2, 4]), (8, [1, 2, 4, 8]), (9, [1, 2, 4, 8, 16]),
+    (40, [1, 2, 4, 8, 16, 24, 32, 40]), (41, [1, 2, 4, 8, 16, 24, 32, 40, 48]),
+])
+def test_capture_sizes(max_num_seqs, expected):
+    assert capture_sizes(max_num_seqs) == expected
+
+
+def test_capture_sizes_cap_and_errors():
+    sizes = capture_sizes(100_000)
+    assert sizes[:4] == [1, 2, 4, 8] and sizes[-1] == 512 and len(sizes) == 3 + 64
+    assert all(b - a == 8 for a, b in zip(sizes[3:], sizes[4:], strict=False))
+    assert capture_sizes(300, limit=256)[-1] == 256
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        capture_sizes(0)
+    assert describe_sizes(capture_sizes(256)) == "1, 2, 4, 8, 16, ..., 256"
+    assert describe_sizes([1, 2, 4]) == "1, 2, 4"
+
+
+def test_padded_size():
+    sizes = [1, 2, 4, 8, 16]
+    assert [padded_size(sizes, b) for b in (1, 2, 3, 5, 8, 9, 16, 17)] == [
+        1, 2, 4, 8, 8, 16, 16, None]
+
+
+def _row(tokens_, start, table, prompt_logprobs=None, num_prompt=4):
+    params = SimpleNamespace(prompt_logprobs=prompt_logprobs)
+    seq = SimpleNamespace(params=params, num_prompt_tokens=num_prompt)
+    return SimpleNamespace(seq=seq, token_ids=tokens_, start_pos=start,
+                           num_scheduled_tokens=len(tokens_), block_table=table)
+
+
+def test_decode_inputs_pads_rows():
+    bs = 8
+    rows = [_row([11], 0, [5]), _row([22], 17, [3, 9, 4]), _row([33], 8, [7, 2])]
+    got = decode_inputs(rows, 4, bs)
+    assert got.input_ids.tolist() == [11, 22, 33, 0]
+    assert got.positions.tolist() == [0, 17, 8, 0]
+    # position p lives in block table[p // 8] at offset p % 8; padding: slot -1
+    assert got.slot_mapping.tolist() == [5 * 8, 4 * 8 + 1, 2 * 8 + 0, -1]
+    assert got.seq_lens.tolist() == [1, 18, 9, 1]
+    assert got.block_tables.tolist() == [[5, 0, 0], [3, 9, 4], [7, 2, 0], [0, 0, 0]]
+    assert got.seq_lens.dtype == got.block_tables.dtype == torch.int32
+    assert got.slot_mapping.dtype == torch.int64
+    with pytest.raises(ValueError, match="does not fit"):
+        decode_inputs(rows, 2, bs)
+    with pytest.raises(ValueError, match="one token"):
+        decode_inputs([_row([1, 2], 0, [1])], 1, bs)
+
+
+def test_is_decode_step():
+    assert is_decode_step([_row([1], 5, [1]), _row([2], 9, [2, 3])])
+    assert not is_decode_step([])
+    assert not is_decode_step([_row([1], 5, [1]), _row([2, 3], 0, [4])])  # a prefill chunk
+    # a one-token chunk whose successor is still a prompt token, with prompt logprobs asked
+    assert not is_decode_step([_row([1], 1, [1], prompt_logprobs=2, num_prompt=4)])
+    assert is_decode_step([_row([1], 3, [1], prompt_logprobs=2, num_prompt=4)])
+
+
+# ---- the padded forward on CPU --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def word_dir(tmp_path_factory) -> Path:
+    return word_model(tmp_path_factory.mktemp("graphs-cpu"))
+
+
+def _llm(path: Path, **kw) -> LLM:
+    kw = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "block_size": 8,
+          "max_num_seqs": 8, "max_num_batched_tokens": 128, "swap_space": 0.0, **kw}
+    return LLM(str(path), **kw)
+
+
+def _attach_padded(llm: LLM, sizes: list[int]) -> DecodeGraphs:
+    """Give a CPU runner DecodeGraphs without captured graphs: decode steps then take the
+    padded path (the code that feeds the graphs on CUDA) eagerly."""
+    runner = llm.engine.runner
+    graphs = DecodeGraphs(runner.model, runner.kv.layers, sizes, 256, runner.block_size,
+                          runner.device)
+    runner.graphs = graphs
+    return graphs
+
+
+def test_cpu_runner_captures_nothing(word_dir):
+    llm = _llm(word_dir)
+    assert llm.engine.runner.graphs is None
+    st = llm.engine.stats()
+    assert st["num_cuda_graphs"] == 0 and st["cuda_graph_memory_bytes"] == 0
+    assert st["cuda_graph_capture_seconds"] == 0.0
+
+
+def test_padded_logits_equal_eager_logits(word_dir):
+    llm = _llm(word_dir)
+    engine, runner = llm.engine, llm.engine.runner
+    for i, p in enumerate(random_prompts(3, 512, 5, 30, seed=1)):
+        engine.add_request(str(i), {"prompt_token_ids": p}, GREEDY)
+    engine.step()  # prefill all three (eager); the next step is decode-only
+    sched = engine.scheduler.schedule()
+    assert is_decode_step(sched.scheduled) and len(sched.scheduled) == 3
+    with torch.inference_mode():
+        ids, pos, meta, sample_idx, _ = runner._prepare(sched.scheduled)
+        eager = runner.model.compute_logits(runner.model(ids, pos, runner.kv.layers, meta))
+        cache_eager = [k.clone() for k, _ in runner.kv.layers]
+    graphs = DecodeGraphs(runner.model, runner.kv.layers, [1, 2, 4, 8], 256, 8, runner.device)
+    got = graphs.run(sched.scheduled)
+    assert got.shape == eager.shape and graphs.replays == {4: 1}
+    torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+    # the real rows wrote the same K/V, the padding row wrote nothing
+    for (k, _), before in zip(runner.kv.layers, cache_eager, strict=True):
+        torch.testing.assert_close(k, before, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_runner_decode_path_matches_eager_under_mixed_traffic(word_dir):
+    """Prompts of different lengths arriving over time: decode steps of varying size take
+    the padded path; tokens equal the eager engine's, sequences cross block boundaries."""
+    prompts = random_prompts(7, 512, 3, 40, seed=2)
+    arrivals = [(3 * i, p) for i, p in enumerate(prompts)]
+    params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=20)
+    ref = run_traffic(_llm(word_dir), arrivals, params)
+    padded = _llm(word_dir)
+    graphs = _attach_padded(padded, [1, 2, 4, 8])
+    got = run_traffic(padded, arrivals, params)
+    assert got == ref
+    assert len(graphs.replays) >= 3, graphs.replays  # several padded sizes were used
+    padded.engine.check_integrity()
+
+
+def test_runner_padded_path_with_logprobs_and_n(word_dir):
+    """Sampling rows that are not plain greedy (logprobs, seeded random, n > 1) read the
+    same logits rows through the padded path."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(3, 512, 4, 20, seed=3)]
+    params = SamplingParams(temperature=0.8, seed=7, n=2, max_tokens=10, logprobs=2,
+                            ignore_eos=True)
+    ref = _llm(word_dir).generate(prompts, params, use_tqdm=False)
+    padded = _llm(word_dir)
+    graphs = _attach_padded(padded, [1, 2, 4, 8])
+    got = padded.generate(prompts, params, use_tqdm=False)
+    assert [[c.token_ids for c in o.outputs] for o in got] == \
+        [[c.token_ids for c in o.outputs] for o in ref]
+    for o_got, o_ref in zip(got, ref, strict=True):
+        for c_got, c_ref in zip(o_got.outputs, o_ref.outputs, strict=True):
+            for a, b in zip(c_got.logprobs, c_ref.logprobs, strict=True):
+                assert a.keys() == b.keys()
+                assert all(abs(a[t] - b[t]) < 1e-4 for t in a)
+    assert sum(graphs.replays.values()) > 0
