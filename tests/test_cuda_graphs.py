@@ -215,3 +215,37 @@ def test_runner_padded_path_with_logprobs_and_n(word_dir):
                 assert a.keys() == b.keys()
                 assert all(abs(a[t] - b[t]) < 1e-4 for t in a)
     assert sum(graphs.replays.values()) > 0
+
+
+# ---- reporting: start-up phase and /metrics ------------------------------------------------
+
+
+def _graph_engine_double(num_graphs: int):
+    stats = {"num_cuda_graphs": num_graphs, "cuda_graph_capture_seconds": 1.5 * (num_graphs > 0),
+             "cuda_graph_memory_bytes": (96 << 20) * (num_graphs > 0), "num_total_blocks": 10}
+    loaded = SimpleNamespace(load_seconds=2.0, num_bytes=4e9)
+    return SimpleNamespace(engine=SimpleNamespace(loaded=loaded), stats=lambda: stats)
+
+
+def test_startup_phases_split_out_the_capture():
+    from edge_llm.server.hooks import StartupPhases
+
+    phases = StartupPhases()
+    phases.record_engine(_graph_engine_double(35), construct_seconds=5.0)
+    assert phases.seconds["weight_load"] == 2.0
+    assert phases.seconds["cuda_graphs"] == 1.5
+    assert phases.seconds["kv_allocation"] == pytest.approx(1.5)
+    eager = StartupPhases()
+    eager.record_engine(_graph_engine_double(0), construct_seconds=5.0)
+    assert "cuda_graphs" not in eager.seconds and eager.seconds["kv_allocation"] == 3.0
+
+
+def test_metrics_export_the_capture():
+    from edge_llm.server.metrics import ServerMetrics
+
+    engine = _graph_engine_double(35)
+    text = ServerMetrics(engine.stats, lambda: "m").render().decode()
+    assert 'edge_llm:num_cuda_graphs{model_name="m"} 35.0' in text
+    assert 'edge_llm:cuda_graph_capture_seconds{model_name="m"} 1.5' in text
+    line = next(x for x in text.splitlines() if x.startswith("edge_llm:cuda_graph_memory_bytes{"))
+    assert float(line.split()[-1]) == 96 << 20

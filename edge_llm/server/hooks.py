@@ -1,7 +1,7 @@
 """Scale-to-zero settings and the pieces the server's lifecycle calls: start-up phase timing,
 warm-up passes, user hooks and the persistent compile caches.
 
-    process start -> import -> weight_load -> kv_allocation -> [on_load] -> warmup
+    process start -> import -> weight_load -> kv_allocation -> cuda_graphs -> [on_load] -> warmup
                   -> ready [on_ready] -> (idle) sleep [on_sleep] -> wake_up [on_wake] -> ...
 
 A user hook is ``module:function``; it is called as ``function(event, state)`` with ``event``
@@ -29,7 +29,7 @@ logger = logging.getLogger("edge_llm.server")
 
 HOOK_EVENTS = ("on_load", "on_ready", "on_sleep", "on_wake")
 # start-up phases in order; "ready" is seconds from process start to ready
-PHASES = ("import", "weight_load", "kv_allocation", "warmup", "ready")
+PHASES = ("import", "weight_load", "kv_allocation", "cuda_graphs", "warmup", "ready")
 WARMUP_PROMPT = "Warm-up: list three colours, then count from one to ten."
 
 
@@ -247,8 +247,9 @@ class StartupPhases:
         logger.info("startup phase %s: %.2f s%s", phase, seconds, f" ({detail})" if detail else "")
 
     def record_engine(self, engine: Any, construct_seconds: float) -> None:
-        """Split the engine's construction into weight loading (the loader's own figure) and
-        the rest (tokenizer, KV cache allocation); an engine without ``engine.loaded`` (a test
+        """Split the engine's construction into weight loading (the loader's own figure), the
+        decode CUDA graph capture (from ``engine.stats()``, when graphs were captured) and the
+        rest (tokenizer, KV cache allocation); an engine without ``engine.loaded`` (a test
         double) records the whole as weight_load."""
         loaded = getattr(getattr(engine, "engine", None), "loaded", None)
         load_s = getattr(loaded, "load_seconds", None)
@@ -257,8 +258,14 @@ class StartupPhases:
             return
         gb = getattr(loaded, "num_bytes", 0) / 1e9
         self.record("weight_load", load_s, f"{gb:.2f} GB at {gb / max(load_s, 1e-9):.2f} GB/s")
-        self.record("kv_allocation", max(construct_seconds - load_s, 0.0),
+        stats = engine.stats() if callable(getattr(engine, "stats", None)) else {}
+        graphs_s = float(stats.get("cuda_graph_capture_seconds") or 0.0)
+        self.record("kv_allocation", max(construct_seconds - load_s - graphs_s, 0.0),
                     "tokenizer and KV cache")
+        if stats.get("num_cuda_graphs"):
+            mib = stats.get("cuda_graph_memory_bytes", 0) / (1 << 20)
+            self.record("cuda_graphs", graphs_s,
+                        f"{stats['num_cuda_graphs']} decode graphs, {mib:.0f} MiB")
 
     def record_ready(self) -> None:
         self.record("ready", time.time() - self.process_start, "since process start")

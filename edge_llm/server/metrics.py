@@ -39,6 +39,12 @@ _GAUGES = (
     ("vllm:cpu_cache_usage_perc", ("cpu_swap_usage",), "CPU swap usage; 1 means 100 percent."),
     ("edge_llm:num_free_blocks", ("num_free_blocks",), "KV-cache blocks free (or cached)."),
     ("edge_llm:num_total_blocks", ("num_total_blocks",), "All KV-cache blocks."),
+    ("edge_llm:num_cuda_graphs", ("num_cuda_graphs",),
+     "Decode CUDA graphs captured (0: eager, --enforce-eager or no CUDA)."),
+    ("edge_llm:cuda_graph_capture_seconds", ("cuda_graph_capture_seconds",),
+     "Seconds the last capture of the decode CUDA graphs took (start-up or wake)."),
+    ("edge_llm:cuda_graph_memory_bytes", ("cuda_graph_memory_bytes",),
+     "Device memory held by the decode CUDA graphs (pool and static buffers)."),
 )
 _COUNTERS = (  # names without _total: the exposition adds it
     ("vllm:prefix_cache_queries", ("prefix_cache_queries", "prefix_queries"),
