@@ -29,6 +29,11 @@ SHAPES = {
                          intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                          num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192,
                          rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
+    # CPU smoke runs of the benchmarks (every K a multiple of the group size 128)
+    "tiny-llama": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=128,
+                       intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=1024, max_position_embeddings=1024,
+                       rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
 }
 FORMATS = ("awq", "gptq", "gptq-act", "fp16")
 

@@ -1,0 +1,281 @@
+"""Engine scenarios of the end-to-end benchmark, in process on one loaded ``edge_llm.LLM``.
+
+Every timed call uses fresh random prompts (``PromptMaker``), greedy sampling and
+``ignore_eos``, and checks that each request produced exactly the tokens asked for. A decode
+step's time is taken as ``(T(n tokens) - T(1 token)) / (n - 1)`` for the same batch shape, so
+the prefill and the first sample drop out.
+
+Two scenarios change the engine between runs without reloading the weights, as ``wake_up``
+does: ``set_prefix_caching`` builds a new scheduler with the prefix cache on or off, and
+``resize_kv_cache`` frees the KV tensors and allocates a new plan (the engine must be idle).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from e2e_common import (
+    Profile,
+    PromptMaker,
+    decode_bytes_per_step,
+    free_device_memory,
+    log,
+)
+
+# llama.cpp on this GPU, Llama-2-7B Q4_0, 64 sequences of 512-token prompts (issue #7)
+LLAMA_CPP_PREFILL_TOK_S = 12200.0
+LLAMA_CPP_GEN_TOK_S = 3861.0
+
+
+def load_llm(path, p: Profile, device: str):
+    from edge_llm import LLM
+
+    return LLM(str(path), device=device, max_model_len=p.max_model_len,
+               kv_cache_memory=p.kv_cache_memory,
+               swap_space=4.0 if device.startswith("cuda") else 0.0625)
+
+
+@dataclass
+class EngineBench:
+    llm: Any
+    profile: Profile
+    device: str
+    prompts: PromptMaker
+    copy_gbs: float  # measured device copy bandwidth, bytes read + written per second / 1e9
+
+    @property
+    def engine(self):
+        return self.llm.engine
+
+    @property
+    def arch(self):
+        return self.engine.loaded.arch
+
+    def generate(self, prompts: list[list[int]], params) -> tuple[float, list]:
+        """Seconds for ``LLM.generate`` of token-id prompts (outputs are on the host, so the
+        device work is done), and the outputs; every request must give its max_tokens."""
+        began = time.perf_counter()
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
+                                 use_tqdm=False)
+        seconds = time.perf_counter() - began
+        wanted = [q.max_tokens for q in params] if isinstance(params, list) else \
+            [params.max_tokens] * len(prompts)
+        got = [len(o.outputs[0].token_ids) for o in outs]
+        if got != wanted:
+            raise RuntimeError(f"requests gave {got[:8]} tokens, asked for {wanted[:8]}")
+        return seconds, outs
+
+    def warm(self, batch: int, prompt_len: int, tokens: int = 4) -> None:
+        """Compile the kernels of this batch shape before anything is timed."""
+        self.generate(self.prompts.batch(batch, prompt_len), greedy(tokens))
+
+    def preemptions(self) -> int:
+        return int(self.engine.stats()["num_preemptions"])
+
+
+def greedy(n: int):
+    from edge_llm import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+
+
+def kv_elem_bytes(bench: EngineBench) -> int:
+    import torch
+
+    return torch.tensor([], dtype=bench.engine.loaded.dtype).element_size()
+
+
+def decode_at(bench: EngineBench, batch: int, prompt_len: int, tokens: int) -> dict[str, Any]:
+    """Decode ``tokens`` for ``batch`` fresh prompts of ``prompt_len``: step time, tok/s and
+    the fraction of the bandwidth floor (bytes a step must read / copy bandwidth)."""
+    if tokens < 2:
+        raise ValueError(f"decode needs at least 2 tokens, got {tokens}")
+    bench.warm(batch, prompt_len)
+    t1, _ = bench.generate(bench.prompts.batch(batch, prompt_len), greedy(1))
+    tn, _ = bench.generate(bench.prompts.batch(batch, prompt_len), greedy(tokens))
+    step = (tn - t1) / (tokens - 1)
+    if step <= 0:
+        raise RuntimeError(f"decode step time {step:.6f} s: T(1)={t1:.4f}, T({tokens})={tn:.4f}")
+    nbytes = decode_bytes_per_step(bench.engine.runner.model, bench.arch, batch,
+                                   prompt_len + tokens / 2, kv_elem_bytes(bench))
+    floor = nbytes["total"] / (bench.copy_gbs * 1e9)
+    return {
+        "batch": batch, "prompt": prompt_len, "tokens": tokens,
+        "first_token_s": t1, "total_s": tn, "step_ms": step * 1e3,
+        "decode_tok_s": batch / step, "e2e_tok_s": batch * tokens / tn,
+        "bytes_per_step": nbytes, "floor_ms": floor * 1e3, "bandwidth_fraction": floor / step,
+    }
+
+
+def scenario_decode(bench: EngineBench) -> dict[str, Any]:
+    p = bench.profile
+    res = {}
+    for batch in p.decode_batches:
+        r = decode_at(bench, batch, p.decode_prompt, p.decode_tokens)
+        log.info("decode b%d: %.1f tok/s, step %.2f ms, %.0f%% of the bandwidth floor", batch,
+                 r["decode_tok_s"], r["step_ms"], 100 * r["bandwidth_fraction"])
+        res[f"b{batch}"] = r
+    return res
+
+
+def scenario_offline(bench: EngineBench, work: list[tuple[list[int], int]]) -> dict[str, Any]:
+    """All requests at once (the engine batches them): output and total tokens per second."""
+    bench.warm(min(8, len(work)), bench.profile.offline_prompt[0])
+    params = [greedy(n) for _, n in work]
+    before = bench.preemptions()
+    seconds, _ = bench.generate([w[0] for w in work], params)
+    out_tokens = sum(n for _, n in work)
+    prompt_tokens = sum(len(w[0]) for w in work)
+    log.info("offline: %d requests, %.0f output tok/s", len(work), out_tokens / seconds)
+    return {"requests": len(work), "prompt_tokens": prompt_tokens, "output_tokens": out_tokens,
+            "seconds": seconds, "output_tok_s": out_tokens / seconds,
+            "total_tok_s": (out_tokens + prompt_tokens) / seconds,
+            "preemptions": bench.preemptions() - before}
+
+
+def scenario_gen(bench: EngineBench) -> dict[str, Any]:
+    """``gen_seqs`` concurrent sequences of ``gen_prompt`` tokens: prefill tok/s from the
+    1-token run, generation tok/s from the difference to the ``gen_tokens`` run."""
+    p = bench.profile
+    bench.warm(p.gen_seqs, p.gen_prompt)
+    t1, _ = bench.generate(bench.prompts.batch(p.gen_seqs, p.gen_prompt), greedy(1))
+    tn, _ = bench.generate(bench.prompts.batch(p.gen_seqs, p.gen_prompt), greedy(p.gen_tokens))
+    prefill = p.gen_seqs * p.gen_prompt / t1
+    gen = p.gen_seqs * (p.gen_tokens - 1) / (tn - t1)
+    log.info("gen %d seqs: prefill %.0f tok/s, generation %.0f tok/s", p.gen_seqs, prefill, gen)
+    return {"seqs": p.gen_seqs, "prompt": p.gen_prompt, "tokens": p.gen_tokens,
+            "prefill_s": t1, "total_s": tn, "prefill_tok_s": prefill, "gen_tok_s": gen,
+            "vs_llama_cpp_prefill": prefill / LLAMA_CPP_PREFILL_TOK_S,
+            "vs_llama_cpp_gen": gen / LLAMA_CPP_GEN_TOK_S}
+
+
+def set_prefix_caching(llm, on: bool) -> None:
+    """A new scheduler (fresh block pool) with the prefix cache on or off; engine idle."""
+    from edge_llm.engine.scheduler import Scheduler
+
+    engine = llm.engine
+    if engine.has_unfinished():
+        raise RuntimeError("set_prefix_caching needs an idle engine")
+    cache = replace(engine.config.cache, enable_prefix_caching=on)
+    engine.config = replace(engine.config, cache=cache)
+    plan = engine.runner.plan
+    engine.scheduler = Scheduler(engine.config.scheduler, cache, plan.num_gpu_blocks,
+                                 plan.num_cpu_blocks)
+
+
+def scenario_prefix(bench: EngineBench) -> dict[str, Any]:
+    """Time to first token of (shared system prompt + fresh user turn) with the prefix cache
+    on (system prompt cached by an earlier request) and off; the ratio off / on."""
+    p = bench.profile
+    system = bench.prompts.ids(p.prefix_system)
+
+    def trials() -> tuple[list[float], list[int]]:
+        times, cached = [], []
+        for _ in range(p.prefix_trials):
+            t, outs = bench.generate([system + bench.prompts.ids(p.prefix_user)], greedy(1))
+            times.append(t)
+            cached.append(outs[0].num_cached_tokens)
+        return times, cached
+
+    try:
+        set_prefix_caching(bench.llm, True)
+        bench.generate([system + bench.prompts.ids(p.prefix_user)], greedy(1))  # fills it
+        on_times, on_cached = trials()
+        set_prefix_caching(bench.llm, False)
+        off_times, off_cached = trials()
+    finally:
+        set_prefix_caching(bench.llm, True)
+    if any(off_cached) or not all(on_cached):
+        raise RuntimeError(f"cached tokens: on {on_cached}, off {off_cached}")
+    on, off = statistics.median(on_times), statistics.median(off_times)
+    log.info("prefix: TTFT %.1f ms on, %.1f ms off (x%.1f)", on * 1e3, off * 1e3, off / on)
+    return {"system_tokens": p.prefix_system, "user_tokens": p.prefix_user,
+            "ttft_on_ms": [t * 1e3 for t in on_times], "ttft_off_ms": [t * 1e3 for t in off_times],
+            "cached_tokens_on": on_cached, "ttft_ratio_off_on": off / on}
+
+
+def device_weight_bytes(model) -> int:
+    """Bytes of every distinct parameter and buffer of the model (what its weights occupy)."""
+    seen, total = set(), 0
+    for _, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t is not None and t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def resize_kv_cache(llm, kv_bytes: int) -> None:
+    """Free the KV tensors, plan ``kv_bytes`` of KV cache, allocate it, new scheduler."""
+    from edge_llm.engine.kv_cache import KVCache, plan_kv_cache
+    from edge_llm.engine.scheduler import Scheduler
+
+    engine, runner = llm.engine, llm.engine.runner
+    if engine.has_unfinished():
+        raise RuntimeError("resize_kv_cache needs an idle engine")
+    runner.kv = None
+    free_device_memory(str(runner.device))
+    cache = replace(engine.config.cache, kv_cache_memory=kv_bytes)
+    runner.plan = plan_kv_cache(engine.loaded.arch, cache, runner.dtype, runner.device,
+                                engine.max_model_len, 0)
+    runner.cache_config = cache
+    runner.kv = KVCache(engine.loaded.arch, runner.plan, runner.block_size, runner.dtype,
+                        runner.device)
+    engine.config = replace(engine.config, cache=cache)
+    engine.scheduler = Scheduler(engine.config.scheduler, cache, runner.plan.num_gpu_blocks,
+                                 runner.plan.num_cpu_blocks)
+
+
+def scenario_card(bench: EngineBench) -> dict[str, Any]:
+    """A 24 GB card: KV budget = card - (weights + the largest batch's activations, measured
+    as the engine does at start) - this process's memory outside the allocator (CUDA
+    context, library workspaces). Reports how many ``card_seq_len`` sequences fit, runs that
+    many at once, and checks the measured peak (+ context) against the card."""
+    import torch
+
+    p, runner = bench.profile, bench.engine.runner
+    cuda = bench.device.startswith("cuda")
+    weights = device_weight_bytes(runner.model)
+    runner.kv = None
+    free_device_memory(bench.device)
+    if cuda:
+        # private on purpose: the engine's own measurement of weights + activations
+        other = runner._profile_peak_memory()
+        free, total = torch.cuda.mem_get_info()
+        context = (total - free) - torch.cuda.memory_reserved()
+    else:
+        other, context = weights, 0
+    budget = p.card_bytes - other - context
+    if budget <= 0:
+        raise RuntimeError(f"weights + activations ({other / 1e9:.2f} GB) + context "
+                           f"({context / 1e9:.2f} GB) leave no KV room on a "
+                           f"{p.card_bytes / 1e9:.2f} GB card")
+    resize_kv_cache(bench.llm, budget)
+    plan = runner.plan
+    kv = plan.num_gpu_blocks * plan.block_bytes
+    per_seq = -(-p.card_seq_len // runner.block_size)
+    fit = plan.num_gpu_blocks // per_seq
+    if fit < 1:
+        raise RuntimeError(f"no {p.card_seq_len}-token sequence fits in {budget} bytes of KV")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    before = bench.preemptions()
+    prompt_len = p.card_seq_len - p.card_tokens
+    ran = min(fit, p.card_run_max or fit)
+    seconds, _ = bench.generate(bench.prompts.batch(ran, prompt_len), greedy(p.card_tokens))
+    peak = torch.cuda.max_memory_allocated() if cuda else None
+    res = {
+        "card_bytes": p.card_bytes, "weights_bytes": weights, "activation_and_weights_bytes": other,
+        "context_bytes": context, "kv_bytes": kv, "weights_plus_kv_bytes": weights + kv,
+        "weights_plus_kv_ok": weights + kv <= p.card_bytes, "seq_len": p.card_seq_len,
+        "seqs_fit": fit, "ran_seqs": ran, "seconds": seconds,
+        "preemptions": bench.preemptions() - before,
+        "peak_allocated_bytes": peak,
+        "peak_plus_context_ok": None if peak is None else peak + context <= p.card_bytes,
+    }
+    log.info("24 GB card: %d sequences of %d tokens fit; weights + KV %.2f GB; peak %s",
+             fit, p.card_seq_len, (weights + kv) / 1e9,
+             "n/a" if peak is None else f"{(peak + context) / 1e9:.2f} GB with context")
+    return res

@@ -1,0 +1,161 @@
+"""The end-to-end benchmark tool (benchmarks/e2e.py): its helpers, and a whole smoke run on a
+tiny random model (CPU here; on the GPU machine with ``-m gpu``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+from e2e_common import (  # noqa: E402
+    PROFILES,
+    Budget,
+    PromptMaker,
+    decode_bytes_per_step,
+    offline_workload,
+    percentile,
+)
+from e2e_report import format_table, headline_rows  # noqa: E402
+
+
+def test_percentile_interpolates():
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == pytest.approx(2.5)
+    assert percentile(list(map(float, range(101))), 99) == pytest.approx(99.0)
+
+
+def test_prompts_are_fresh_and_in_range():
+    maker = PromptMaker(50, seed=3)
+    a, b = maker.batch(2, 40)
+    assert a != b and len(a) == 40
+    assert all(3 <= t < 50 for t in a + b)
+    assert PromptMaker(50, seed=3).ids(40) == a  # seeded
+    with pytest.raises(ValueError):
+        PromptMaker(4)
+
+
+def test_offline_workload_respects_ranges():
+    p = PROFILES["smoke"]
+    work = offline_workload(p, 1024)
+    assert len(work) == p.offline_requests
+    assert all(p.offline_prompt[0] <= len(ids) <= p.offline_prompt[1] for ids, _ in work)
+    assert all(p.offline_output[0] <= n <= p.offline_output[1] for _, n in work)
+    assert offline_workload(p, 1024) == work
+
+
+def test_budget_refuses_what_does_not_fit():
+    assert Budget(None).refusal(1e9) is None
+    b = Budget(100.0)
+    assert b.refusal(10.0) is None
+    assert "needs ~500" in b.refusal(500.0)
+
+
+class _Arch:
+    num_layers, num_kv_heads, head_dim = 2, 2, 4
+
+
+class _LM(torch.nn.Module):
+    def __init__(self, tied: bool) -> None:
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.embed_tokens = torch.nn.Embedding(100, 8)  # 100*8*4 bytes
+        self.lm_head = torch.nn.Linear(8, 100, bias=False)
+        if tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.norm = torch.nn.Parameter(torch.ones(8))  # 32 bytes
+        self.register_buffer("rotary_cos", torch.ones(50, 4))  # left out
+
+
+def test_decode_bytes_counts_weights_embedding_rows_and_kv():
+    untied = decode_bytes_per_step(_LM(False), _Arch, batch=3, mean_context=10, kv_elem_bytes=2)
+    assert untied["weights"] == 3 * 8 * 4 + 100 * 8 * 4 + 32  # 3 embedding rows, lm_head
+    assert untied["kv"] == 3 * 10 * (2 * 2 * 2 * 4 * 2)
+    tied = decode_bytes_per_step(_LM(True), _Arch, batch=3, mean_context=10, kv_elem_bytes=2)
+    assert tied["weights"] == 100 * 8 * 4 + 32  # the shared table, read whole by lm_head
+
+
+def test_headline_table_from_results():
+    results = {"shapes": {"s": {
+        "decode": {"b1": {"bandwidth_fraction": 0.6, "e2e_tok_s": 300.0}},
+        "baseline": {"b1": {"tok_s": 150.0}, "offline": {"best": {"output_tok_s": 10.0}}},
+        "offline": {"output_tok_s": 50.0},
+        "formats": {"gptq_vs_awq": 0.9, "gptq-act_vs_awq": 0.95},
+    }}}
+    rows = {m: (v, ok) for _, m, v, _, ok in headline_rows(results)}
+    assert rows["decode b1: fraction of bandwidth floor"] == (0.6, True)
+    assert rows["decode b1 tok/s vs transformers b1 static cache"] == (2.0, True)
+    assert rows["offline output tok/s vs transformers best static batch"] == (5.0, False)
+    assert rows["decode b1 gptq / awq"] == (0.9, False)
+    assert rows["decode b1 gptq-act / awq"] == (0.95, True)
+    text = format_table(headline_rows(results))
+    assert "NO" in text and "yes" in text
+
+
+def _smoke(tmp_path: Path, device: str) -> dict:
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(BENCH / "e2e.py"), "--smoke", "--device", device,
+           "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert (out / "e2e.log").stat().st_size > 0
+    data = json.loads((out / "e2e.json").read_text())
+    assert data["errors"] == [] and data["skipped"] == []
+    return data
+
+
+def _check_smoke(data: dict, out: Path) -> None:
+    p = PROFILES["smoke"]
+    r = data["shapes"]["tiny-llama"]
+    for b in p.decode_batches:
+        d = r["decode"][f"b{b}"]
+        assert d["decode_tok_s"] > 0 and 0 < d["bandwidth_fraction"]
+        assert d["bytes_per_step"]["kv"] > 0
+    assert r["offline"]["requests"] == p.offline_requests
+    assert r["offline"]["output_tokens"] == sum(n for _, n in offline_workload(p, 1024))
+    assert r["gen64"]["gen_tok_s"] > 0 and r["gen64"]["prefill_tok_s"] > 0
+    block_floor = p.prefix_system // 16 * 16
+    assert all(c >= block_floor for c in r["prefix"]["cached_tokens_on"])
+    card = r["card24"]
+    assert card["seqs_fit"] >= 1 and card["weights_plus_kv_bytes"] <= p.card_bytes
+    assert card["preemptions"] == 0
+    assert r["baseline"]["b1"]["tok_s"] > 0
+    assert r["baseline"]["offline"]["best"]["batch"] in p.baseline_batches
+    assert set(r["formats"]) >= {"awq", "gptq", "gptq-act", "gptq_vs_awq", "gptq-act_vs_awq"}
+    levels = r["serving"]["levels"]
+    assert sorted(map(int, levels)) == sorted(p.serve_levels)
+    for level, v in levels.items():
+        assert v["requests"] == max(int(level), p.serve_min_requests)
+        assert v["tokens"] == v["requests"] * p.serve_tokens
+        assert v["itl_ms"]["p50"] <= v["itl_ms"]["p99"]
+    assert r["serving"]["exit_code"] == 0
+    assert any("startup phase ready" in ln for ln in r["serving"]["startup_log"])
+    measures = {row["measure"] for row in data["table"]}
+    assert "decode b1: fraction of bandwidth floor" in measures
+    assert "prefix caching: TTFT off / on" in measures
+    if isinstance(data["plots"], str):
+        assert "matplotlib" in data["plots"]
+        with pytest.raises(ImportError):
+            import matplotlib  # noqa: F401
+    else:
+        assert data["plots"] and all((out / f).stat().st_size > 0 for f in data["plots"])
+
+
+def test_smoke_run_on_cpu(tmp_path):
+    data = _smoke(tmp_path, "cpu")
+    _check_smoke(data, tmp_path / "out")
+
+
+@pytest.mark.gpu
+def test_smoke_run_on_gpu(tmp_path):
+    data = _smoke(tmp_path, "cuda")
+    _check_smoke(data, tmp_path / "out")
+    card = data["shapes"]["tiny-llama"]["card24"]
+    assert card["peak_allocated_bytes"] > 0 and card["peak_plus_context_ok"] is not None
