@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from edge_llm import LLM, SamplingParams
+from edge_llm import LLM, CompletionOutput, SamplingParams
 from edge_llm.engine.cuda_graphs import (
     DecodeGraphs,
     capture_sizes,
@@ -29,13 +29,17 @@ GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=24)
 # ---- helpers shared with the GPU tests ------------------------------------------------------
 
 
-def word_model(out: Path, vocab: int = 512, **kw) -> Path:
+def word_model(out: Path, vocab: int = 512, logit_scale: float = 1.0, **kw) -> Path:
     """A random tiny Llama with a word-level tokenizer of exactly ``vocab`` ids (no demo
-    model, no network: the GPU machine has neither)."""
+    model, no network: the GPU machine has neither). ``logit_scale`` multiplies lm_head so
+    the logits spread like a trained model's (random init leaves near-ties everywhere)."""
     from benchmarks.random_checkpoint import write_tokenizer
 
     kw = {"hidden": 64, "heads": 4, "kv_heads": 2, "layers": 2, "max_pos": 512, **kw}
-    save_hf_checkpoint(tiny_hf_model("LlamaForCausalLM", vocab=vocab, **kw), out)
+    hf = tiny_hf_model("LlamaForCausalLM", vocab=vocab, **kw)
+    with torch.no_grad():
+        hf.lm_head.weight.mul_(logit_scale)
+    save_hf_checkpoint(hf, out)
     write_tokenizer(out, vocab)
     return out
 
@@ -46,9 +50,9 @@ def random_prompts(n: int, vocab: int, lo: int, hi: int, seed: int) -> list[list
 
 
 def run_traffic(llm: LLM, arrivals: list[tuple[int, list[int]]],
-                params: SamplingParams) -> dict[str, list[int]]:
+                params: SamplingParams) -> dict[str, CompletionOutput]:
     """Requests arriving at given engine steps (so prefills land among running decodes);
-    returns each request's output tokens. The same arrivals give the same schedule."""
+    returns each request's first choice. The same arrivals give the same schedule."""
     engine, done, step = llm.engine, {}, 0
     pending = sorted(arrivals, key=lambda a: a[0])
     i = 0
@@ -58,7 +62,7 @@ def run_traffic(llm: LLM, arrivals: list[tuple[int, list[int]]],
             i += 1
         for out in engine.step():
             if out.finished:
-                done[out.request_id] = out.outputs[0].token_ids
+                done[out.request_id] = out.outputs[0]
         step += 1
     return done
 
@@ -192,7 +196,8 @@ def test_runner_decode_path_matches_eager_under_mixed_traffic(word_dir):
     padded = _llm(word_dir)
     graphs = _attach_padded(padded, [1, 2, 4, 8])
     got = run_traffic(padded, arrivals, params)
-    assert got == ref
+    assert {k: c.token_ids for k, c in got.items()} == {k: c.token_ids for k, c in ref.items()}
+    assert len(ref) == len(prompts)
     assert len(graphs.replays) >= 3, graphs.replays  # several padded sizes were used
     padded.engine.check_integrity()
 
