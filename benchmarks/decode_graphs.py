@@ -1,0 +1,101 @@
+"""Decode speed with CUDA graphs against eager (``--enforce-eager``), batch 1, 4 and 16, on a
+random-weight Llama-2-7B-shape AWQ checkpoint (benchmarks/random_checkpoint.py). One table.
+
+    python benchmarks/decode_graphs.py [--ckpt /tmp/ckpt-llama2-7b-awq] [--out graphs.json]
+
+Each mode runs in its own process. Decode rate at batch B: the same B prompts (128 tokens)
+generated to N1 and to N2 tokens, rate = B * (N2 - N1) / (t(N2) - t(N1)), so prefill and
+start-up cancel; the best of ``--reps`` timings of each. Report the ratios (graphs / eager):
+absolute rates are the H200's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BATCHES = (1, 4, 16)
+
+
+def worker(ckpt: str, mode: str, n1: int, n2: int, reps: int) -> dict:
+    import torch
+
+    from edge_llm import LLM, SamplingParams
+
+    llm = LLM(ckpt, device="cuda", dtype="float16", max_model_len=1024, max_num_seqs=16,
+              max_num_batched_tokens=2048, kv_cache_memory=4 << 30, swap_space=0.0,
+              enable_prefix_caching=False, enforce_eager=mode == "eager")
+
+    def timed(prompts, n: int) -> float:
+        params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        llm.generate(prompts, params, use_tqdm=False)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    rates = {}
+    for b in BATCHES:
+        prompts = [{"prompt_token_ids": [1] + [(131 * i + 17 * j) % 31000 + 3 for j in range(127)]}
+                   for i in range(b)]
+        timed(prompts, n1)  # warm: kernels compiled, allocator settled
+        short = min(timed(prompts, n1) for _ in range(reps))
+        long = min(timed(prompts, n2) for _ in range(reps))
+        rates[b] = b * (n2 - n1) / (long - short) if long > short else float("nan")
+    st = llm.engine.stats()
+    return {"mode": mode, "tok_s": rates, "graphs": st["num_cuda_graphs"],
+            "capture_s": st["cuda_graph_capture_seconds"],
+            "capture_mib": st["cuda_graph_memory_bytes"] / (1 << 20)}
+
+
+def run(ckpt: Path, mode: str, n1: int, n2: int, reps: int) -> dict:
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    cmd = [sys.executable, __file__, "--worker", str(ckpt), mode, str(n1), str(n2), str(reps)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"{mode} worker failed:\n{res.stderr[-3000:]}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out["tok_s"] = {int(k): v for k, v in out["tok_s"].items()}
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        ckpt, mode, n1, n2, reps = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
+        print(json.dumps(worker(ckpt, mode, n1, n2, reps)))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ckpt", type=Path, default=Path("/tmp/ckpt-llama2-7b-awq"))
+    ap.add_argument("--n1", type=int, default=16, help="tokens of the short run")
+    ap.add_argument("--n2", type=int, default=80, help="tokens of the long run")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    if a.n2 <= a.n1 or a.n1 < 1:
+        ap.error("need 1 <= --n1 < --n2")
+    if not (a.ckpt / "config.json").is_file():
+        sys.path.insert(0, str(HERE))
+        from random_checkpoint import make_random_checkpoint
+
+        make_random_checkpoint("llama2-7b", "awq", a.ckpt, 128, "cuda")
+    eager = run(a.ckpt, "eager", a.n1, a.n2, a.reps)
+    graphs = run(a.ckpt, "graphs", a.n1, a.n2, a.reps)
+    print(f"decode tokens/s, Llama-2-7B-shape AWQ g128 (random weights), {a.ckpt}")
+    print(f"{'batch':>5} | {'eager':>9} | {'graphs':>9} | graphs/eager")
+    for b in BATCHES:
+        e, g = eager["tok_s"][b], graphs["tok_s"][b]
+        print(f"{b:>5} | {e:>9.1f} | {g:>9.1f} | {g / e:.2f}x")
+    print(f"capture: {graphs['graphs']} graphs in {graphs['capture_s']:.2f} s, "
+          f"{graphs['capture_mib']:.0f} MiB")
+    if a.out:
+        a.out.write_text(json.dumps({"eager": eager, "graphs": graphs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
