@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -33,8 +34,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_start(model: str | None, extra: list[str], timeout: float) -> dict:
-    """Start a server, time it to ready and to the first token, stop it (SIGTERM)."""
+def one_start(model: str | None, extra: list[str], timeout: float,
+              after: Callable[[str], dict] | None = None) -> dict:
+    """Start a server, time it to ready and to the first token, stop it (SIGTERM).
+
+    ``after(url)``, if given, runs once the first token and the metrics are in (e.g. a sleep
+    and wake measurement); its dict is merged into the result."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
@@ -68,6 +73,8 @@ def one_start(model: str | None, extra: list[str], timeout: float) -> dict:
                     break
         metrics = httpx.get(url + "/metrics", timeout=10).text
         result["phases"] = {k: float(v) for k, v in PHASE.findall(metrics)}
+        if after is not None:
+            result.update(after(url))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
