@@ -46,7 +46,9 @@ def one_start(model: str | None, extra: list[str], timeout: float,
            "--no-log-requests", *extra] + ([model] if model else [])
     log = tempfile.NamedTemporaryFile("w+b", suffix=".log", delete=False)
     began = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    # not from the repository root, where ./edge_llm would shadow the installed package
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=tempfile.gettempdir())
     result: dict = {}
     try:
         while "ready" not in result:

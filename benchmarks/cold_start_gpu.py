@@ -255,6 +255,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--out is required")
     if args.starts < 1:
         ap.error("--starts must be >= 1")
+    args.ckpt_dir = args.ckpt_dir.resolve()  # the server runs in another directory
     return args
 
 

@@ -35,6 +35,7 @@ from e2e_common import (
     PROFILES,
     Budget,
     GiB,
+    Prebuilder,
     Profile,
     PromptMaker,
     Results,
@@ -65,6 +66,7 @@ class Run:
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "ckpt_dir": str(ckpt_dir)})
         self.load_s = p.estimates.get("load", 60.0)  # replaced by the first measured load
         self.copy_gbs = 0.0
+        self.prebuilder: Prebuilder | None = None
 
     def est(self, name: str, loads: int = 0) -> float:
         return self.p.estimates.get(name, 0.0) + loads * self.load_s
@@ -210,9 +212,11 @@ def run_formats(run: Run, shape: str, prompts: PromptMaker) -> None:
     if "formats" not in run.selected:
         return
     p = run.p
+    run.prebuilder.wait()
     formats = run.results.shape(shape).setdefault("formats", {})
     for fmt in ("gptq", "gptq-act"):
-        if run.budget.refusal(run.est("build") + run.load_s + run.est("formats")):
+        built = (run.ckpt_dir / f"{shape}-{fmt}-g128" / ".complete").is_file()
+        if run.budget.refusal(run.est("build") * (not built) + run.load_s + run.est("formats")):
             run.results.skip(shape, f"formats {fmt}", "budget")
             continue
         path = run.checkpoint(shape, fmt)
@@ -250,6 +254,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not chosen:
         ap.error(f"unknown scenarios {unknown}; choose from {','.join(SCENARIOS)}")
     args.selected = chosen
+    args.out, args.ckpt_dir = args.out.resolve(), args.ckpt_dir.resolve()  # subprocess cwd
     return args
 
 
@@ -272,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     run.copy_gbs = bw["gb_per_s"]
     run.results.data["copy_bandwidth"] = bw
     log.info("profile %s on %s: copy bandwidth %.0f GB/s", p.name, p.device, run.copy_gbs)
+    later = [(s, f) for s in p.shapes for f in ("gptq", "gptq-act") if "formats" in run.selected]
+    run.prebuilder = Prebuilder(later, args.ckpt_dir)
     for shape in p.shapes:
         vocab = shape_config(shape)["vocab_size"]
         prompts = PromptMaker(vocab, seed=0)

@@ -118,6 +118,33 @@ def ensure_checkpoint(shape: str, fmt: str, root: Path, device: str | None = Non
     return out
 
 
+class Prebuilder:
+    """Builds checkpoints needed later in a background process (CPU randomness, a few
+    threads) while the GPU runs earlier scenarios; ``wait()`` before using them. A failed
+    build leaves no ``.complete`` marker, so ``ensure_checkpoint`` builds it again."""
+
+    def __init__(self, jobs: list[tuple[str, str]], root: Path, threads: int = 4) -> None:
+        import subprocess
+
+        self.proc = None
+        todo = [(s, f) for s, f in jobs if not (root / f"{s}-{f}-g128" / ".complete").is_file()]
+        if todo:
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--build", str(root)]
+            cmd += [f"{s}:{f}" for s, f in todo]
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""}
+            self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, text=True)
+            log.info("building %s in the background", todo)
+
+    def wait(self) -> None:
+        if self.proc is None:
+            return
+        _, err = self.proc.communicate()
+        if self.proc.returncode != 0:
+            log.warning("background build failed (rebuilt on demand): %s", err[-2000:])
+        self.proc = None
+
+
 def checkpoint_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.glob("*.safetensors"))
 
@@ -333,3 +360,14 @@ def environment() -> dict[str, Any]:
         env["gpu_memory_gib"] = round(props.total_memory / GiB, 1)
     env["cpus"] = os.cpu_count()
     return env
+
+
+if __name__ == "__main__":  # the Prebuilder's process: --build ROOT shape:fmt ...
+    if len(sys.argv) < 4 or sys.argv[1] != "--build":
+        raise SystemExit("usage: e2e_common.py --build ROOT SHAPE:FORMAT [SHAPE:FORMAT ...]")
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "4")))
+    for job in sys.argv[3:]:
+        shape_name, fmt_name = job.split(":")
+        ensure_checkpoint(shape_name, fmt_name, Path(sys.argv[2]), device="cpu")

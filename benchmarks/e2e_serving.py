@@ -53,8 +53,10 @@ class Server:
                str(self.port), "--no-log-requests", *args]
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.began = time.perf_counter()
+        # cwd away from the repository root: there ./edge_llm (without quant/ and kernels/,
+        # which the install maps in) would shadow the installed package
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})}, cwd=log_path.parent)
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds from the process start to /health 200; RuntimeError with the log tail."""
