@@ -19,9 +19,13 @@ Runtime layout, G = ceil(K / group_size)::
     every word lies in one group (group_size % 8 == 0, else the dequant path serves it).
 
 Paths, by the number of activation rows M (thresholds measured, notes/kernels.md):
-  * M == 1, GEMV: no tensor cores; works on the packed [BK/8, BN] tile nibble by nibble
-    (no reshape), accumulating in a 2-D fp32 register tile reduced once at the end.
-  * M 2..4: tl.dot on each nibble plane (eight K = BK/8 dots), BLOCK_M 16.
+  * fp16/bf16 activations, M <= 4: "gemv16" (kernels/w4a16_gemv.py), words turned into fp16
+    pairs by inline PTX and shared by up to four activation rows per program (it serves any
+    M <= 16 when asked; measured slower than the dot path above M = 4).
+  * fp32 activations (the interpreter's tests), M == 1, GEMV: no tensor cores; works on the
+    packed [BK/8, BN] tile nibble by nibble (no reshape), accumulating in a 2-D fp32 register
+    tile reduced once at the end.
+  * fp32, M 2..4: tl.dot on each nibble plane (eight K = BK/8 dots), BLOCK_M 16.
   * M 5..64: the tile unpacked to [BK, BN] in k order, one tl.dot (BLOCK_K kept inside a
     group so scales are one [1, BN] row).
   * both split K over a third grid axis when the (M, N) tiles alone cannot fill the GPU; the
@@ -31,12 +35,15 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 from .device import num_sms
 from .w4a16_config import W4A16Config, auto_split, pick_config
+from .w4a16_gemv import launch_gemv16
 
 PACK = 8  # 4-bit values per int32 word
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -251,6 +258,10 @@ def _dequant_kernel(
 # --------------------------------------------------------------------------- host side
 
 
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def _check_inputs(x, qweight, scales, zeros, group_size) -> tuple[int, int]:
     """Validate shapes and dtypes; returns (K, N). Errors name the offending argument."""
     if x.dtype not in _SUPPORTED:
@@ -301,7 +312,7 @@ def w4a16_matmul(
     if m == 0:
         return out.reshape(*lead, n)
     sms = num_sms(x.device)
-    cfg = config or pick_config(m, n, k, group_size, sms)
+    cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32)
     block_k = cfg.block_k
     if cfg.kind == "dot" and not cfg.nibble_dots and group_size < k:
         # keep each K tile inside one group: per-row [BK, BN] scale tiles would be staged in
@@ -325,14 +336,21 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
     m, k = x2.shape
     n = out.shape[1]
     block_m = max(16, triton.next_power_of_2(cfg.block_m))
-    m_tiles = triton.cdiv(m, block_m) if cfg.kind == "dot" else 1
+    m_tiles = (triton.cdiv(m, block_m) if cfg.kind == "dot" else
+               triton.cdiv(m, cfg.rows) if cfg.kind == "gemv16" else 1)
     n_tiles = triton.cdiv(n, cfg.block_n)
-    split = cfg.split_k or auto_split(m_tiles * n_tiles, k, block_k, sms)
+    split = cfg.split_k or auto_split(m_tiles * n_tiles, k, block_k, sms, cfg.waves,
+                                      cfg.min_k_tiles)
     k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
     split = triton.cdiv(k, k_per_split)
     target = torch.empty((split, m, n), device=x2.device, dtype=torch.float32) if split > 1 \
         else out.view(1, m, n)  # (SPLIT, M, N)
-    if cfg.kind == "gemv":
+    if cfg.kind == "gemv16":
+        launch_gemv16(x2, qweight, scales, zeros, target, group_size, cfg.rows, cfg.block_n,
+                      block_k, k_per_split, split, cfg.num_warps, cfg.num_stages,
+                      use_asm=not _interpreting(), per_tile_scales=cfg.per_tile_scales,
+                      chain4=cfg.chain4)
+    elif cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,
             x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),

@@ -12,7 +12,8 @@ __all__ = ["W4A16Config", "auto_split", "pick_config"]
 
 @dataclass(frozen=True)
 class W4A16Config:
-    """One launch configuration. ``kind`` is "gemv" (M == 1 only), "dot" or "dequant"."""
+    """One launch configuration. ``kind`` is "gemv16" (fp16x2 pairs in PTX, M <= 16 in chunks
+    of ``rows`` <= 4 activation rows), "gemv" (M == 1 only), "dot" or "dequant"."""
 
     kind: str
     block_m: int = 16
@@ -22,24 +23,40 @@ class W4A16Config:
     num_warps: int = 4
     num_stages: int = 3
     nibble_dots: bool = False  # "dot": eight K/8 dots on nibble planes (needs block_k >= 128)
+    rows: int = 4  # "gemv16": activation rows per program (1..4)
+    chain4: bool = False  # "gemv16": four fp16 products per partial sum (see w4a16_gemv.py)
+    per_tile_scales: bool = True  # "gemv16": one scale row per K tile when tiles fit groups
+    waves: int = 2  # split_k=0: programs per multiprocessor to aim for (see auto_split)
+    min_k_tiles: int = 4  # split_k=0: K tiles each split keeps at least
 
 
-def auto_split(tiles: int, k: int, block_k: int, sms: int) -> int:
-    """Split K until the grid covers about two waves, keeping >= 4 K tiles per split."""
+def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: int = 2,
+               min_k_tiles: int = 4) -> int:
+    """Split K until the grid covers about ``waves`` programs per multiprocessor, keeping at
+    least ``min_k_tiles`` K tiles per split."""
     split = 1
-    while tiles * split < 2 * sms and k // (2 * split) >= 4 * block_k and split < 16:
+    while (tiles * split < waves * sms and k // (2 * split) >= min_k_tiles * block_k
+           and split < 32):
         split *= 2
     return split
 
 
-def pick_config(m: int, n: int, k: int, group_size: int, sms: int) -> W4A16Config:
+def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
+                half: bool = True) -> W4A16Config:
     """The tuned launch choice for an (M, N, K) problem.
 
     From the sweep in benchmarks/kernels.py on an H200 (notes/kernels.md): the best
     geometric-mean variant per M bucket over the eight Llama-2/Qwen2.5-7B shapes; above
     M = 64 dequantize + cuBLAS won every shape but one. Every config fits 99 KB of shared
-    memory on sm_86/89 (tests/test_kernels_compile.py).
+    memory on sm_86/89 (tests/test_kernels_compile.py). ``half``: fp16/bf16 activations, which
+    the fp16x2 "gemv16" path serves for M <= 4 (fp32 ones keep the fp32 kernels).
     """
+    if half and m <= 2:  # sweep run 2 (notes/kernels.md): 1.70x / 1.43x geomean
+        return W4A16Config("gemv16", block_n=32, block_k=512, split_k=0, num_warps=4, rows=m,
+                           chain4=True, waves=8, min_k_tiles=2)
+    if half and m <= 4:  # 1.13x geomean at M = 4, the old nibble-plane dots 0.92x
+        return W4A16Config("gemv16", block_n=32, block_k=256, split_k=0, num_warps=4, rows=m,
+                           chain4=True, waves=2, min_k_tiles=2)
     if m == 1:
         block_k = 256 if n * k >= (32 << 20) else 128  # more bytes in flight per program
         return W4A16Config("gemv", block_n=64, block_k=block_k, split_k=0, num_warps=4)

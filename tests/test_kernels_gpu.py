@@ -87,7 +87,13 @@ def test_w4a16_group_sizes_and_splits(gs):
                    (16, w4.W4A16Config("dot", 16, 64, 128, split_k=5)),
                    (9, w4.W4A16Config("dot", 16, 64, 256, split_k=3, nibble_dots=True)),
                    (200, None),
-                   (64, w4.W4A16Config("dequant"))]:
+                   (64, w4.W4A16Config("dequant")),
+                   (3, w4.W4A16Config("gemv16", block_n=128, block_k=128, split_k=3, rows=2)),
+                   (7, w4.W4A16Config("gemv16", block_n=64, block_k=256, rows=4, chain4=True)),
+                   (13, w4.W4A16Config("gemv16", block_n=64, block_k=128, rows=3,
+                                       per_tile_scales=False)),
+                   (1, w4.W4A16Config("gemv16", block_n=32, block_k=128, split_k=0, rows=1,
+                                      chain4=True))]:
         x = torch.randn(m, k, device=DEV, dtype=torch.float16)
         err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
         assert err < 1e-2, f"gs={gs} M={m} {cfg}: rel err {err:.2e}"
@@ -150,3 +156,21 @@ def test_write_kv_cuda():
     kernels.write_kv(k, v, kc, vc, slots)
     pa.write_kv_ref(k, v, kc_ref, vc_ref, slots)
     assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_w4a16_gemv16_large_activations(dtype):
+    """fp16 partial sums in the PTX: activations with outliers of a few hundred (as in the
+    inputs of down projections) stay finite and accurate."""
+    k, n, gs = 11008, 4096, 128
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=DEV))
+    s = (torch.rand(k // gs, n, device=DEV) * 0.02 + 0.001).to(dtype)
+    z = torch.randint(0, 16, (k // gs, n), device=DEV).to(dtype)
+    w = w4.dequantize_w4a16_ref(qw, s, z, gs)
+    for m in (1, 4, 16):
+        x = torch.randn(m, k, device=DEV, dtype=dtype)
+        idx = torch.randint(0, k, (m, 8), device=DEV)
+        x.scatter_(1, idx, torch.randn(m, 8, device=DEV, dtype=dtype).sign() * 600)
+        y = kernels.w4a16_matmul(x, qw, s, z, gs)
+        err = rel_err(y, x.float() @ w)
+        assert err < 1e-2, f"M={m} {dtype}: rel err {err:.2e}"

@@ -114,6 +114,26 @@ def case_w4a16_gemv():
     _check_w4(1, 320, 48, 64, torch.float32, W4A16Config("gemv", block_n=64, block_k=256))
 
 
+def case_w4a16_gemv16():
+    """The fp16x2-pair path (its plain-Triton twin under the interpreter): pairing, zero
+    points, per-tile and per-row scales, row chunks with missing rows, splits, bf16."""
+    import torch
+
+    from edge_llm.kernels.w4a16 import W4A16Config as C
+
+    for m in (1, 2, 3, 4):
+        _check_w4(m, 512, 64, 128, torch.float16)  # dispatched
+    _check_w4(7, 1024, 96, 256, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=3,
+                                                 rows=3))
+    _check_w4(2, 1024, 96, 128, torch.bfloat16, C("gemv16", block_n=64, block_k=128,
+                                                  split_k=2, rows=2))
+    _check_w4(6, 320, 48, 64, torch.float16, C("gemv16", block_n=64, block_k=256, rows=4,
+                                               per_tile_scales=False))
+    _check_w4(5, 1024, 96, 1024, torch.float16, C("gemv16", block_n=64, block_k=256,
+                                                  split_k=0, rows=4, chain4=True, waves=8,
+                                                  min_k_tiles=1))
+
+
 def case_w4a16_small_m():
     import torch
 

@@ -1,0 +1,151 @@
+"""W4A16 at 1-16 activation rows: the fp16x2 "gemv16" variants against fp16 cuBLAS and
+against the previous Triton paths, on the eight Llama-2-7B / Qwen2.5-7B linear shapes.
+
+    python benchmarks/gemv_sweep.py --out DIR        # GPU; one table, JSON + log in DIR
+
+Timing and checks as benchmarks/kernels.py (CUDA-graph replays over rotated input sets,
+every variant first compared with the fp32 reference). Prints, per M, the geometric-mean
+speed-up over cuBLAS of each variant and of the dispatched choice, then the per-shape table
+of the dispatched choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+_spec = importlib.util.spec_from_file_location(
+    "bench_kernels", Path(__file__).with_name("kernels.py"))
+bk = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bk)
+
+MS = [1, 2, 4, 8]
+
+
+def variants(m: int):
+    from edge_llm.kernels.w4a16 import W4A16Config as C
+
+    rows = min(m, 4)
+    out = {}
+    for bn, bkk, warps, waves in ((32, 256, 4, 2), (32, 256, 4, 8), (32, 256, 4, 16),
+                                  (64, 256, 4, 8), (64, 256, 4, 16), (32, 512, 4, 8),
+                                  (64, 512, 8, 8), (128, 256, 8, 16), (16, 256, 2, 16)):
+        out[f"g16 bn{bn} bk{bkk} w{warps} v{waves}"] = C(
+            "gemv16", block_n=bn, block_k=bkk, split_k=0, num_warps=warps, rows=rows,
+            chain4=True, waves=waves, min_k_tiles=2)
+    out["g16 bn32 bk256 w4 v8 c2"] = C("gemv16", block_n=32, block_k=256, split_k=0,
+                                       num_warps=4, rows=rows, waves=8, min_k_tiles=2)
+    if m >= 4:
+        out["g16 bn32 bk256 w4 v8 rows2"] = C("gemv16", block_n=32, block_k=256, split_k=0,
+                                              num_warps=4, rows=2, chain4=True, waves=8,
+                                              min_k_tiles=2)
+    # the previous dispatch (notes/kernels.md run 4)
+    if m == 1:
+        out["old gemv"] = C("gemv", block_n=64, block_k=256, split_k=0, num_warps=4)
+    elif m <= 4:
+        out["old nibble dot"] = C("dot", 16, 64, 128, split_k=0, num_warps=4, nibble_dots=True)
+    else:
+        out["old dot"] = C("dot", 16, 128, 64, split_k=0, num_warps=4, num_stages=3)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--ms", default=",".join(map(str, MS)))
+    args = ap.parse_args()
+    from edge_llm.kernels.w4a16 import (
+        dequantize_w4a16_ref,
+        pack_w4_ref,
+        pick_config,
+        w4a16_matmul,
+    )
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    logf = open(out_dir / "gemv_sweep.log", "w")
+
+    def log(msg):
+        print(msg, file=logf, flush=True)
+
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    copy_bw = bk.copy_bandwidth(dev, False)
+    log(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
+    ms = [int(v) for v in args.ms.split(",")]
+    rows = []
+    dt = torch.float16
+    gs = 128
+    for model, name, k, n in bk.SHAPES:
+        g = k // gs
+        n_rot_q = bk.rotations(k * n // 2)
+        n_rot_h = bk.rotations(k * n * 2)
+        sets = []
+        for _ in range(n_rot_q):
+            sets.append((pack_w4_ref(torch.randint(0, 16, (k, n), device=dev)),
+                         (torch.rand(g, n, device=dev) * 0.02 + 0.002).to(dt),
+                         torch.randint(0, 16, (g, n), device=dev).to(dt)))
+        w_ref = dequantize_w4a16_ref(*sets[0], gs)
+        w_half = [w_ref.to(dt) if i == 0 else torch.randn_like(w_ref, dtype=dt) * 0.02
+                  for i in range(n_rot_h)]
+        q_bytes = k * n // 2 + 2 * 2 * g * n
+        for m in ms:
+            xs = [torch.randn(m, k, device=dev, dtype=dt) for _ in range(max(n_rot_q, n_rot_h))]
+            ref = xs[0].float() @ w_ref
+            us_cublas = bk.time_op(lambda i, xs=xs, w=w_half: torch.matmul(xs[i], w[i]),
+                                   n_rot_h, False)
+            row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
+                       auto=str(pick_config(m, n, k, gs, 132)), res={})
+            for vname, cfg in [("auto", None)] + list(variants(m).items()):
+                def run(i, cfg=cfg, xs=xs, sets=sets):
+                    qw, s, z = sets[i]
+                    return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
+                try:
+                    err = bk.rel_err(run(0), ref)
+                    us = bk.time_op(run, n_rot_q, False)
+                except Exception as exc:
+                    log(f"{name} m={m} {vname}: FAILED {type(exc).__name__}: {exc}")
+                    continue
+                row["res"][vname] = dict(us=us, err=err, speedup=us_cublas / us,
+                                         bw=q_bytes / (us * 1e-6) / copy_bw)
+                log(f"{model} {name} M={m} {vname}: x{us_cublas / us:.2f} err {err:.1e} "
+                    f"bw {q_bytes / (us * 1e-6) / copy_bw:.2f}")
+            rows.append(row)
+    (out_dir / "gemv_sweep.json").write_text(json.dumps(dict(copy_bw=copy_bw, rows=rows)))
+    # geometric means per M and variant (only variants with err < 1e-2 everywhere)
+    print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s; speed-up vs fp16 cuBLAS, geomean of 8 "
+          "shapes (max rel err)")
+    for m in ms:
+        sub = [r for r in rows if r["m"] == m]
+        names = sorted({v for r in sub for v in r["res"]})
+        stats = []
+        for v in names:
+            vals = [r["res"][v] for r in sub if v in r["res"]]
+            if len(vals) != len(sub):
+                continue
+            gm = math.exp(sum(math.log(x["speedup"]) for x in vals) / len(vals))
+            stats.append((gm, v, max(x["err"] for x in vals)))
+        stats.sort(reverse=True)
+        print(f"M={m}: " + "; ".join(f"{v} x{gm:.2f} ({e:.0e})" for gm, v, e in stats[:6])
+              + f" | auto x{next((gm for gm, v, _ in stats if v == 'auto'), 0):.2f}")
+    print("dispatched (auto) per shape, speed-up | fraction of copy bandwidth:")
+    for model, name, _k, _n in bk.SHAPES:
+        cells = []
+        for m in ms:
+            r = next(r for r in rows if r["shape"] == name and r["model"] == model
+                     and r["m"] == m)
+            a = r["res"].get("auto")
+            cells.append(f"{a['speedup']:.2f}|{a['bw']:.2f}" if a else "fail")
+        print(f"{model:10s} {name:7s} " + " ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""W4A16 for few activation rows (M <= 16): packed fp16x2 dequantization in inline PTX.
+
+Why: on a fast-memory GPU the plain-Triton GEMV spent ~9 instructions per weight (shift, mask,
+int->float, scale, fma in fp32), so it was issue-bound at 1.0-1.6x fp16 cuBLAS where the byte
+count allows ~3.8x. Here one 32-bit word of eight nibbles costs ~5 integer and 4 fp16x2
+instructions to become four fp16 pairs, shared by up to four activation rows, and each row
+adds four fp16x2 multiply-adds and a short fp32 sum (the FasterTransformer/Marlin trick:
+``(w & 0x000F000F) | 0x64006400`` read as two fp16 is (1024 + q_lo, 1024 + q_hi)).
+
+Per word (runtime layout, nibble j of word r = k 8r + j) and activation row m::
+
+    t0 = (q0, q4)   t1 = (q1, q5)   t2 = (q2, q6)   t3 = (q3, q7)          fp16 pairs, exact
+    part[m] = f32(t0*(x0,x4) + t1*(x1,x5)) + f32(t2*(x2,x6) + t3*(x3,x7))  two products per half
+                                                                           in fp16, then fp32
+    y[m, n] += s[g, n] * part[m] - z[g, n] * s[g, n] * sum_j x[m, 8r + j]  fp32 accumulation
+
+Each fp16 partial holds two products q*x (q <= 15), so it overflows only for |x| > ~2,000.
+``USE_ASM=False`` computes the same pairs in plain Triton (the interpreter has no PTX): the CPU
+tests check the pairing and epilogue logic that way, the GPU tests the PTX.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+def _asm_text(rows: int, chain4: bool = False) -> str:
+    """PTX for one word and ``rows`` activation rows: outputs $0..$rows-1 (fp32 bits), inputs
+    $rows = the word, $rows+1 = (z, z) as fp16x2, then four fp16x2 x pairs per row.
+    ``chain4``: all four products per half summed in fp16 before one conversion (fewer
+    instructions; overflows for |x| above ~1,000 instead of ~2,000)."""
+    w, zz = f"${rows}", f"${rows + 1}"
+    lines = [
+        "{",
+        ".reg .b32 t0, t1, t2, t3, s8, c1024, c16, cm64, p0, p1;",
+        ".reg .f16 h0, h1, h2, h3;",
+        ".reg .f32 f0, f1, f2, f3;",
+        "mov.b32 c1024, 0x64006400;",  # (1024, 1024)
+        "mov.b32 c16, 0x2C002C00;",  # (1/16, 1/16)
+        "mov.b32 cm64, 0xD400D400;",  # (-64, -64)
+        f"lop3.b32 t0, {w}, 0x000F000F, 0x64006400, 0xEA;",  # (a & b) | c
+        f"lop3.b32 t1, {w}, 0x00F000F0, 0x64006400, 0xEA;",
+        f"shr.u32 s8, {w}, 8;",
+        "lop3.b32 t2, s8, 0x000F000F, 0x64006400, 0xEA;",
+        "lop3.b32 t3, s8, 0x00F000F0, 0x64006400, 0xEA;",
+        "sub.f16x2 t0, t0, c1024;",  # 1024 + q - 1024 = q
+        "fma.rn.f16x2 t1, t1, c16, cm64;",  # (1024 + 16 q) / 16 - 64 = q
+        "sub.f16x2 t2, t2, c1024;",
+        "fma.rn.f16x2 t3, t3, c16, cm64;",
+        f"sub.f16x2 t0, t0, {zz};",  # q - z (exact for integer zero points)
+        f"sub.f16x2 t1, t1, {zz};",
+        f"sub.f16x2 t2, t2, {zz};",
+        f"sub.f16x2 t3, t3, {zz};",
+    ]
+    for m in range(rows):
+        xa, xb, xc, xd = (f"${rows + 2 + 4 * m + i}" for i in range(4))
+        if chain4:
+            lines += [
+                f"mul.rn.f16x2 p0, t0, {xa};",
+                f"fma.rn.f16x2 p0, t1, {xb}, p0;",
+                f"fma.rn.f16x2 p0, t2, {xc}, p0;",
+                f"fma.rn.f16x2 p0, t3, {xd}, p0;",
+                "mov.b32 {h0, h1}, p0;",
+                "cvt.f32.f16 f0, h0;",
+                "cvt.f32.f16 f1, h1;",
+                f"add.f32 ${m}, f0, f1;",
+            ]
+            continue
+        lines += [
+            f"mul.rn.f16x2 p0, t0, {xa};",
+            f"fma.rn.f16x2 p0, t1, {xb}, p0;",
+            f"mul.rn.f16x2 p1, t2, {xc};",
+            f"fma.rn.f16x2 p1, t3, {xd}, p1;",
+            "mov.b32 {h0, h1}, p0;",
+            "mov.b32 {h2, h3}, p1;",
+            "cvt.f32.f16 f0, h0;",
+            "cvt.f32.f16 f1, h1;",
+            "cvt.f32.f16 f2, h2;",
+            "cvt.f32.f16 f3, h3;",
+            "add.f32 f0, f0, f1;",
+            "add.f32 f2, f2, f3;",
+            f"add.f32 ${m}, f0, f2;",
+        ]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _constraints(rows: int) -> str:
+    return ",".join(["=r"] * rows + ["r"] * (2 + 4 * rows))
+
+
+_ASM1 = tl.constexpr(_asm_text(1))
+_ASM2 = tl.constexpr(_asm_text(2))
+_ASM3 = tl.constexpr(_asm_text(3))
+_ASM4 = tl.constexpr(_asm_text(4))
+_ASM1C = tl.constexpr(_asm_text(1, chain4=True))
+_ASM2C = tl.constexpr(_asm_text(2, chain4=True))
+_ASM3C = tl.constexpr(_asm_text(3, chain4=True))
+_ASM4C = tl.constexpr(_asm_text(4, chain4=True))
+_CON1 = tl.constexpr(_constraints(1))
+_CON2 = tl.constexpr(_constraints(2))
+_CON3 = tl.constexpr(_constraints(3))
+_CON4 = tl.constexpr(_constraints(4))
+
+
+@triton.jit
+def _half_bits(v):
+    """fp16 (or bf16 -> fp16) values as their 16 bits in the low half of an int32."""
+    return v.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+
+
+@triton.jit
+def _bits_half(b):
+    """Inverse of _half_bits: the low 16 bits of an int32 as fp32."""
+    return (b & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr):
+    """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
+    (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
+    (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert."""
+    if X_FP16:
+        base = xi_ptr + rows * 4
+        x01 = tl.load(base + 0, mask=r_mask, other=0)
+        x23 = tl.load(base + 1, mask=r_mask, other=0)
+        x45 = tl.load(base + 2, mask=r_mask, other=0)
+        x67 = tl.load(base + 3, mask=r_mask, other=0)
+        xa = (x01 & 0xFFFF) | (x45 << 16)
+        xb = ((x01 >> 16) & 0xFFFF) | (x45 & -65536)
+        xc = (x23 & 0xFFFF) | (x67 << 16)
+        xd = ((x23 >> 16) & 0xFFFF) | (x67 & -65536)
+    else:
+        base = x_ptr + rows * 8
+        xa = (_half_bits(tl.load(base + 0, mask=r_mask, other=0.0))
+              | (_half_bits(tl.load(base + 4, mask=r_mask, other=0.0)) << 16))
+        xb = (_half_bits(tl.load(base + 1, mask=r_mask, other=0.0))
+              | (_half_bits(tl.load(base + 5, mask=r_mask, other=0.0)) << 16))
+        xc = (_half_bits(tl.load(base + 2, mask=r_mask, other=0.0))
+              | (_half_bits(tl.load(base + 6, mask=r_mask, other=0.0)) << 16))
+        xd = (_half_bits(tl.load(base + 3, mask=r_mask, other=0.0))
+              | (_half_bits(tl.load(base + 7, mask=r_mask, other=0.0)) << 16))
+    return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
+
+
+@triton.jit
+def _dot8_emulated(w, zf, xa, xb, xc, xd):
+    """Plain-Triton twin of one row of the PTX (fp32 throughout, z as fp32)."""
+    acc = (((w & 0xF).to(tl.float32) - zf) * _bits_half(xa)
+           + (((w >> 16) & 0xF).to(tl.float32) - zf) * _bits_half(xa >> 16))
+    acc += ((((w >> 4) & 0xF).to(tl.float32) - zf) * _bits_half(xb)
+            + (((w >> 20) & 0xF).to(tl.float32) - zf) * _bits_half(xb >> 16))
+    acc += ((((w >> 8) & 0xF).to(tl.float32) - zf) * _bits_half(xc)
+            + (((w >> 24) & 0xF).to(tl.float32) - zf) * _bits_half(xc >> 16))
+    acc += ((((w >> 12) & 0xF).to(tl.float32) - zf) * _bits_half(xd)
+            + (((w >> 28) & 0xF).to(tl.float32) - zf) * _bits_half(xd >> 16))
+    return acc
+
+
+@triton.jit
+def _live(M, m):
+    """1 if activation row m exists, else 0 (a scalar that masks a row's loads)."""
+    return tl.minimum(tl.maximum(M - m, 0), 1)
+
+
+@triton.jit
+def _f32(bits):
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k0, group_size,
+                stride_qk, stride_sg, stride_zg, ONE_GROUP: tl.constexpr):
+    """Words [BK8, BN] of word rows ``rows`` (rows >= r_end masked off), and their scales and
+    zeros: one [1, BN] row (ONE_GROUP) or one per word row [BK8, BN]."""
+    r_mask = rows < r_end
+    mask = r_mask[:, None] & n_mask[None, :]
+    w = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
+    if ONE_GROUP:
+        g = k0 // group_size
+        sz_mask = offs_n[None, :] < N * tl.minimum(tl.maximum(r_end * 8 - k0, 0), 1)
+        s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=sz_mask, other=0.0)
+        z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=sz_mask, other=0.0)
+    else:
+        g = (rows * 8) // group_size
+        s = tl.load(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask=mask, other=0.0)
+        z = tl.load(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask=mask, other=0.0)
+    return w, s, z
+
+
+@triton.jit
+def _store_row(out, acc, m, M, N, offs_n, stride_om):
+    tl.store(out + m * stride_om, tl.sum(acc, axis=0).to(out.dtype.element_ty),
+             mask=offs_n < N * _live(M, m))
+
+
+@triton.jit
+def _w4a16_gemv16_kernel(
+    x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
+    M, N, K, k_per_split, group_size,
+    stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
+    CHAIN4: tl.constexpr,
+):
+    """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
+
+    Grid (n tiles, K splits, row chunks). 2-D fp32 accumulators [BK8, BN] per row, reduced
+    once at the end. ONE_GROUP (every K tile inside one group): scales and zeros are one
+    [1, BN] row per tile; else one per word row ([BK8, BN] loads, any group size % 8 == 0).
+    """
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    m0 = tl.program_id(2) * ROWS
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(K, k_lo + k_per_split)
+    r_end = k_hi // 8
+    acc0 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
+    w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k_lo,
+                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        # the next tile's words and scales are requested before this one is computed
+        # (register double buffering: Triton pipelines only loads that feed a tl.dot)
+        w, s, z = w_n, s_n, z_n
+        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + BLOCK_K // 8, r_end, offs_n,
+                                    n_mask, N, k0 + BLOCK_K, group_size, stride_qk, stride_sg,
+                                    stride_zg, ONE_GROUP)
+        r_mask = rows < r_end
+        s = s.to(tl.float32)
+        zb = _half_bits(z)
+        zz = zb | (zb << 16)  # (z, z) as fp16x2
+        xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
+                                      r_mask, X_FP16)
+        if ROWS >= 2:
+            xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + (m0 + 1) * stride_xm,
+                                          xi_ptr + (m0 + 1) * stride_xim, rows,
+                                          rows < r_end * _live(M, m0 + 1), X_FP16)
+        if ROWS >= 3:
+            xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + (m0 + 2) * stride_xm,
+                                          xi_ptr + (m0 + 2) * stride_xim, rows,
+                                          rows < r_end * _live(M, m0 + 2), X_FP16)
+        if ROWS >= 4:
+            xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + (m0 + 3) * stride_xm,
+                                          xi_ptr + (m0 + 3) * stride_xim, rows,
+                                          rows < r_end * _live(M, m0 + 3), X_FP16)
+        if USE_ASM:
+            if ROWS == 1:
+                p0 = _f32(tl.inline_asm_elementwise(
+                    _ASM1C if CHAIN4 else _ASM1, _CON1, [w, zz, xa0, xb0, xc0, xd0],
+                    dtype=tl.int32, is_pure=True, pack=1))
+            elif ROWS == 2:
+                p0, p1 = tl.inline_asm_elementwise(
+                    _ASM2C if CHAIN4 else _ASM2, _CON2,
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                    dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+                p0, p1 = _f32(p0), _f32(p1)
+            elif ROWS == 3:
+                p0, p1, p2 = tl.inline_asm_elementwise(
+                    _ASM3C if CHAIN4 else _ASM3, _CON3,
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
+                    dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+                p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
+            else:
+                p0, p1, p2, p3 = tl.inline_asm_elementwise(
+                    _ASM4C if CHAIN4 else _ASM4, _CON4,
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
+                     xa3, xb3, xc3, xd3],
+                    dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+                p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
+        else:
+            zf = z.to(tl.float16).to(tl.float32)
+            p0 = _dot8_emulated(w, zf, xa0, xb0, xc0, xd0)
+            if ROWS >= 2:
+                p1 = _dot8_emulated(w, zf, xa1, xb1, xc1, xd1)
+            if ROWS >= 3:
+                p2 = _dot8_emulated(w, zf, xa2, xb2, xc2, xd2)
+            if ROWS >= 4:
+                p3 = _dot8_emulated(w, zf, xa3, xb3, xc3, xd3)
+        acc0 += p0 * s
+        if ROWS >= 2:
+            acc1 += p1 * s
+        if ROWS >= 3:
+            acc2 += p2 * s
+        if ROWS >= 4:
+            acc3 += p3 * s
+        rows += BLOCK_K // 8
+    out = out_ptr + pid_k * stride_os + offs_n
+    _store_row(out, acc0, m0, M, N, offs_n, stride_om)
+    if ROWS >= 2:
+        _store_row(out, acc1, m0 + 1, M, N, offs_n, stride_om)
+    if ROWS >= 3:
+        _store_row(out, acc2, m0 + 2, M, N, offs_n, stride_om)
+    if ROWS >= 4:
+        _store_row(out, acc3, m0 + 3, M, N, offs_n, stride_om)
+
+
+def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,
+                  block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
+                  num_stages: int, use_asm: bool, per_tile_scales: bool = True,
+                  chain4: bool = False) -> None:
+    """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
+
+    ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
+    one group; False forces per-word-row scales (benchmarks compare the two)."""
+    m, k = x2.shape
+    n = qweight.shape[1]
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    fp16 = x2.dtype == torch.float16
+    xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
+    one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
+    grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, rows))
+    _w4a16_gemv16_kernel[grid](
+        x2, xi, qweight, scales, zeros, target, m, n, k, k_per_split, group_size,
+        x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0),
+        target.stride(1), target.stride(0), ROWS=rows, BLOCK_N=block_n, BLOCK_K=block_k,
+        ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16, CHAIN4=chain4, num_warps=num_warps,
+        num_stages=num_stages)
