@@ -7,7 +7,9 @@ the prefill and the first sample drop out.
 
 Two scenarios change the engine between runs without reloading the weights, as ``wake_up``
 does: ``set_prefix_caching`` builds a new scheduler with the prefix cache on or off, and
-``resize_kv_cache`` frees the KV tensors and allocates a new plan (the engine must be idle).
+``resize_kv_cache`` drops the CUDA graphs (they hold the KV tensors' addresses), frees the KV
+tensors, allocates a new plan and captures the graphs again (the engine must be idle). Both
+use the runner's private graph methods, as its own sleep / wake_up do.
 """
 
 from __future__ import annotations
@@ -215,6 +217,7 @@ def resize_kv_cache(llm, kv_bytes: int) -> None:
     engine, runner = llm.engine, llm.engine.runner
     if engine.has_unfinished():
         raise RuntimeError("resize_kv_cache needs an idle engine")
+    runner._drop_graphs()
     runner.kv = None
     free_device_memory(str(runner.device))
     cache = replace(engine.config.cache, kv_cache_memory=kv_bytes)
@@ -223,6 +226,7 @@ def resize_kv_cache(llm, kv_bytes: int) -> None:
     runner.cache_config = cache
     runner.kv = KVCache(engine.loaded.arch, runner.plan, runner.block_size, runner.dtype,
                         runner.device)
+    runner._capture_graphs()
     engine.config = replace(engine.config, cache=cache)
     engine.scheduler = Scheduler(engine.config.scheduler, cache, runner.plan.num_gpu_blocks,
                                  runner.plan.num_cpu_blocks)
@@ -232,12 +236,14 @@ def scenario_card(bench: EngineBench) -> dict[str, Any]:
     """A 24 GB card: KV budget = card - (weights + the largest batch's activations, measured
     as the engine does at start) - this process's memory outside the allocator (CUDA
     context, library workspaces). Reports how many ``card_seq_len`` sequences fit, runs that
-    many at once, and checks the measured peak (+ context) against the card."""
+    many at once, and checks the measured peak (+ context) against the card; the peak
+    includes the CUDA graphs captured over the new KV cache."""
     import torch
 
     p, runner = bench.profile, bench.engine.runner
     cuda = bench.device.startswith("cuda")
     weights = device_weight_bytes(runner.model)
+    runner._drop_graphs()  # before its KV tensors go
     runner.kv = None
     free_device_memory(bench.device)
     if cuda:
