@@ -6,7 +6,7 @@ checkpoints from a transformers Llama-family model with RTN, GPTQ or (optionally
 """
 
 from .awq import AWQ_ORDER, pack_awq, unpack_awq
-from .calibration import load_calibration_texts, load_eval_text
+from .calibration import load_calibration_texts, load_eval_text, load_heldout_text
 from .compressed import pack_compressed, unpack_compressed
 from .export import quantization_config_for, save_quantized
 from .formats import (
@@ -38,6 +38,7 @@ __all__ = [
     "is_quantized_module_name",
     "load_calibration_texts",
     "load_eval_text",
+    "load_heldout_text",
     "make_linear",
     "pack_awq",
     "pack_compressed",

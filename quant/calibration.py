@@ -22,6 +22,11 @@ def load_eval_text() -> str:
     return _read("eval.txt").strip()
 
 
+def load_heldout_text() -> str:
+    """A second evaluation prose that no quantization setting was tuned on, as one string."""
+    return _read("heldout.txt").strip()
+
+
 def calibration_windows(tokenizer, texts: list[str], nsamples: int, seqlen: int) -> torch.Tensor:
     """``nsamples`` windows of ``seqlen`` token ids, (nsamples, seqlen) int64.
 
