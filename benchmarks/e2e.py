@@ -199,9 +199,10 @@ def run_serving(run: Run, shape: str, prompts: PromptMaker) -> None:
         return
     path = run.checkpoint(shape, "awq")
     if path is not None:
-        run.step(shape, "serving",
-                 lambda: scenario_serving(path, run.p, run.p.device, prompts, run.out),
-                 run.est("serving", loads=1))
+        left = run.budget.seconds - run.budget.elapsed() if run.budget.seconds else 1200.0
+        run.step(shape, "serving", lambda: scenario_serving(
+            path, run.p, run.p.device, prompts, run.out, ready_timeout=max(left, 60.0)),
+            run.est("serving", loads=1))
         (run.out / "serve.log").unlink(missing_ok=True)  # its phase lines are in the JSON
 
 

@@ -145,7 +145,7 @@ async def run_level(url: str, level: int, prompts: list[list[int]],
 
 
 def scenario_serving(model: Path, p: Profile, device: str, prompts: PromptMaker,
-                     work_dir: Path) -> dict[str, Any]:
+                     work_dir: Path, ready_timeout: float = 1200.0) -> dict[str, Any]:
     """Start the server, warm it with one request, then every concurrency level."""
     args = ["--device", device, "--max-model-len", str(p.max_model_len),
             "--kv-cache-memory", str(p.kv_cache_memory)]
@@ -154,7 +154,7 @@ def scenario_serving(model: Path, p: Profile, device: str, prompts: PromptMaker,
     server = Server(model, args, work_dir / "serve.log")
     res: dict[str, Any] = {"levels": {}}
     try:
-        res["ready_s"] = server.wait_ready(timeout=1200)
+        res["ready_s"] = server.wait_ready(timeout=ready_timeout)
         log.info("server ready in %.1f s", res["ready_s"])
         asyncio.run(run_level(server.url, 1, prompts.batch(1, p.serve_prompt), p.serve_tokens))
         for level in p.serve_levels:
