@@ -38,6 +38,7 @@ from e2e_common import (
     Results,
     ensure_checkpoint,
     environment,
+    free_device_memory,
     log,
     setup_logging,
     synchronize,
@@ -105,7 +106,8 @@ def plain_read(files: list[Path], device: str, chunk: int = 64 * MiB) -> dict[st
     seconds = time.perf_counter() - began
     if offset != total:
         raise RuntimeError(f"read {offset} bytes, the files hold {total}")
-    del dst
+    del dst, bufs, views
+    free_device_memory(device)  # the servers started next size their KV from free memory
     return {"bytes": total, "seconds": seconds, "gb_s": total / 1e9 / seconds, "pinned": cuda}
 
 

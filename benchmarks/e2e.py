@@ -182,6 +182,9 @@ def run_baseline(run: Run, shape: str, prompts: PromptMaker, work: list) -> None
             return res
         finally:
             del model
+            import torch
+
+            torch._dynamo.reset()  # the compiled static-cache forward holds the model
             free_device_memory(p.device)
 
     run.step(shape, "baseline", go, run.est("baseline"))
