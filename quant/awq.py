@@ -49,8 +49,9 @@ def unpack_awq(
     if "qzeros" in tensors:
         zeros = unpack_int4(tensors["qzeros"], dim=1, order=AWQ_ORDER)  # (G, N)
     else:
-        zeros = torch.full((scales.shape[0], n), 8, dtype=torch.int32)
-    return QuantizedWeight(q, zeros, scales, sequential_g_idx(k, group_size), group_size)
+        zeros = torch.full((scales.shape[0], n), 8, dtype=torch.int32, device=scales.device)
+    return QuantizedWeight(q, zeros, scales, sequential_g_idx(k, group_size, q.device),
+                           group_size)
 
 
 def awq_shapes(in_features: int, out_features: int, group_size: int) -> dict[str, tuple]:

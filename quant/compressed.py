@@ -62,13 +62,14 @@ def unpack_compressed(
     if sym or zp is None:
         if not sym:
             raise ValueError("weight_zero_point is required for an asymmetric checkpoint.")
-        zeros = torch.full((groups, n), 8, dtype=torch.int32)
+        zeros = torch.full((groups, n), 8, dtype=torch.int32, device=scales.device)
     elif zp.dtype == torch.int8:  # legacy unpacked signed (N, G)
         zeros = (zp.to(torch.int32) + 8).t()
     else:
         zeros = unpack_int4(zp, dim=0)[:n].t()  # (G, N), drop the row padding
     g_idx = tensors.get("weight_g_idx")
-    g_idx = sequential_g_idx(in_features, group_size) if g_idx is None else g_idx.to(torch.int32)
+    g_idx = (sequential_g_idx(in_features, group_size, q.device) if g_idx is None
+             else g_idx.to(torch.int32))
     return QuantizedWeight(q.contiguous(), zeros.contiguous(), scales.contiguous(), g_idx,
                            group_size)
 

@@ -75,7 +75,7 @@ def unpack_gptq(
     if sym or "qzeros" not in tensors:
         if not sym:
             raise ValueError("qzeros is required for an asymmetric (sym=false) GPTQ checkpoint.")
-        zeros = torch.full((groups, out_features), 8, dtype=torch.int32)
+        zeros = torch.full((groups, out_features), 8, dtype=torch.int32, device=scales.device)
     else:
         words = tensors["qzeros"]
         if checkpoint_format == "gptq":
@@ -84,7 +84,7 @@ def unpack_gptq(
     if "g_idx" in tensors:
         g_idx = tensors["g_idx"].to(torch.int32)
     else:
-        g_idx = sequential_g_idx(in_features, group_size)
+        g_idx = sequential_g_idx(in_features, group_size, q.device)
     return QuantizedWeight(q, zeros, scales, g_idx, group_size)
 
 

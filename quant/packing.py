@@ -62,7 +62,8 @@ class QuantizedWeight:
 
     def is_sequential(self) -> bool:
         """True when row k belongs to group k // group_size (no act-order)."""
-        return bool(torch.equal(self.g_idx, sequential_g_idx(self.in_features, self.group_size)))
+        seq = sequential_g_idx(self.in_features, self.group_size, self.g_idx.device)
+        return bool(torch.equal(self.g_idx, seq))
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """W as (K, N) in ``dtype`` (the transpose of ``nn.Linear.weight``)."""
@@ -91,9 +92,10 @@ class QuantizedWeight:
         )
 
 
-def sequential_g_idx(in_features: int, group_size: int) -> torch.Tensor:
+def sequential_g_idx(in_features: int, group_size: int, device=None) -> torch.Tensor:
     """Group of each input row without act-order: ``k // group_size`` (int32, (K,))."""
-    return torch.div(torch.arange(in_features), group_size, rounding_mode="floor").to(torch.int32)
+    k = torch.arange(in_features, device=device)
+    return torch.div(k, group_size, rounding_mode="floor").to(torch.int32)
 
 
 def _to_int32(words: torch.Tensor) -> torch.Tensor:
@@ -117,7 +119,7 @@ def pack_int4(values: torch.Tensor, dim: int, order: Sequence[int] | None = None
     v = v.reshape(*v.shape[:-1], v.shape[-1] // PACK, PACK)  # (..., M/8, 8) logical order
     if order is not None:
         v = v[..., list(order)]  # nibble j <- logical order[j]
-    words = (v << _SHIFTS.to(torch.int64)).sum(dim=-1)  # (..., M/8)
+    words = (v << _SHIFTS.to(device=v.device, dtype=torch.int64)).sum(dim=-1)  # (..., M/8)
     return _to_int32(words).movedim(-1, dim).contiguous()
 
 
