@@ -6,7 +6,12 @@ checkpoints from a transformers Llama-family model with RTN, GPTQ or (optionally
 """
 
 from .awq import AWQ_ORDER, pack_awq, unpack_awq
-from .calibration import load_calibration_texts, load_eval_text, load_heldout_text
+from .calibration import (
+    evaluation_token_ids,
+    load_calibration_texts,
+    load_eval_text,
+    load_heldout_text,
+)
 from .compressed import pack_compressed, unpack_compressed
 from .export import quantization_config_for, save_quantized
 from .formats import (
@@ -34,6 +39,7 @@ __all__ = [
     "UnsupportedQuantizationError",
     "dequantize_runtime",
     "detect_quant_spec",
+    "evaluation_token_ids",
     "gptq_quantize",
     "is_quantized_module_name",
     "load_calibration_texts",

@@ -27,6 +27,22 @@ def load_heldout_text() -> str:
     return _read("heldout.txt").strip()
 
 
+def evaluation_token_ids(tokenizer, tokens: int = 2048) -> dict[str, torch.Tensor]:
+    """The first ``tokens`` ids (int64, 1-D) of each bundled evaluation text, by name:
+    ``"eval"`` (eval.txt, which the demo's quantization settings were tuned on) and
+    ``"heldout"`` (heldout.txt, used by no tuning). Both hold more than 2,500 SmolLM2 tokens."""
+    if tokens < 2:
+        raise ValueError(f"tokens must be >= 2, got {tokens}.")
+    texts = {"eval": load_eval_text(), "heldout": load_heldout_text()}
+    out = {}
+    for name, text in texts.items():
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) < tokens:
+            raise ValueError(f"the {name} text has {len(ids)} tokens, fewer than {tokens}.")
+        out[name] = torch.tensor(ids[:tokens], dtype=torch.int64)
+    return out
+
+
 def calibration_windows(tokenizer, texts: list[str], nsamples: int, seqlen: int) -> torch.Tensor:
     """``nsamples`` windows of ``seqlen`` token ids, (nsamples, seqlen) int64.
 
