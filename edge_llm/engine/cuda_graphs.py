@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import gc
-import itertools
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -41,16 +40,28 @@ from edge_llm.model.attention_metadata import AttentionMetadata
 MAX_CAPTURE_SIZE = 512  # vLLM's largest default capture size
 
 
+def _size_ladder():
+    """1, 2, 4, 8, 16, 24, 32, then steps of half the last power of two (48, 64, 96, 128, 192,
+    256, 384, 512): 15 graphs up to 512 instead of 67 multiples of 8 (each capture costs
+    ~0.1 s of start-up for a 7B model). Padding rows are cheap in a decode step: the weights
+    are read once whatever the row count, and a padding row attends to one slot."""
+    yield from (1, 2, 4, 8, 16, 24, 32)
+    size = 32
+    while True:
+        step = (1 << (size.bit_length() - 1)) // 2
+        size += step
+        yield size
+
+
 def capture_sizes(max_num_seqs: int, limit: int = MAX_CAPTURE_SIZE) -> list[int]:
-    """Padded batch sizes, ascending: 1, 2, 4, 8, then every multiple of 8, up to the first
-    size >= ``max_num_seqs`` (so every batch the scheduler can form has a graph), at most
-    ``limit``."""
+    """Padded batch sizes, ascending (``_size_ladder``), up to the first size >=
+    ``max_num_seqs`` (so every batch the scheduler can form has a graph), at most ``limit``."""
     if max_num_seqs < 1:
         raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}.")
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}.")
     sizes = []
-    for size in itertools.chain((1, 2, 4), itertools.count(8, 8)):
+    for size in _size_ladder():
         if size > limit:
             break
         sizes.append(size)
@@ -158,6 +169,8 @@ class DecodeGraphs:
         # read only by the torch reference (CPU): the decode kernel ignores it
         self._query_start_loc = torch.arange(max_bs + 1, dtype=torch.int32)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._lazy: set[int] = set()  # sizes captured on first use (see capture)
+        self._pool = None
         self.replays: Counter[int] = Counter()  # padded size -> decode steps run at that size
 
     @property
@@ -202,6 +215,10 @@ class DecodeGraphs:
         self.seq_lens[:bs].copy_(host.seq_lens, non_blocking=True)
         self.block_tables[:bs, :w].copy_(host.block_tables, non_blocking=True)
         graph = self.graphs.get(bs)
+        if graph is None and bs in self._lazy:
+            graph = self._capture_one(bs, torch.cuda.graph_pool_handle() if self._pool is None
+                                      else self._pool)  # first use of a deferred size
+            self._lazy.discard(bs)
         if graph is not None:
             graph.replay()
         else:
@@ -217,10 +234,53 @@ class DecodeGraphs:
         self.seq_lens.fill_(1)
         self.block_tables.zero_()
 
+    def _capture_one(self, bs: int, pool) -> torch.cuda.CUDAGraph:
+        """Warm size ``bs`` up eagerly (compiles kernels, initialises cuBLAS), then capture it
+        into ``pool``. The static inputs of rows [0, bs) are padding during both runs."""
+        dev = self.device
+        self._pool = pool
+        saved = self._save_rows(bs)
+        self._pad_rows(bs)
+        self._forward(bs)
+        torch.cuda.synchronize(dev)
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream(dev)  # capture cannot run on the default stream
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream):
+            # thread_local: other threads' CUDA calls (the server's) do not break capture
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            try:
+                self._forward(bs)
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        self._restore_rows(saved)
+        self.graphs[bs] = graph
+        return graph
+
+    def _save_rows(self, bs: int) -> list[torch.Tensor]:
+        return [t[:bs].clone() for t in self._inputs()]
+
+    def _restore_rows(self, saved: list[torch.Tensor]) -> None:
+        for t, s in zip(self._inputs(), saved, strict=True):
+            t[: s.shape[0]].copy_(s)
+
+    def _inputs(self) -> list[torch.Tensor]:
+        return [self.input_ids, self.positions, self.slot_mapping, self.seq_lens,
+                self.block_tables]
+
+    def _pad_rows(self, bs: int) -> None:
+        self.input_ids[:bs].zero_()
+        self.positions[:bs].zero_()
+        self.slot_mapping[:bs].fill_(-1)
+        self.seq_lens[:bs].fill_(1)
+        self.block_tables[:bs].zero_()
+
     @torch.inference_mode()
-    def capture(self) -> GraphStats:
-        """Warm each size up eagerly (compiles kernels, initialises cuBLAS), then capture it,
-        largest first, into one shared pool. Raises on a forward that is not capturable."""
+    def capture(self, eager_max: int | None = None) -> GraphStats:
+        """Capture every size (largest first, one shared pool), or with ``eager_max`` only the
+        sizes up to it: the larger ones are then captured on their first use (a wake-up that
+        must be quick). Raises on a forward that is not capturable."""
         if self.device.type != "cuda":
             raise RuntimeError(f"CUDA graphs need a CUDA device, not {self.device}.")
         dev = self.device
@@ -231,34 +291,24 @@ class DecodeGraphs:
         free_before = torch.cuda.mem_get_info(dev)[0]
         self._pad_all()
         pool = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream(dev)  # capture cannot run on the default stream
-        for bs in reversed(self.sizes):
-            self._forward(bs)
-            torch.cuda.synchronize(dev)
-            graph = torch.cuda.CUDAGraph()
-            stream.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(stream):
-                # thread_local: other threads' CUDA calls (the server's) do not break capture
-                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-                try:
-                    self._forward(bs)
-                finally:
-                    graph.capture_end()
-            torch.cuda.current_stream(dev).wait_stream(stream)
-            self.graphs[bs] = graph
+        now = [bs for bs in self.sizes if eager_max is None or bs <= eager_max]
+        self._lazy = set(self.sizes) - set(now)
+        for bs in reversed(now):
+            self._capture_one(bs, pool)
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()  # the warm-up runs' cached blocks; the pool stays
         buffers = sum(t.numel() * t.element_size() for t in (
             self.input_ids, self.positions, self.slot_mapping, self.seq_lens,
             self.block_tables, self.logits))
         used = max(free_before - torch.cuda.mem_get_info(dev)[0], 0) + buffers
-        return GraphStats(tuple(self.sizes), time.perf_counter() - start, used)
+        return GraphStats(tuple(sorted(self.graphs)), time.perf_counter() - start, used)
 
     def release(self) -> None:
         """Drop every graph (their pool memory returns on the next ``empty_cache``)."""
         for graph in self.graphs.values():
             graph.reset()
         self.graphs.clear()
+        self._lazy.clear()
 
 
 def describe_sizes(sizes: tuple[int, ...] | list[int]) -> str:

@@ -7,6 +7,7 @@ The CPU swap space mirrors that layout in host memory (pinned on CUDA).
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,40 @@ CPU_DEFAULT_KV_BYTES = 2 * GiB  # CPU has no card to take a fraction of; like vL
 
 class KVBudgetError(ValueError):
     pass
+
+
+class HostSwap:
+    """Per-layer (K, V) host tensors of ``shape`` (none when shape[0] == 0), allocated on a
+    background thread; ``layers()`` waits for them."""
+
+    def __init__(self, shape: tuple[int, ...], num_layers: int, dtype, pin: bool) -> None:
+        self._layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._error: BaseException | None = None
+        self._thread = None
+        if shape[0] == 0:
+            return
+
+        def allocate() -> None:
+            try:
+                self._layers = [
+                    (torch.empty(shape, dtype=dtype, pin_memory=pin),
+                     torch.empty(shape, dtype=dtype, pin_memory=pin))
+                    for _ in range(num_layers)
+                ]
+            except BaseException as exc:  # re-raised on first use
+                self._error = exc
+
+        self._thread = threading.Thread(target=allocate, name="edge-llm-swap-alloc",
+                                        daemon=True)
+        self._thread.start()
+
+    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise RuntimeError(f"host swap space allocation failed: {self._error}")
+        return self._layers
 
 
 def bytes_per_block(arch: ArchConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -75,8 +110,16 @@ def plan_kv_cache(
 
 
 class KVCache:
+    """Device KV blocks per layer plus the host swap space.
+
+    The host swap space (pinned on CUDA: pinning gigabytes takes about a second) is allocated
+    on a background thread and joined on the first swap; ``host`` passes the swap space of an
+    earlier cache instead (a wake-up keeps the host memory it had before sleeping).
+    """
+
     def __init__(
-        self, arch: ArchConfig, plan: KVCachePlan, block_size: int, dtype, device
+        self, arch: ArchConfig, plan: KVCachePlan, block_size: int, dtype, device,
+        host: HostSwap | None = None,
     ) -> None:
         shape = (plan.num_gpu_blocks, block_size, arch.num_kv_heads, arch.head_dim)
         self.layers = [
@@ -85,13 +128,13 @@ class KVCache:
             for _ in range(arch.num_layers)
         ]
         cpu_shape = (plan.num_cpu_blocks, *shape[1:])
-        pin = device.type == "cuda"
-        self.cpu_layers = [
-            (torch.empty(cpu_shape, dtype=dtype, pin_memory=pin),
-             torch.empty(cpu_shape, dtype=dtype, pin_memory=pin))
-            for _ in range(arch.num_layers)
-        ] if plan.num_cpu_blocks else []
+        self.host = host or HostSwap(cpu_shape, arch.num_layers, dtype,
+                                     pin=device.type == "cuda")
         self.device = device
+
+    @property
+    def cpu_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return self.host.layers()
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
         """(gpu block, cpu slot) pairs: device -> host."""

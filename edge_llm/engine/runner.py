@@ -32,6 +32,9 @@ from .sampler import Sampler, SampleRow, compute_prompt_logprobs
 
 logger = logging.getLogger(__name__)
 
+# decode graphs captured during a wake-up; larger batch sizes are captured on first use
+WAKE_CAPTURE_MAX = 8
+
 
 @dataclass
 class RunnerOutput:
@@ -72,14 +75,16 @@ class ModelRunner:
             self.plan.num_gpu_blocks * self.plan.block_bytes / (1 << 30),
             self.plan.num_cpu_blocks, time.perf_counter() - start,
         )
+        self._host_swap = None  # the swap space kept over a sleep
         self.enforce_eager = enforce_eager
         self.graphs: DecodeGraphs | None = None
         self.graph_stats = GraphStats()
         self._capture_graphs()
 
     # ---- CUDA graphs -----------------------------------------------------------------------
-    def _capture_graphs(self) -> None:
-        """Capture the decode graphs over the current KV cache and weights (start-up, wake)."""
+    def _capture_graphs(self, eager_max: int | None = None) -> None:
+        """Capture the decode graphs over the current KV cache and weights (start-up: all
+        sizes; wake: sizes up to ``eager_max`` now, the others on first use)."""
         if self.enforce_eager:
             return
         if not triton_enabled(self.device, self.dtype):
@@ -91,7 +96,7 @@ class ModelRunner:
         graphs = DecodeGraphs(self.model, self.kv.layers, sizes,
                               self.scheduler_config.max_model_len, self.block_size, self.device)
         try:
-            stats = graphs.capture()
+            stats = graphs.capture(eager_max)
         except Exception as exc:  # an op that cannot be captured: serve eagerly, say why
             graphs.release()
             del graphs
@@ -116,6 +121,7 @@ class ModelRunner:
         them (``wake_up`` then reloads from disk). The CUDA graphs go first: they hold the
         device addresses of both."""
         self._drop_graphs()
+        self._host_swap = self.kv.host  # host memory stays: the next wake reuses it
         self.kv = None
         if level == 2:
             self.model = self.loaded.model = None
@@ -132,8 +138,9 @@ class ModelRunner:
             self.model = self.loaded.model
         elif self.device.type == "cuda":
             _move_tensors(self.model, self.device, pin=False)
-        self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.dtype, self.device)
-        self._capture_graphs()
+        self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.dtype, self.device,
+                          host=self._host_swap)
+        self._capture_graphs(eager_max=WAKE_CAPTURE_MAX)
 
     @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
