@@ -87,6 +87,11 @@ def load_model(
     headers = [validate_safetensors(f) for f in files]
     total = sum(nbytes for nbytes, _ in headers)
     positions = max_positions or arch.max_position_embeddings
+    if dev.type == "cuda":  # the CUDA context (seconds on a large GPU) is not weight loading
+        ctx_start = time.perf_counter()
+        torch.empty(1, device=dev)
+        torch.cuda.synchronize(dev)
+        logger.info("CUDA context on %s created in %.2f s", dev, time.perf_counter() - ctx_start)
     start = time.perf_counter()
     with torch.device("meta"):
         lm = CausalLM(arch, positions, _linear_factory(spec, torch_dtype))

@@ -261,7 +261,7 @@ class StartupPhases:
         stats = engine.stats() if callable(getattr(engine, "stats", None)) else {}
         graphs_s = float(stats.get("cuda_graph_capture_seconds") or 0.0)
         self.record("kv_allocation", max(construct_seconds - load_s - graphs_s, 0.0),
-                    "tokenizer and KV cache")
+                    "CUDA context, tokenizer, memory profile and KV cache")
         if stats.get("num_cuda_graphs"):
             mib = stats.get("cuda_graph_memory_bytes", 0) / (1 << 20)
             self.record("cuda_graphs", graphs_s,
