@@ -2,8 +2,8 @@
 
 Loads an fp16/bf16/fp32 Hugging Face checkpoint (a local folder or a hub id) with transformers,
 quantizes its decoder linears with round-to-nearest or a calibrated method on the bundled
-calibration texts, writes the producers' checkpoint layout, and reports perplexity on the
-bundled evaluation text before and after.
+calibration texts, writes the producers' checkpoint layout, and reports perplexity on both
+bundled evaluation texts (the tuning one and the held-out one) before and after.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ def register(subparsers) -> None:
     p.add_argument("--bits", type=int, default=4)
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--sym", action="store_true", help="symmetric zero points")
-    p.add_argument("--desc-act", action="store_true", help="act-order (GPTQ format only)")
+    p.add_argument("--desc-act", action="store_true",
+                   help="GPTQ columns in act-order; with --format awq the groups stay "
+                        "sequential (static groups), as AWQ GEMM stores them")
+    p.add_argument("--mse", action="store_true",
+                   help="search each group's clipping range (AutoGPTQ's MSE grid)")
+    p.add_argument("--damp", type=float, default=0.01,
+                   help="GPTQ damping, a fraction of the Hessian's mean diagonal")
     p.add_argument("--nsamples", type=int, default=128)
     p.add_argument("--seqlen", type=int, default=512)
     p.add_argument("--out", required=True, help="output folder")
@@ -47,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
     from edge_llm.model.weights import resolve_model_path
     from edge_llm.quant import (
         load_calibration_texts,
-        load_eval_text,
         quantization_config_for,
         quantize_model,
         save_quantized,
@@ -60,14 +65,17 @@ def run(args: argparse.Namespace) -> int:
     model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(str(src))
     start = time.perf_counter()
+    static_groups = args.desc_act and args.fmt == "awq"
     try:
         state = quantize_model(
             model, tok, fmt=args.fmt, method=args.method, group_size=args.group_size,
-            sym=args.sym, desc_act=args.desc_act, calib_texts=load_calibration_texts(),
-            nsamples=args.nsamples, seqlen=args.seqlen,
+            sym=args.sym, desc_act=args.desc_act, static_groups=static_groups, mse=args.mse,
+            damp=args.damp, calib_texts=load_calibration_texts(), nsamples=args.nsamples,
+            seqlen=args.seqlen,
         )
         qcfg = quantization_config_for(args.fmt, group_size=args.group_size, sym=args.sym,
-                                       desc_act=args.desc_act)
+                                       desc_act=args.desc_act and not static_groups,
+                                       damp_percent=args.damp)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     seconds = time.perf_counter() - start
@@ -80,23 +88,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"quantized {args.src} -> {out} ({args.fmt}, {args.method}, group {args.group_size}) "
           f"in {seconds:.1f} s")
     if not args.no_eval:
-        _report_perplexity(out, model, tok, load_eval_text())
+        _report_perplexity(out, model, tok)
     return 0
 
 
-def _report_perplexity(out: Path, model, tok, text: str) -> None:
-    """Source (transformers) against the written checkpoint (our loader), same windows."""
+def _report_perplexity(out: Path, model, tok) -> None:
+    """Source (transformers) against the written checkpoint (our loader), same windows, on
+    2,048 tokens of each bundled evaluation text."""
     import torch
 
     from edge_llm.model.full_forward import full_logits
     from edge_llm.model.loader import load_model
-    from edge_llm.quant import perplexity
+    from edge_llm.quant import evaluation_token_ids, perplexity
 
-    ids = tok.encode(text, add_special_tokens=False)[:2048]
-    ids_t = torch.tensor(ids)
-    with torch.no_grad():
-        base = perplexity(lambda x: model(x).logits, ids_t, window=512)  # x: (1, T)
     quant = load_model(str(out), device="cpu", progress=False)
-    qppl = perplexity(lambda x: full_logits(quant.model, x[0]), ids_t, window=512)
-    print(f"perplexity on {len(ids)} tokens of the bundled eval text: source {base:.3f}, "
-          f"quantized {qppl:.3f} ({(qppl / base - 1) * 100:+.1f}%)")
+    for name, ids in evaluation_token_ids(tok, 2048).items():
+        with torch.no_grad():
+            base = perplexity(lambda x: model(x).logits, ids, window=512)  # x: (1, T)
+        qppl = perplexity(lambda x: full_logits(quant.model, x[0]), ids, window=512)
+        print(f"perplexity on {ids.numel()} tokens of the bundled {name} text: source "
+              f"{base:.3f}, quantized {qppl:.3f} ({(qppl / base - 1) * 100:+.1f}%)")

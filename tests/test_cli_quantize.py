@@ -21,14 +21,20 @@ def src(demo_dir, tmp_path_factory):  # noqa: F811
     return make_tiny_model(demo_dir, tmp_path_factory.mktemp("qsrc"), layers=2, hidden=64)
 
 
-@pytest.mark.parametrize("fmt,method", [("awq", "gptq"), ("gptq", "rtn")])
-def test_quantize_writes_a_loadable_checkpoint(src, tmp_path, capsys, fmt, method):
+@pytest.mark.parametrize("fmt,method,flags", [
+    ("awq", "gptq", []),
+    ("gptq", "rtn", []),
+    ("awq", "gptq", ["--desc-act", "--mse", "--damp", "0.001"]),  # the demo's recipe
+])
+def test_quantize_writes_a_loadable_checkpoint(src, tmp_path, capsys, fmt, method, flags):
     out = tmp_path / f"{fmt}-{method}"
     rc = main(["quantize", str(src), "--format", fmt, "--method", method, "--group-size", "32",
-               "--nsamples", "4", "--seqlen", "64", "--out", str(out)])
+               "--nsamples", "4", "--seqlen", "64", "--out", str(out), *flags])
     assert rc == 0
     printed = capsys.readouterr().out
-    assert "perplexity" in printed and "quantized" in printed
+    assert "quantized" in printed
+    assert "tokens of the bundled eval text" in printed
+    assert "tokens of the bundled heldout text" in printed
     qcfg = json.loads((out / "config.json").read_text())["quantization_config"]
     assert qcfg["quant_method"] == fmt and qcfg["group_size"] == 32
     quant = load_model(str(out), device="cpu", progress=False)
