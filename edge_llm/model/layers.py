@@ -54,7 +54,15 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.arch = arch
         self.max_positions = max_positions
-        self.build_tables(None)
+        if torch.get_default_device().type == "meta":
+            # the loader's meta build: placeholders only (build_tables runs on the real device).
+            # A meta arange would run torch's Python reference and import sympy: ~4.5 s of
+            # a 7B cold start, measured on the H200 (benchmarks/profile_engine.py)
+            half = arch.head_dim // 2
+            self.register_buffer("cos", torch.empty(max_positions, half), persistent=False)
+            self.register_buffer("sin", torch.empty(max_positions, half), persistent=False)
+        else:
+            self.build_tables(None)
 
     def build_tables(self, device: torch.device | str | None) -> None:
         """(Re)compute the cos/sin tables on ``device`` (the loader builds the model on meta)."""
@@ -89,3 +97,13 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     xf = x.float()
     x1, x2 = xf[..., :half], xf[..., half:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` whose weight is left uninitialised on the meta device: torch's meta
+    ``normal_`` runs a Python reference that imports torch._dynamo and sympy (~4.5 s of a 7B
+    cold start on the H200), and the loader overwrites the values anyway."""
+
+    def reset_parameters(self) -> None:
+        if self.weight.device.type != "meta":
+            super().reset_parameters()

@@ -15,7 +15,7 @@ from edge_llm.kernels import paged_attention, write_kv
 
 from .arch import ArchConfig
 from .attention_metadata import AttentionMetadata
-from .layers import RMSNorm, RotaryEmbedding
+from .layers import Embedding, RMSNorm, RotaryEmbedding
 
 # (in_features, out_features, bias) -> module with .forward(x)
 LinearFactory = Callable[[int, int, bool], nn.Module]
@@ -105,7 +105,7 @@ class Model(nn.Module):
         self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding
     ) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        self.embed_tokens = Embedding(arch.vocab_size, arch.hidden_size)
         self.layers = nn.ModuleList(
             DecoderLayer(arch, linear, rotary) for _ in range(arch.num_layers)
         )
