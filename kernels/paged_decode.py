@@ -19,7 +19,7 @@ import triton.language as tl
 from .paged_common import LOG2E, check_cache, load_kv_tile, num_sms
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["partition_size", "stride_bt"])
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
     scale_log2, partition_size,

@@ -33,7 +33,9 @@ def _tile_owner(tile_starts_ptr, tile, num_seqs, SEARCH_STEPS: tl.constexpr):
     return lo
 
 
-@triton.jit
+# num_seqs and the block-table stride change from step to step: not specialised on (Triton would
+# compile a variant per divisibility class during serving instead of at warm-up)
+@triton.jit(do_not_specialize=["num_seqs", "stride_bt"])
 def _paged_prefill_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, qsl_ptr, tile_starts_ptr, out_ptr,
     scale_log2, num_seqs,
@@ -135,6 +137,7 @@ def paged_prefill(
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=d, D_PAD=triton.next_power_of_2(d), BLOCK_SIZE=bs,
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
-        SEARCH_STEPS=max(1, num_seqs.bit_length()),
+        # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
+        SEARCH_STEPS=max(12, num_seqs.bit_length()),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

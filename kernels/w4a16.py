@@ -172,7 +172,7 @@ def _w4a16_gemv_kernel(
     tl.store(out_ptr + pid_k * stride_os + offs_n, y.to(out_ptr.dtype.element_ty), mask=n_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_dot_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
     M, N, K, k_per_split, group_size,
@@ -224,7 +224,7 @@ def _w4a16_dot_kernel(
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["numel"])
 def _splitk_reduce_kernel(part_ptr, out_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     """out[i] = sum_s part[s, i] for the flat [SPLIT, numel] fp32 partial sums."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -196,7 +196,7 @@ def _store_row(out, acc, m, M, N, offs_n, stride_om):
              mask=offs_n < N * _live(M, m))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_gemv16_kernel(
     x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
     M, N, K, k_per_split, group_size,

@@ -35,6 +35,11 @@ logger = logging.getLogger(__name__)
 # decode graphs captured during a wake-up; larger batch sizes are captured on first use
 WAKE_CAPTURE_MAX = 8
 
+# prefill token counts that reach every W4A16 launch variant before the first request
+# (kernels/w4a16_config.py: 1-4 rows on the fp16x2 path, tl.dot tiles of 16/32/64 rows,
+# dequantize + cuBLAS above 64); the kernels do not specialise on the row count itself
+WARMUP_TOKENS = (1, 2, 3, 4, 5, 17, 33, 65)
+
 
 @dataclass
 class RunnerOutput:
@@ -79,6 +84,7 @@ class ModelRunner:
         self.enforce_eager = enforce_eager
         self.graphs: DecodeGraphs | None = None
         self.graph_stats = GraphStats()
+        self.kernel_warmup_seconds = self._warm_up_kernels()
         self._capture_graphs()
 
     # ---- CUDA graphs -----------------------------------------------------------------------
@@ -141,6 +147,29 @@ class ModelRunner:
         self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.dtype, self.device,
                           host=self._host_swap)
         self._capture_graphs(eager_max=WAKE_CAPTURE_MAX)
+
+    @torch.inference_mode()
+    def _warm_up_kernels(self) -> float:
+        """One eager forward per ``WARMUP_TOKENS`` count over a scratch cache, so that every
+        Triton variant a prefill can need is compiled (or loaded from the cache directory)
+        before serving. CUDA with the Triton kernels only; returns the seconds spent."""
+        if self.device.type != "cuda" or not triton_enabled(self.device, self.dtype):
+            return 0.0
+        start = time.perf_counter()
+        limit = min(self.scheduler_config.max_num_batched_tokens,
+                    self.scheduler_config.max_model_len)
+        counts = [t for t in WARMUP_TOKENS if t <= limit]
+        for t in counts:
+            kv, meta = scratch_prefill(self.model, t, self.block_size, self.dtype, self.device)
+            ids = torch.zeros(t, dtype=torch.int64, device=self.device)
+            hidden = self.model(ids, torch.arange(t, device=self.device), kv, meta)
+            self.model.compute_logits(hidden[-1:])
+            del kv, hidden
+        torch.cuda.synchronize(self.device)
+        seconds = time.perf_counter() - start
+        logger.info("Kernel warm-up: prefills of %s tokens in %.2f s",
+                    ", ".join(map(str, counts)), seconds)
+        return seconds
 
     @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
