@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         raise RunError(str(exc)) from None
     model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(str(src))
+    # quantize_model overwrites the weights with their dequantized values: score the source first
+    source_ppl = None if args.no_eval else _source_perplexity(model, tok)
     start = time.perf_counter()
     static_groups = args.desc_act and args.fmt == "awq"
     try:
@@ -87,24 +89,32 @@ def run(args: argparse.Namespace) -> int:
         (out / "generation_config.json").write_text(gen.read_text())
     print(f"quantized {args.src} -> {out} ({args.fmt}, {args.method}, group {args.group_size}) "
           f"in {seconds:.1f} s")
-    if not args.no_eval:
-        _report_perplexity(out, model, tok)
+    if source_ppl is not None:
+        _report_perplexity(out, tok, source_ppl)
     return 0
 
 
-def _report_perplexity(out: Path, model, tok) -> None:
-    """Source (transformers) against the written checkpoint (our loader), same windows, on
-    2,048 tokens of each bundled evaluation text."""
+def _source_perplexity(model, tok) -> dict[str, float]:
+    """Perplexity of the unquantized transformers model on 2,048 tokens of each bundled
+    evaluation text, 512-token windows."""
     import torch
 
+    from edge_llm.quant import evaluation_token_ids, perplexity
+
+    with torch.no_grad():
+        return {name: perplexity(lambda x: model(x).logits, ids, window=512)  # x: (1, T)
+                for name, ids in evaluation_token_ids(tok, 2048).items()}
+
+
+def _report_perplexity(out: Path, tok, source_ppl: dict[str, float]) -> None:
+    """The written checkpoint (our loader) against the source, same tokens and windows."""
     from edge_llm.model.full_forward import full_logits
     from edge_llm.model.loader import load_model
     from edge_llm.quant import evaluation_token_ids, perplexity
 
     quant = load_model(str(out), device="cpu", progress=False)
     for name, ids in evaluation_token_ids(tok, 2048).items():
-        with torch.no_grad():
-            base = perplexity(lambda x: model(x).logits, ids, window=512)  # x: (1, T)
+        base = source_ppl[name]
         qppl = perplexity(lambda x: full_logits(quant.model, x[0]), ids, window=512)
         print(f"perplexity on {ids.numel()} tokens of the bundled {name} text: source "
               f"{base:.3f}, quantized {qppl:.3f} ({(qppl / base - 1) * 100:+.1f}%)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,9 @@ def test_quantize_writes_a_loadable_checkpoint(src, tmp_path, capsys, fmt, metho
     assert "quantized" in printed
     assert "tokens of the bundled eval text" in printed
     assert "tokens of the bundled heldout text" in printed
+    # the source is scored before quantization overwrites its weights
+    printed_source = [float(a) for a in re.findall(r"source ([\d.]+), quantized", printed)]
+    assert printed_source == pytest.approx(_source_ppl(src), rel=2e-6)
     qcfg = json.loads((out / "config.json").read_text())["quantization_config"]
     assert qcfg["quant_method"] == fmt and qcfg["group_size"] == 32
     quant = load_model(str(out), device="cpu", progress=False)
@@ -43,6 +47,16 @@ def test_quantize_writes_a_loadable_checkpoint(src, tmp_path, capsys, fmt, metho
     # 4-bit weights on a random model: close to the source, not equal
     err = rel_err(full_logits(quant.model, ids), full_logits(base.model, ids))
     assert 1e-4 < err < 0.3
+
+
+def _source_ppl(src) -> list[float]:
+    from transformers import AutoTokenizer
+
+    from edge_llm.quant import evaluation_token_ids, perplexity
+
+    lm = load_model(str(src), device="cpu", dtype="float32", progress=False).model
+    ids = evaluation_token_ids(AutoTokenizer.from_pretrained(str(src)), 2048)
+    return [perplexity(lambda x: full_logits(lm, x[0]), ids[k], 512) for k in ("eval", "heldout")]
 
 
 def test_bad_flags_and_missing_source_are_one_line(tmp_path):
