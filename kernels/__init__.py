@@ -10,8 +10,10 @@ import os
 
 import torch
 
+from . import fused as _fused
 from . import paged_attention as _pa
 from . import w4a16 as _w4
+from .fused import add_rms_norm_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref
 from .paged_attention import paged_attention_ref, write_kv_ref
 from .w4a16 import dequantize_w4a16_ref, pack_w4_ref, w4a16_matmul_ref
 
@@ -20,11 +22,19 @@ __all__ = [
     "paged_attention",
     "write_kv",
     "w4a16_matmul",
+    "rms_norm",
+    "add_rms_norm",
+    "silu_and_mul",
+    "rotary",
     "paged_attention_ref",
     "write_kv_ref",
     "w4a16_matmul_ref",
     "dequantize_w4a16_ref",
     "pack_w4_ref",
+    "rms_norm_ref",
+    "add_rms_norm_ref",
+    "silu_and_mul_ref",
+    "rotary_ref",
 ]
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -87,3 +97,47 @@ def w4a16_matmul(
     if x.is_cuda and x.dtype in _HALF and _TRITON:
         return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size)
     return w4a16_matmul_ref(x, qweight, scales, zeros, group_size)
+
+
+def _fused_ok(*tensors: torch.Tensor) -> bool:
+    """Triton for the fused ops: CUDA tensors of one fp16/bf16 dtype (anything else, e.g. an
+    fp32 norm weight beside fp16 activations, keeps the reference's type promotion)."""
+    first = tensors[0]
+    return (_TRITON and first.is_cuda and first.dtype in _HALF
+            and all(t.dtype == first.dtype for t in tensors))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last axis of x (kernels/fused.py for the exact rounding)."""
+    if _fused_ok(x, weight):
+        return _fused.rms_norm(x, weight, eps)
+    return rms_norm_ref(x, weight, eps)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(residual + x), residual + x), the sum in the activation dtype."""
+    if _fused_ok(x, residual, weight):
+        return _fused.add_rms_norm(x, residual, weight, eps)
+    return add_rms_norm_ref(x, residual, weight, eps)
+
+
+def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+    """silu(gate) * up; ``up`` None: gate holds [gate | up] along its last axis."""
+    if _fused_ok(gate) if up is None else _fused_ok(gate, up):
+        return _fused.silu_and_mul(gate, up)
+    return silu_and_mul_ref(gate, up)
+
+
+def rotary(
+    q: torch.Tensor,  # (T, H, D)
+    k: torch.Tensor,  # (T, Hkv, D)
+    cos: torch.Tensor,  # (max_positions, D/2)
+    sin: torch.Tensor,
+    positions: torch.Tensor,  # (T,)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Neox rotary embedding of q and k at ``positions`` (new tensors, q's dtype)."""
+    if _fused_ok(q, k):
+        return _fused.rotary(q, k, cos, sin, positions)
+    return rotary_ref(q, k, cos, sin, positions)

@@ -1,4 +1,7 @@
-"""Building blocks of the Llama-family decoder: RMSNorm, rotary embedding, SiLU MLP."""
+"""Building blocks of the Llama-family decoder: RMSNorm, rotary embedding, embedding.
+
+The math runs in ``edge_llm.kernels`` (fused Triton kernels on CUDA fp16/bf16, the plain-torch
+references of kernels/fused.py everywhere else)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ import math
 
 import torch
 from torch import nn
+
+from edge_llm.kernels import add_rms_norm, rms_norm, rotary
 
 from .arch import ArchConfig
 
@@ -18,16 +23,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # normalise in fp32 as transformers does, then scale in the input dtype
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
     def add_forward(
         self, x: torch.Tensor, residual: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``residual += x`` then normalise; returns (normed, new residual)."""
-        residual = residual + x
-        return self.forward(residual), residual
+        """``residual + x`` then normalise; returns (normed, new residual)."""
+        return add_rms_norm(x, residual, self.weight, self.eps)
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
@@ -86,17 +88,8 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # q: (T, H, D), k: (T, Hkv, D); positions: (T,)
-        cos = self.cos[positions].unsqueeze(1)  # (T, 1, D/2)
-        sin = self.sin[positions].unsqueeze(1)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    xf = x.float()
-    x1, x2 = xf[..., :half], xf[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+        # q: (T, H, D), k: (T, Hkv, D); positions: (T,); new tensors
+        return rotary(q, k, self.cos, self.sin, positions)
 
 
 class Embedding(nn.Embedding):

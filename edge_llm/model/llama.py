@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from edge_llm.kernels import paged_attention, write_kv
+from edge_llm.kernels import paged_attention, silu_and_mul, write_kv
 
 from .arch import ArchConfig
 from .attention_metadata import AttentionMetadata
@@ -71,7 +71,7 @@ class MLP(nn.Module):
         self.down_proj = linear(arch.intermediate_size, arch.hidden_size, False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(silu_and_mul(self.gate_proj(x), self.up_proj(x)))
 
 
 class DecoderLayer(nn.Module):

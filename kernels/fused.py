@@ -1,0 +1,326 @@
+"""Fused elementwise and per-row kernels of the decoder: RMSNorm (alone and with the residual
+add), SiLU-and-multiply, neox rotary embedding.
+
+Each op has a plain-torch reference ``<op>_ref`` — exactly the math the model layers ran before
+they called the dispatchers in ``edge_llm.kernels`` (the CPU path and the oracle) — and a Triton
+wrapper ``<op>`` (CUDA, or CPU under TRITON_INTERPRET=1) with the same contract. The kernels
+round where the reference rounds, so on fp16/bf16 they differ from it only by the last bit of
+an occasional element (rsqrt/exp approximations, summation order, fused multiply-adds):
+
+    rms_norm:      y = weight * dtype(x_f32 * rsqrt(mean(x_f32^2) + eps))   product rounded once
+    add_rms_norm:  r' = dtype(r_f32 + x_f32);  y = rms_norm(r')             returns (y, r')
+    silu_and_mul:  y = dtype(dtype(silu(g_f32)) * u_f32)
+    rotary:        x1, x2 = halves of the head dim (rotate_half, neox style), fp32:
+                   y = dtype(cat(x1 cos - x2 sin, x2 cos + x1 sin)), cos/sin = table[position]
+
+The wrappers read no tensor on the host and size their grids from shapes only, so they can be
+captured in CUDA graphs. Outputs are new tensors (nothing is updated in place).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "add_rms_norm", "add_rms_norm_ref", "rms_norm", "rms_norm_ref", "rotary", "rotary_ref",
+    "silu_and_mul", "silu_and_mul_ref",
+]
+
+MAX_ROW_BLOCK = 8192  # row elements held in registers at once; longer rows go in chunks
+ROW_TILE = 2048  # elements per program when several short rows (e.g. qk-norm heads) share one
+SILU_BLOCK = 1024
+
+
+# ------------------------------------------------------------------------------ references
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last axis: normalise in fp32 as transformers does, then scale by
+    ``weight`` in the input dtype (result dtype: torch's promotion of weight and x)."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def add_rms_norm_ref(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``residual + x`` (in the activation dtype), then RMSNorm of that sum; returns
+    (normed, new residual)."""
+    residual = residual + x
+    return rms_norm_ref(residual, weight, eps), residual
+
+
+def silu_and_mul_ref(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+    """``silu(gate) * up``; with ``up`` None, ``gate`` is the concatenation [gate | up] along
+    the last axis (a merged gate_up projection)."""
+    if up is None:
+        gate, up = _split_gate_up(gate)
+    return torch.nn.functional.silu(gate) * up
+
+
+def rotary_ref(
+    q: torch.Tensor,  # (T, H, D)
+    k: torch.Tensor,  # (T, Hkv, D)
+    cos: torch.Tensor,  # (max_positions, D/2)
+    sin: torch.Tensor,
+    positions: torch.Tensor,  # (T,) int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Neox-style rotary embedding of q and k at ``positions``; new tensors in q's/k's dtype."""
+    cos_t = cos[positions].unsqueeze(1)  # (T, 1, D/2)
+    sin_t = sin[positions].unsqueeze(1)
+    return _rotate_half_ref(q, cos_t, sin_t), _rotate_half_ref(k, cos_t, sin_t)
+
+
+def _rotate_half_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def _split_gate_up(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if gate_up.shape[-1] % 2:
+        raise ValueError(f"gate_up: the last axis must be even (gate | up), got "
+                         f"{tuple(gate_up.shape)}")
+    return gate_up.chunk(2, dim=-1)
+
+
+# ----------------------------------------------------------------------------- Triton kernels
+
+
+@triton.jit
+def _residual_sum(x_ptr, res_ptr, res_out_ptr, offs_x, offs_r, offs_ro, mask,
+                  HAS_RESIDUAL: tl.constexpr, STORE: tl.constexpr):
+    """The rows to normalise, rounded to the activation dtype, as fp32: x, or x + residual
+    (stored to ``res_out`` when STORE)."""
+    s = tl.load(x_ptr + offs_x, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + offs_r, mask=mask, other=0.0)
+        s = (r.to(tl.float32) + s.to(tl.float32)).to(s.dtype)
+        if STORE:
+            tl.store(res_out_ptr + offs_ro, s, mask=mask)
+    return s.to(tl.float32)
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
+    n_rows, n_cols, stride_x, stride_r, stride_o, stride_ro, eps,
+    HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr,
+):
+    """ROWS rows per program. One chunk: the rows stay in registers between the sum of
+    squares and the scaling. Several chunks: pass 1 sums (and stores the new residual), pass 2
+    reloads the inputs and recomputes the same rounded sum (no read-after-write of res_out)."""
+    rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    row_ok = rows < n_rows
+    cols = tl.arange(0, BLOCK_N)
+    if NUM_CHUNKS == 1:
+        mask = row_ok[:, None] & (cols[None, :] < n_cols)
+        s = _residual_sum(x_ptr, res_ptr, res_out_ptr, rows[:, None] * stride_x + cols[None, :],
+                          rows[:, None] * stride_r + cols[None, :],
+                          rows[:, None] * stride_ro + cols[None, :], mask, HAS_RESIDUAL, True)
+        inv = tl.math.rsqrt(tl.sum(s * s, axis=1) / n_cols + eps)  # (ROWS,)
+        normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        tl.store(out_ptr + rows[:, None] * stride_o + cols[None, :],
+                 (normed * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+        for c in range(NUM_CHUNKS):
+            cc = c * BLOCK_N + cols
+            mask = row_ok[:, None] & (cc[None, :] < n_cols)
+            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, rows[:, None] * stride_x + cc[None, :],
+                              rows[:, None] * stride_r + cc[None, :],
+                              rows[:, None] * stride_ro + cc[None, :], mask, HAS_RESIDUAL, True)
+            acc += s * s
+        inv = tl.math.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
+        for c in range(NUM_CHUNKS):
+            cc = c * BLOCK_N + cols
+            mask = row_ok[:, None] & (cc[None, :] < n_cols)
+            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, rows[:, None] * stride_x + cc[None, :],
+                              rows[:, None] * stride_r + cc[None, :],
+                              rows[:, None] * stride_ro + cc[None, :], mask, HAS_RESIDUAL, False)
+            normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
+            w = tl.load(w_ptr + cc, mask=cc < n_cols, other=0.0).to(tl.float32)
+            tl.store(out_ptr + rows[:, None] * stride_o + cc[None, :],
+                     (normed * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _silu_mul_kernel(g_ptr, u_ptr, out_ptr, n_cols, stride_g, stride_u, stride_o,
+                     BLOCK: tl.constexpr):
+    """Grid (rows, column blocks): one BLOCK of one row per program."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    g = tl.load(g_ptr + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
+    act = (g / (1.0 + tl.exp(-g))).to(out_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + cols, (act * u).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rotate_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, cos, sin, offs, d_ok,
+                  NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HALF: tl.constexpr):
+    """All heads of one token: [H_PAD, HALF_PAD] first halves and second halves."""
+    h = tl.arange(0, H_PAD)
+    mask = (h[:, None] < NUM_HEADS) & d_ok[None, :]
+    src = src_ptr + h[:, None] * stride_src_h + offs[None, :]
+    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+    dst = dst_ptr + h[:, None] * stride_dst_h + offs[None, :]
+    ty = dst_ptr.dtype.element_ty
+    tl.store(dst, (x1 * cos[None, :] - x2 * sin[None, :]).to(ty), mask=mask)
+    tl.store(dst + HALF, (x2 * cos[None, :] + x1 * sin[None, :]).to(ty), mask=mask)
+
+
+@triton.jit
+def _rotary_kernel(
+    q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_qot, stride_qoh, stride_kot, stride_koh,
+    stride_cos, stride_sin,
+    NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr, HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr,
+):
+    """One program per token: its cos/sin row is read once and applied to q and k."""
+    t = tl.program_id(0).to(tl.int64)
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    offs = tl.arange(0, HALF_PAD)
+    d_ok = offs < HALF
+    cos = tl.load(cos_ptr + pos * stride_cos + offs, mask=d_ok, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + pos * stride_sin + offs, mask=d_ok, other=0.0).to(tl.float32)
+    _rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
+                  cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
+    _rotate_heads(k_ptr + t * stride_kt, ko_ptr + t * stride_kot, stride_kh, stride_koh,
+                  cos, sin, offs, d_ok, NUM_KV_HEADS, HK_PAD, HALF)
+
+
+# ------------------------------------------------------------------------------- wrappers
+
+
+def _rows(x: torch.Tensor, name: str) -> torch.Tensor:
+    """x as (rows, n) with a contiguous last axis (a view when the strides allow it)."""
+    if x.dim() == 0:
+        raise ValueError(f"{name}: expected at least one axis, got a scalar")
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 if x2.stride(-1) == 1 else x2.contiguous()
+
+
+def _row_launch(n_cols: int) -> tuple[int, int, int, int]:
+    """(ROWS, BLOCK_N, NUM_CHUNKS, num_warps) for rows of n_cols elements."""
+    block_n = min(triton.next_power_of_2(n_cols), MAX_ROW_BLOCK)
+    rows = max(1, ROW_TILE // block_n)
+    warps = max(1, min(8, rows * block_n // 512))
+    return rows, block_n, triton.cdiv(n_cols, block_n), warps
+
+
+def _norm(x, residual, weight, eps) -> tuple[torch.Tensor, torch.Tensor | None]:
+    n = x.shape[-1] if x.dim() else 0
+    if weight.shape != (n,):
+        raise ValueError(f"weight: expected shape ({n},) for rows of {n}, got "
+                         f"{tuple(weight.shape)}")
+    if weight.dtype != x.dtype or (residual is not None and residual.dtype != x.dtype):
+        raise ValueError(f"x, residual, weight: one dtype expected, got {x.dtype}, "
+                         f"{None if residual is None else residual.dtype}, {weight.dtype}")
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual: shape {tuple(residual.shape)} != x {tuple(x.shape)}")
+    x2 = _rows(x, "x")
+    r2 = _rows(residual, "residual") if residual is not None else x2
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    res_out = torch.empty_like(out) if residual is not None else out
+    m = x2.shape[0]
+    if m == 0 or n == 0:
+        return out, (res_out if residual is not None else None)
+    rows, block_n, chunks, warps = _row_launch(n)
+    o2, ro2 = out.view(-1, n), res_out.view(-1, n)
+    _rms_norm_kernel[(triton.cdiv(m, rows),)](
+        x2, r2, weight.contiguous(), o2, ro2, m, n, x2.stride(0), r2.stride(0), o2.stride(0),
+        ro2.stride(0), float(eps), HAS_RESIDUAL=residual is not None, ROWS=rows,
+        BLOCK_N=block_n, NUM_CHUNKS=chunks, num_warps=warps)
+    return out, (res_out if residual is not None else None)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Triton ``rms_norm_ref`` over the last axis of x (any leading shape); weight in x's
+    dtype. Returns a new tensor shaped like x."""
+    return _norm(x, None, weight, eps)[0]
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``add_rms_norm_ref``: one pass reads x and residual, writes (normed, new
+    residual), both new tensors shaped like x."""
+    out, res_out = _norm(x, residual, weight, eps)
+    assert res_out is not None
+    return out, res_out
+
+
+def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+    """Triton ``silu_and_mul_ref`` (same arguments); a new tensor shaped like ``gate`` (half
+    of its last axis when ``up`` is None)."""
+    if up is None:
+        gate, up = _split_gate_up(gate)
+    if gate.shape != up.shape or gate.dtype != up.dtype:
+        raise ValueError(f"gate, up: shapes/dtypes {tuple(gate.shape)} {gate.dtype}, "
+                         f"{tuple(up.shape)} {up.dtype} do not agree")
+    g2, u2 = _rows(gate, "gate"), _rows(up, "up")
+    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    m, n = g2.shape
+    if m == 0 or n == 0:
+        return out
+    o2 = out.view(-1, n)
+    _silu_mul_kernel[(m, triton.cdiv(n, SILU_BLOCK))](
+        g2, u2, o2, n, g2.stride(0), u2.stride(0), o2.stride(0), BLOCK=SILU_BLOCK, num_warps=4)
+    return out
+
+
+def rotary(
+    q: torch.Tensor,  # (T, H, D)
+    k: torch.Tensor,  # (T, Hkv, D)
+    cos: torch.Tensor,  # (max_positions, D/2)
+    sin: torch.Tensor,
+    positions: torch.Tensor,  # (T,) int32/int64, each in [0, max_positions)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``rotary_ref``: one kernel rotates q and k; new contiguous tensors.
+
+    Positions are not range-checked on the device (that would need a host sync): a position
+    outside the tables reads out of bounds, where the reference raises an IndexError.
+    """
+    if q.dim() != 3 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        raise ValueError(f"q, k: expected (T, H, D) and (T, Hkv, D), got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}")
+    t, h, d = q.shape
+    hkv = k.shape[1]
+    if d % 2 or cos.dim() != 2 or cos.shape[1] != d // 2 or sin.shape != cos.shape:
+        raise ValueError(f"cos, sin: expected (max_positions, {d // 2}) tables for an even "
+                         f"head dim {d}, got {tuple(cos.shape)}, {tuple(sin.shape)}")
+    if positions.shape != (t,) or positions.is_floating_point():
+        raise ValueError(f"positions: expected ({t},) integers, got {tuple(positions.shape)} "
+                         f"{positions.dtype}")
+    if q.dtype != k.dtype:
+        raise ValueError(f"q, k: one dtype expected, got {q.dtype} and {k.dtype}")
+    q = q if q.stride(2) == 1 else q.contiguous()
+    k = k if k.stride(2) == 1 else k.contiguous()
+    cos = cos if cos.stride(1) == 1 else cos.contiguous()
+    sin = sin if sin.stride(1) == 1 else sin.contiguous()
+    q_out, k_out = torch.empty_like(q, memory_format=torch.contiguous_format), \
+        torch.empty_like(k, memory_format=torch.contiguous_format)
+    if t == 0:
+        return q_out, k_out
+    half = d // 2
+    hq_pad, hk_pad = triton.next_power_of_2(h), triton.next_power_of_2(hkv)
+    half_pad = triton.next_power_of_2(half)
+    warps = max(1, min(8, hq_pad * half_pad // 512))
+    _rotary_kernel[(t,)](
+        q, k, cos, sin, positions, q_out, k_out,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
+        cos.stride(0), sin.stride(0),
+        NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=half, HALF_PAD=half_pad, HQ_PAD=hq_pad,
+        HK_PAD=hk_pad, num_warps=warps)
+    return q_out, k_out

@@ -1,0 +1,203 @@
+"""The fused kernels (kernels/fused.py) vs their torch references under TRITON_INTERPRET=1.
+
+Same pattern as tests/test_kernels_interpret.py: every ``case_*`` runs in one child process
+(this file executed as a script, the interpreter switched on before Triton is imported) and
+reports back as JSON. Inputs are fresh random draws (seed printed on failure), never zeros.
+
+The kernels round where the references round, so fp32 and fp16 are held to a few ulps and
+fewer than 1% of the fp16 elements may differ at all. The
+interpreter converts fp32 to bf16 by truncation (the GPU rounds to nearest), so bf16 gets the
+usual 1e-2 here; tests/test_kernels_fused_gpu.py holds it to an ulp on the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import traceback
+
+import pytest
+
+TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+MAX_DIFFERING = 0.01  # fp16 elements not bit-equal (a skipped rounding step changes ~25%)
+ROWS = (1, 5, 37)
+
+
+# ----------------------------------------------------------------------------- helpers (child)
+
+
+def _dtypes():
+    import torch
+
+    return (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check(out, ref, what: str, exact: bool = False) -> None:
+    import torch
+
+    assert out.shape == ref.shape and out.dtype == ref.dtype, \
+        f"{what}: {tuple(out.shape)} {out.dtype} vs {tuple(ref.shape)} {ref.dtype}"
+    o, r = out.double(), ref.double()
+    assert bool(torch.isfinite(o).all()), f"{what}: non-finite output"
+    name = str(ref.dtype).removeprefix("torch.")
+    if exact and ref.dtype != torch.bfloat16:
+        assert torch.equal(out, ref), f"{what}: not bit-equal, max diff {(o - r).abs().max()}"
+        return
+    err = float((o - r).norm() / r.norm())
+    assert err < TOL[name], f"{what}: rel err {err:.2e}"
+    if ref.dtype == torch.float16:  # same rounding steps: only the odd last bit may differ
+        differ = float((out != ref).float().mean())
+        assert differ < MAX_DIFFERING, f"{what}: {differ:.1%} of the elements differ"
+
+
+def _cos_sin(max_pos: int, d: int):
+    """Rotary tables as the model builds them (fp32, theta 10000)."""
+    import torch
+
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+    freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32), inv_freq)  # (P, d/2)
+    return freqs.cos(), freqs.sin()
+
+
+# ------------------------------------------------------------------------------ cases (child)
+
+
+def case_rms_norm():
+    """Hidden sizes 576 / 960 / 4096 (one program per row), 9000 (two chunks), head dims
+    64 / 128 as (T, H, D) (several rows per program), 1..37 rows, a strided input."""
+    import torch
+
+    from edge_llm.kernels.fused import rms_norm, rms_norm_ref
+
+    for dtype in _dtypes():
+        for n, rows in ((576, ROWS), (960, ROWS), (4096, (1, 3)), (9000, (2,))):
+            for m in rows:
+                x = (torch.randn(m, n) * 3).to(dtype)
+                w = (torch.rand(n) + 0.5).to(dtype)
+                eps = float(torch.rand(()) * 1e-5 + 1e-6)
+                _check(rms_norm(x, w, eps), rms_norm_ref(x, w, eps), f"rms n={n} m={m} {dtype}")
+        for d, (t, h) in ((64, (37, 3)), (128, (5, 7))):  # qk-norm: rows of one head
+            x = torch.randn(t, h, d).to(dtype)
+            w = (torch.rand(d) + 0.5).to(dtype)
+            _check(rms_norm(x, w, 1e-6), rms_norm_ref(x, w, 1e-6), f"qk-norm d={d} {dtype}")
+        big = torch.randn(7, 1000).to(dtype)  # rows of 960 with a row stride of 1000
+        w = torch.randn(960).to(dtype)
+        _check(rms_norm(big[:, :960], w, 1e-5), rms_norm_ref(big[:, :960], w, 1e-5),
+               f"strided {dtype}")
+
+
+def case_add_rms_norm():
+    """The new residual is bit-equal to residual + x (fp32, fp16); the norm of it as above."""
+    import torch
+
+    from edge_llm.kernels.fused import add_rms_norm, add_rms_norm_ref
+
+    for dtype in _dtypes():
+        for n, m in ((576, 1), (576, 37), (960, 5), (4096, 2), (9000, 3), (64, 37)):
+            x = torch.randn(m, n).to(dtype)
+            r = (torch.randn(m, n) * 4).to(dtype)
+            w = (torch.rand(n) + 0.5).to(dtype)
+            out, res = add_rms_norm(x, r, w, 1e-6)
+            ref_out, ref_res = add_rms_norm_ref(x, r, w, 1e-6)
+            _check(res, ref_res, f"residual n={n} m={m} {dtype}", exact=True)
+            _check(out, ref_out, f"add-norm n={n} m={m} {dtype}")
+            assert not torch.equal(res, r), "the residual input must not be updated in place"
+        x = torch.randn(2, 3, 576).to(dtype)  # leading axes
+        r = torch.randn(2, 3, 576).to(dtype)
+        w = torch.randn(576).to(dtype)
+        for got, want in zip(add_rms_norm(x, r, w, 1e-5), add_rms_norm_ref(x, r, w, 1e-5),
+                             strict=True):
+            _check(got, want, f"add-norm 3-D {dtype}")
+
+
+def case_silu_and_mul():
+    """Separate gate/up (the MLP's two linears), merged [gate | up] views, leading axes."""
+    import torch
+
+    from edge_llm.kernels.fused import silu_and_mul, silu_and_mul_ref
+
+    for dtype in _dtypes():
+        for n in (1536, 2560, 11008):
+            for m in ROWS if n < 11008 else (1, 2):
+                g = (torch.randn(m, n) * 4).to(dtype)  # beyond silu's bend on both sides
+                u = torch.randn(m, n).to(dtype)
+                _check(silu_and_mul(g, u), silu_and_mul_ref(g, u), f"silu n={n} m={m} {dtype}")
+        gu = (torch.randn(5, 2 * 1100) * 3).to(dtype)
+        _check(silu_and_mul(gu), silu_and_mul_ref(gu), f"merged gate_up {dtype}")
+        g, u = torch.randn(2, 3, 960).to(dtype), torch.randn(2, 3, 960).to(dtype)
+        _check(silu_and_mul(g, u), silu_and_mul_ref(g, u), f"silu 3-D {dtype}")
+
+
+def case_rotary():
+    """Head dims 64/128 (and 24: a padded half), GQA 1/3/4/8, odd head counts, 1..37 tokens,
+    random positions, q and k as strided views of one qkv projection."""
+    import torch
+
+    from edge_llm.kernels.fused import rotary, rotary_ref
+
+    shapes = ((64, 9, 3), (128, 32, 8), (128, 28, 4), (64, 4, 4), (24, 6, 2))
+    for dtype in _dtypes():
+        for d, h, hkv in shapes:
+            cos, sin = _cos_sin(4096, d)
+            for t in ROWS:
+                qkv = torch.randn(t, (h + 2 * hkv) * d).to(dtype)
+                q = qkv[:, :h * d].view(t, h, d)  # (T, H, D), row stride (H + 2 Hkv) D
+                k = qkv[:, h * d:(h + hkv) * d].view(t, hkv, d)
+                pos = torch.randint(0, 4096, (t,))
+                got, want = rotary(q, k, cos, sin, pos), rotary_ref(q, k, cos, sin, pos)
+                for g, r, name in zip(got, want, "qk", strict=True):
+                    _check(g, r, f"rotary {name} d={d} H={h}/{hkv} T={t} {dtype}")
+                    assert g.is_contiguous()
+        cos, sin = _cos_sin(64, 128)  # int32 positions, contiguous inputs
+        q, k = torch.randn(3, 8, 128).to(dtype), torch.randn(3, 1, 128).to(dtype)
+        pos = torch.tensor([63, 0, 17], dtype=torch.int32)
+        for g, r in zip(rotary(q, k, cos, sin, pos), rotary_ref(q, k, cos, sin, pos.long()),
+                        strict=True):
+            _check(g, r, f"rotary int32 positions {dtype}")
+
+
+CASES = sorted(name for name in dict(globals()) if name.startswith("case_"))
+
+
+# ------------------------------------------------------------------------------- the tests
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("interp_fused") / "report.json"
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert out.exists(), f"interpreter child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fused_kernel_matches_reference_in_interpreter(report, case):
+    assert report["interpret"], "the child did not run under TRITON_INTERPRET=1"
+    assert report["results"][case] == "ok", f"seed {report['seed']}:\n{report['results'][case]}"
+
+
+def _child(out_path: str) -> None:
+    import torch
+
+    seed = int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    import triton.knobs
+
+    results = {}
+    for name in CASES:
+        try:
+            globals()[name]()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()[-4000:]
+    with open(out_path, "w") as f:
+        json.dump({"seed": seed, "interpret": bool(triton.knobs.runtime.interpret),
+                   "results": results}, f)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
