@@ -22,6 +22,7 @@ try:
 except ImportError:  # a Triton without these internals: nothing to check here
     pytest.skip("this Triton build has no offline compile path", allow_module_level=True)
 
+fu = importlib.import_module("edge_llm.kernels.fused")
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 w4 = importlib.import_module("edge_llm.kernels.w4a16")
 
@@ -94,4 +95,28 @@ def test_attention_configs_fit():
             pa.paged_prefill(torch.randn(200, h, d).to(dtype), kc, kc, table, qsl, sl, 0.1)
             pa.write_kv(torch.randn(5, hkv, d).to(dtype), torch.randn(5, hkv, d).to(dtype),
                         kc, kc.clone(), torch.arange(5))
+    _assert_fits(records)
+
+
+@pytest.mark.parametrize("hidden,inter,h,hkv,d", [(4096, 11008, 32, 32, 128),
+                                                  (3584, 18944, 28, 4, 128),
+                                                  (576, 1536, 9, 3, 64)])
+def test_fused_configs_fit(hidden, inter, h, hkv, d):
+    """Llama-2-7B, Qwen2.5-7B and SmolLM2-135M decoder shapes: norms (and qk-norm rows of one
+    head), SiLU-and-mul, rotary; 1 row, an odd count and 256 rows (different specialisations
+    of the row count)."""
+    cos = torch.randn(4096, d // 2)
+    with compile_only(ARCH) as records:
+        for dtype in (torch.float16, torch.bfloat16):
+            w = torch.randn(hidden).to(dtype)
+            for m in (1, 37, 256):
+                x = torch.randn(m, hidden).to(dtype)
+                fu.rms_norm(x, w, 1e-6)
+                fu.add_rms_norm(x, x.clone(), w, 1e-6)
+                fu.silu_and_mul(torch.randn(m, inter).to(dtype), torch.randn(m, inter).to(dtype))
+                fu.rotary(torch.randn(m, h, d).to(dtype), torch.randn(m, hkv, d).to(dtype), cos,
+                          cos.clone(), torch.randint(0, 4096, (m,)))
+            fu.rms_norm(torch.randn(37, h, d).to(dtype), torch.randn(d).to(dtype), 1e-6)
+    assert {name for name, _, _ in records} == {"_rms_norm_kernel", "_silu_mul_kernel",
+                                                "_rotary_kernel"}
     _assert_fits(records)
