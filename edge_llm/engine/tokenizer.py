@@ -1,18 +1,46 @@
-"""Tokenizer and chat template loading (transformers' AutoTokenizer on the model folder)."""
+"""Tokenizer and chat template loading.
+
+``load_tokenizer`` uses ``FastTokenizer`` (the Rust ``tokenizers`` library and jinja2, no
+transformers import: seconds off a cold start) wherever transformers would load the folder as a
+plain ``tokenizer.json``, and transformers' ``AutoTokenizer`` otherwise; the log line says which
+and why.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
+from .fast_tokenizer import FastTokenizer, fast_path_refusal
 
-def load_tokenizer(path: Path, chat_template: str | None = None):
-    from transformers import AutoTokenizer
+logger = logging.getLogger(__name__)
 
-    tok = AutoTokenizer.from_pretrained(str(path))
+
+def load_tokenizer(path: Path, chat_template: str | None = None, *,
+                   trust_remote_code: bool = False, use_fast_path: bool = True) -> Any:
+    """The tokenizer of the model folder ``path``; ``chat_template`` (a file or an inline
+    template) replaces its own. ``use_fast_path=False`` forces transformers."""
+    start = time.perf_counter()
+    path = Path(path)
+    reason = "disabled" if not use_fast_path else (
+        "trust_remote_code" if trust_remote_code else fast_path_refusal(path))
+    tok: Any = None
+    if reason is None:
+        try:
+            tok = FastTokenizer.from_dir(path)
+        except (ValueError, TypeError, KeyError) as exc:  # an unusual config: transformers reads it
+            reason = f"{type(exc).__name__}: {exc}"
+    if tok is None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     if chat_template:
         file = Path(chat_template).expanduser()
         tok.chat_template = file.read_text() if file.is_file() else chat_template
+    how = "tokenizers" if reason is None else f"transformers ({reason})"
+    logger.info("tokenizer loaded with %s in %.2f s", how, time.perf_counter() - start)
     return tok
 
 

@@ -1,0 +1,416 @@
+"""A tokenizer over the Rust ``tokenizers`` library that loads without importing transformers.
+
+``AutoTokenizer.from_pretrained`` costs seconds of a cold start (transformers 5 imports
+torch.distributed, accelerate and its modeling modules on the way). For a model folder whose
+tokenizer transformers itself would load as a plain ``TokenizersBackend`` (``tokenizer_class``
+"TokenizersBackend" or "PreTrainedTokenizerFast"), the result is ``tokenizer.json`` plus the
+special tokens of ``tokenizer_config.json``, which this module reproduces step by step
+(``TokenizersBackend.__init__`` and ``PreTrainedTokenizerBase._from_pretrained``, read at
+transformers 5.17 and 5.24, which agree here):
+
+* ``tokenizer.json`` as is; truncation and padding off (transformers turns them off for every
+  plain ``encode``); a padding section still names the pad token when the config does not;
+* ``add_bos_token`` / ``add_eos_token`` of the config are ignored beside a ``tokenizer.json``
+  (transformers drops them too: the file's post-processor decides);
+* added tokens: the config's ``added_tokens_decoder`` (else the file's ``added_tokens``, with
+  ``special_tokens_map.json`` naming the special tokens) re-added in id order, then every named
+  or extra special token not yet present, as special;
+* ``split_special_tokens``, ``clean_up_tokenization_spaces`` (never applied to BPE models);
+* the chat template: ``chat_template.jinja`` and ``additional_chat_templates/*.jinja`` over the
+  config's ``chat_template`` (a string or a list of named templates).
+
+``fast_path_refusal()`` says why a folder must go to transformers instead (no tokenizer.json,
+remote code, a model-specific tokenizer class that rebuilds the pipeline, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .chat_template import render_chat
+
+# transformers' TokenizersBackend.SPECIAL_TOKENS_ATTRIBUTES
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                       "cls_token", "mask_token")
+# tokenizer_class values transformers loads as a plain TokenizersBackend over tokenizer.json
+PLAIN_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+# model types whose registered tokenizer class transformers uses whatever the hub declares
+# (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, 5.24), or MistralCommonBackend where mistral-common
+# is installed: transformers may not build a TokenizersBackend for these
+OVERRIDDEN_MODEL_TYPES = frozenset({
+    "arctic", "chatlm", "ernie4_5", "ernie4_5_moe", "fuyu", "h2ovl_chat", "hyperclovax",
+    "hyperclovax_vlm", "hyperclovax_vision_v2", "internlm2", "internlm3", "iquestcoder", "jamba",
+    "llava", "llava_next", "minicpm3", "minicpmv", "minimax_m2", "modernbert",
+    "modernbert-decoder", "molmo", "molmo2", "nemotron", "nvfp4", "opencua", "openvla",
+    "paddleocr_vl", "phi3", "phi3_v", "phimoe", "qwen2", "qwen3_5", "qwen3_5_moe",
+    "qwen3_5_moe_text", "qwen4_exp", "step3_vl", "vipllava", "cohere_asr", "camembertv2-base",
+    "siglip2", "ministral", "ministral3", "mistral", "mistral3", "mistral_large4", "mixtral",
+    "pixtral", "voxtral",
+})
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}.")
+    return data
+
+
+def fast_path_refusal(path: Path) -> str | None:
+    """None when ``path`` can be loaded by ``FastTokenizer`` with transformers' exact result;
+    otherwise the reason it cannot (the caller falls back to ``AutoTokenizer``)."""
+    if not (path / "tokenizer.json").is_file():
+        return "no tokenizer.json"
+    if (path / "tekken.json").is_file():
+        return "tekken.json (Mistral's own tokenizer format)"
+    tok_cfg = _read_json(path / "tokenizer_config.json")
+    model_cfg = _read_json(path / "config.json")
+    if "auto_map" in tok_cfg:
+        return "tokenizer_config.json has an auto_map (remote code)"
+    if "fast_tokenizer_files" in tok_cfg:
+        return "tokenizer_config.json lists fast_tokenizer_files"
+    cls = tok_cfg.get("tokenizer_class") or model_cfg.get("tokenizer_class")
+    if cls not in PLAIN_CLASSES:
+        return f"tokenizer_class {cls!r}: transformers builds that class's own pipeline"
+    model_type = model_cfg.get("model_type")
+    if model_type in OVERRIDDEN_MODEL_TYPES:
+        return f"model_type {model_type!r}: transformers picks its registered tokenizer class"
+    return None
+
+
+def _added_token(value: Any, special: bool | None = None) -> Any:
+    """A ``tokenizers.AddedToken`` from a config entry (a string or a dict of its fields)."""
+    from tokenizers import AddedToken
+
+    if isinstance(value, AddedToken):
+        return value
+    if isinstance(value, str):
+        return AddedToken(value, special=True if special is None else special)
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        fields = {k: v for k, v in value.items() if k != "__type"}
+        if special is not None:
+            fields["special"] = special
+        return AddedToken(**fields)
+    raise ValueError(f"Cannot read a token from {value!r}.")
+
+
+def _token_setting(value: Any) -> Any:
+    """A special-token setting of tokenizer_config.json: a string, an AddedToken or None."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and value.get("__type") == "AddedToken":
+        return _added_token(value)
+    raise ValueError(f"Unsupported special-token setting {value!r}.")
+
+
+def _chat_templates(path: Path, configured: Any) -> str | dict[str, str] | None:
+    """The chat template(s): files next to the tokenizer override tokenizer_config.json's."""
+    found: dict[str, str] = {}
+    default = path / "chat_template.jinja"
+    if default.is_file():
+        found["default"] = default.read_text(encoding="utf-8")
+    extra_dir = path / "additional_chat_templates"
+    if extra_dir.is_dir():
+        for file in sorted(extra_dir.glob("*.jinja")):
+            found[file.name.removesuffix(".jinja")] = file.read_text(encoding="utf-8")
+    if len(found) == 1 and "default" in found:
+        return found["default"]
+    if found:
+        return found
+    if isinstance(configured, (list, tuple)):
+        return {t["name"]: t["template"] for t in configured}
+    return configured
+
+
+def _special_settings(config: dict) -> tuple[dict[str, Any], list[Any]]:
+    """Named special tokens (the standard names, then model-specific ``*_token`` keys: those
+    written as AddedToken dicts first, as transformers orders them, then strings, then an
+    ``extra_special_tokens`` dict) and the list of extra special tokens."""
+    special = {name: _token_setting(config.get(name)) for name in SPECIAL_TOKEN_NAMES}
+    own = [k for k in config if k.endswith("_token") and k not in special]
+    for key in own:
+        if isinstance(config[key], Mapping) and config[key].get("__type") == "AddedToken":
+            special[key] = _token_setting(config[key])
+    for key in own:
+        if isinstance(config[key], str):
+            special[key] = config[key]
+    extra = config.get("extra_special_tokens") or []
+    if isinstance(extra, Mapping):
+        special.update({k: _token_setting(v) for k, v in extra.items()})
+        extra = []
+    return special, [_token_setting(t) if isinstance(t, Mapping) else t for t in extra]
+
+
+def _apply_special_tokens_map(stm: dict, config: dict, special: dict[str, Any],
+                              extra: list[Any]) -> None:
+    """special_tokens_map.json's entries over the config's (transformers reads the file only
+    when the config has no ``added_tokens_decoder``)."""
+    for key, value in stm.items():
+        if key == "extra_special_tokens" and isinstance(value, list):
+            for tok in value:
+                tok = _added_token({**tok, "special": True}) if isinstance(tok, Mapping) else tok
+                if tok not in extra:
+                    extra.append(tok)
+        elif key == "additional_special_tokens" and isinstance(value, list):
+            if "extra_special_tokens" not in config:
+                extra[:] = [_added_token({**t, "special": True}) if isinstance(t, Mapping) else t
+                            for t in value]
+        elif key.endswith("_token"):
+            special[key] = (_added_token({**value, "special": True})
+                            if isinstance(value, Mapping) else value)
+
+
+def _add_tokens(backend: Any, configured: list[Any], special: dict[str, Any],
+                extra: list[Any]) -> None:
+    """Re-add the configured added tokens (id order; this updates their flags in the backend),
+    then every named or extra special token not present yet; named ones are marked special."""
+    to_add = list(configured)
+    present = {str(t) for t in backend.get_added_tokens_decoder().values()}
+    present.update(str(t) for t in to_add)
+    for value in [*special.values(), *extra]:
+        if value is not None and str(value) not in present and value not in to_add:
+            to_add.append(value)
+    named = {str(v) for v in special.values() if v}
+    tokens = []
+    for token in to_add:
+        token = _added_token(token)
+        if not token.special and str(token) in named:
+            token.special = True
+        tokens.append(token)
+    if tokens:
+        backend.add_tokens(tokens)
+
+
+class FastTokenizer:
+    """The part of transformers' tokenizer API that edge-llm and its users call, over a
+    ``tokenizers.Tokenizer`` (``backend_tokenizer``). Build it with ``from_dir``.
+
+    Special tokens read as attributes (``bos_token``, ``eos_token_id``, also model-specific ones
+    such as ``image_token``) and are None when unset. Outputs equal ``AutoTokenizer``'s for the
+    folders ``fast_path_refusal`` accepts.
+    """
+
+    def __init__(self, backend: Any, config: Mapping[str, Any], special_tokens: Mapping[str, Any],
+                 extra_special_tokens: Sequence[Any], chat_template: str | dict[str, str] | None,
+                 name_or_path: str = "") -> None:
+        self.backend_tokenizer = backend
+        self.name_or_path = name_or_path
+        self.chat_template = chat_template
+        self.clean_up_tokenization_spaces = bool(config.get("clean_up_tokenization_spaces", False))
+        self._cleanup_bpe = bool(config.get(
+            "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False))
+        self.split_special_tokens = bool(config.get("split_special_tokens", False))
+        self.model_max_length = config.get("model_max_length")
+        self._special = {k: v for k, v in special_tokens.items() if v is not None}
+        self._special_names = tuple(special_tokens)
+        self._extra_special = [str(t) for t in extra_special_tokens]
+        backend.encode_special_tokens = self.split_special_tokens
+
+    # ---- loading ------------------------------------------------------------------------------
+    @classmethod
+    def from_dir(cls, path: str | Path) -> FastTokenizer:
+        """Load ``path`` (a folder ``fast_path_refusal`` accepts; ValueError otherwise)."""
+        from tokenizers import Tokenizer, processors
+
+        path = Path(path)
+        reason = fast_path_refusal(path)
+        if reason is not None:
+            raise ValueError(f"{path}: not loadable without transformers: {reason}.")
+        config = _read_json(path / "tokenizer_config.json")
+        backend = Tokenizer.from_file(str(path / "tokenizer.json"))
+        padding = backend.padding
+        backend.no_truncation()
+        backend.no_padding()
+        if "additional_special_tokens" in config and not config.get("extra_special_tokens"):
+            config["extra_special_tokens"] = config.pop("additional_special_tokens")
+        special, extra = _special_settings(config)
+        if "added_tokens_decoder" in config:
+            by_id = {int(i): _added_token(t) for i, t in config["added_tokens_decoder"].items()}
+            has_pad = "pad_token" in config
+        else:  # the file's added tokens; special_tokens_map.json names the special ones
+            stm = _read_json(path / "special_tokens_map.json")
+            _apply_special_tokens_map(stm, config, special, extra)
+            file = json.loads((path / "tokenizer.json").read_text(encoding="utf-8"))
+            by_id = {int(t["id"]): _added_token({k: v for k, v in t.items() if k != "id"})
+                     for t in file.get("added_tokens", [])}
+            has_pad = "pad_token" in config or "pad_token" in stm
+        by_text = {str(t): t for t in by_id.values()}
+        for key in SPECIAL_TOKEN_NAMES:  # a named token that is an added token takes its flags
+            if special.get(key) is not None:
+                special[key] = by_text.get(str(special[key]), special[key])
+        if padding is not None and not has_pad:
+            special["pad_token"] = padding["pad_token"]
+        _add_tokens(backend, [by_id[i] for i in sorted(by_id)], special, extra)
+        if backend.post_processor is None:  # transformers installs this (adds nothing to one text)
+            backend.post_processor = processors.TemplateProcessing(
+                single="$A:0", pair="$A:0 $B:1", special_tokens=[])
+        template = _chat_templates(path, config.get("chat_template"))
+        return cls(backend, config, special, extra, template, str(path))
+
+    # ---- vocabulary ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def vocab_size(self) -> int:
+        """Base vocabulary size, added tokens excluded."""
+        return self.backend_tokenizer.get_vocab_size(with_added_tokens=False)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.backend_tokenizer.get_vocab(with_added_tokens=True)
+
+    @property
+    def added_tokens_decoder(self) -> dict[int, Any]:
+        return self.backend_tokenizer.get_added_tokens_decoder()
+
+    @property
+    def added_tokens_encoder(self) -> dict[str, int]:
+        return {t.content: i for i, t in sorted(self.added_tokens_decoder.items())}
+
+    # ---- special tokens -----------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names not set on the instance: special tokens and their ids
+        base = name.removesuffix("_ids").removesuffix("_id") if name.endswith(("_id", "_ids")) \
+            else name
+        if base == "extra_special_tokens":
+            tokens = list(self.__dict__.get("_extra_special", []))
+            return self.convert_tokens_to_ids(tokens) if name != base else tokens
+        if base in self.__dict__.get("_special_names", ()):
+            value = self.__dict__["_special"].get(base)
+            if value is None:
+                return None
+            return self.convert_tokens_to_ids(str(value)) if name != base else str(value)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """Named special tokens as strings (the variables a chat template sees)."""
+        return {k: str(v) for k, v in self._special.items()}
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        out: list[str] = []
+        for token in [*(str(self._special[k]) for k in self._special_names if k in self._special),
+                      *self._extra_special]:
+            if token not in out:
+                out.append(token)
+        return out
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return self.convert_tokens_to_ids(self.all_special_tokens)
+
+    # ---- encode / decode ----------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of one text (the post-processor's special tokens when asked)."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode() takes one string, got {type(text).__name__}.")
+        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[str]:
+        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).tokens
+
+    def decode(self, token_ids: Any, skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool | None = None) -> str | list[str]:
+        """Text of ``token_ids`` (an id, a sequence of ids, or a batch of sequences: a list)."""
+        ids = token_ids.tolist() if hasattr(token_ids, "tolist") else token_ids
+        if isinstance(ids, int):
+            ids = [ids]
+        if ids and isinstance(ids[0], (list, tuple)):
+            return [self.decode(seq, skip_special_tokens, clean_up_tokenization_spaces)
+                    for seq in ids]
+        text = self.backend_tokenizer.decode([int(i) for i in ids],
+                                             skip_special_tokens=skip_special_tokens)
+        clean = (self.clean_up_tokenization_spaces if clean_up_tokenization_spaces is None
+                 else clean_up_tokenization_spaces)
+        is_bpe = type(self.backend_tokenizer.model).__name__ == "BPE"
+        if clean and (not is_bpe or self._cleanup_bpe):  # the clean-up corrupts BPE text
+            text = clean_up_tokenization(text)
+        return text
+
+    def batch_decode(self, sequences: Iterable[Any], skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool | None = None) -> list[str]:
+        return [self.decode(s, skip_special_tokens, clean_up_tokenization_spaces)
+                for s in sequences]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int], skip_special_tokens: bool = False
+                              ) -> str | None | list[str | None]:
+        if isinstance(ids, int):
+            return self.backend_tokenizer.id_to_token(ids)
+        skip = set(self.all_special_ids) if skip_special_tokens else set()
+        return [self.backend_tokenizer.id_to_token(int(i)) for i in ids if int(i) not in skip]
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> Any:
+        """Ids of tokens; an unknown token maps to the unk token's id (None without one)."""
+        if isinstance(tokens, str):
+            found = self.backend_tokenizer.token_to_id(tokens)
+            if found is None and self._special.get("unk_token") is not None:
+                found = self.backend_tokenizer.token_to_id(str(self._special["unk_token"]))
+            return found
+        return [self.convert_tokens_to_ids(t) for t in tokens]
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        decoder = self.backend_tokenizer.decoder
+        return decoder.decode(tokens) if decoder is not None else " ".join(tokens)
+
+    # ---- chat ---------------------------------------------------------------------------------
+    def get_chat_template(self, chat_template: str | None = None,
+                          tools: list[dict] | None = None) -> str:
+        """The template text: ``chat_template`` (a template, or a name among several), else the
+        tokenizer's own ("tool_use" when tools are given and it exists, else "default")."""
+        own = self.chat_template
+        if isinstance(own, dict):
+            if chat_template is not None and chat_template in own:
+                return own[chat_template]
+            if chat_template is None:
+                if tools is not None and "tool_use" in own:
+                    return own["tool_use"]
+                if "default" in own:
+                    return own["default"]
+                raise ValueError("This model has multiple chat templates with no default "
+                                 f"specified; name one of {sorted(own)}.")
+        if chat_template is not None:
+            return chat_template
+        if own is None:
+            raise ValueError("Cannot use chat template functions because tokenizer.chat_template "
+                             "is not set and no template argument was passed.")
+        return own
+
+    def apply_chat_template(
+        self, conversation: Any, tools: list[dict] | None = None,
+        documents: list[dict] | None = None, chat_template: str | None = None,
+        add_generation_prompt: bool = False, continue_final_message: bool | str = False,
+        tokenize: bool = True, return_dict: bool = True, **kwargs: Any,
+    ) -> Any:
+        """The rendered chat (``tokenize=False``), else its ids without added special tokens:
+        ``{"input_ids", "attention_mask"}`` (``return_dict``, transformers 5's default) or the
+        list. Extra keyword arguments become template variables (over the special tokens)."""
+        if kwargs.get("return_assistant_tokens_mask") or kwargs.get("return_tensors"):
+            raise ValueError("return_assistant_tokens_mask and return_tensors need transformers' "
+                             "tokenizer.")
+        source = self.get_chat_template(chat_template, tools)
+        text = render_chat(source, conversation, add_generation_prompt=add_generation_prompt,
+                           continue_final_message=continue_final_message, tools=tools,
+                           documents=documents, variables={**self.special_tokens_map, **kwargs})
+        if not tokenize:
+            return text
+        ids = self.encode(text, add_special_tokens=False)
+        return {"input_ids": ids, "attention_mask": [1] * len(ids)} if return_dict else ids
+
+    def __repr__(self) -> str:
+        return (f"FastTokenizer(name_or_path={self.name_or_path!r}, vocab={len(self)}, "
+                f"special_tokens={self.special_tokens_map})")
+
+
+def clean_up_tokenization(text: str) -> str:
+    """transformers' ``clean_up_tokenization``: no space before punctuation and contractions."""
+    for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+                     (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"),
+                     (" 're", "'re")):
+        text = text.replace(old, new)
+    return text
