@@ -105,7 +105,9 @@ def _residual_sum(x_ptr, res_ptr, res_out_ptr, offs_x, offs_r, offs_ro, mask,
     return s.to(tl.float32)
 
 
-@triton.jit
+# the row count changes from step to step: not specialised on (Triton would compile a variant
+# per divisibility class while serving instead of at the start-up warm-up)
+@triton.jit(do_not_specialize=["n_rows"])
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     n_rows, n_cols, stride_x, stride_r, stride_o, stride_ro, eps,

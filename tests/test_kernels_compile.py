@@ -103,8 +103,8 @@ def test_attention_configs_fit():
                                                   (576, 1536, 9, 3, 64)])
 def test_fused_configs_fit(hidden, inter, h, hkv, d):
     """Llama-2-7B, Qwen2.5-7B and SmolLM2-135M decoder shapes: norms (and qk-norm rows of one
-    head), SiLU-and-mul, rotary; 1 row, an odd count and 256 rows (different specialisations
-    of the row count)."""
+    head), SiLU-and-mul, rotary at 1, 37 and 256 rows, which must share one build per kernel
+    and constants (no variant per row count left to compile while serving)."""
     cos = torch.randn(4096, d // 2)
     with compile_only(ARCH) as records:
         for dtype in (torch.float16, torch.bfloat16):
@@ -119,4 +119,9 @@ def test_fused_configs_fit(hidden, inter, h, hkv, d):
             fu.rms_norm(torch.randn(37, h, d).to(dtype), torch.randn(d).to(dtype), 1e-6)
     assert {name for name, _, _ in records} == {"_rms_norm_kernel", "_silu_mul_kernel",
                                                 "_rotary_kernel"}
+    specialisations: dict[str, set[str]] = {}  # Triton's cache key: signature + arg attributes
+    for name, kwargs, kern in records:
+        key = str((name, sorted((k, str(v)) for k, v in kwargs.items()), kern.src.signature))
+        specialisations.setdefault(key, set()).add(str(kern.src.attrs))
+    assert all(len(v) == 1 for v in specialisations.values()), "specialised on the row count"
     _assert_fits(records)
