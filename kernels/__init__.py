@@ -1,7 +1,9 @@
 """Compute kernels: Triton on CUDA, plain-torch references everywhere else.
 
 Callers use the dispatch functions below; each picks the Triton kernel when the tensors live on
-a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32).
+a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32). Kernels: W4A16 matmul
+(w4a16.py), paged attention and the K/V write (paged_attention.py), fused RMSNorm / residual
+add / SiLU-and-mul / rotary (fused.py).
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def add_rms_norm(
 
 def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
     """silu(gate) * up; ``up`` None: gate holds [gate | up] along its last axis."""
-    if _fused_ok(gate) if up is None else _fused_ok(gate, up):
+    if _fused_ok(*((gate,) if up is None else (gate, up))):
         return _fused.silu_and_mul(gate, up)
     return silu_and_mul_ref(gate, up)
 
