@@ -67,11 +67,16 @@ def test_w4a16_input_errors_name_the_argument():
 
 
 def test_pick_config_buckets():
-    for m in (1, 2, 4, 5, 16, 33, 64, 65, 1024):
-        cfg = w4.pick_config(m, 4096, 4096, 128, 82)
-        assert cfg.kind == ("gemv" if m == 1 else "dot" if m <= 64 else "dequant"), (m, cfg)
-        if cfg.kind == "dot":
-            assert cfg.block_m >= min(m, 16) and (not cfg.nibble_dots or cfg.block_k >= 128)
+    for half in (True, False):  # fp16/bf16 activations, fp32 (interpreter) activations
+        for m in (1, 2, 3, 4, 5, 16, 33, 64, 65, 1024):
+            cfg = w4.pick_config(m, 4096, 4096, 128, 82, half=half)
+            want = ("gemv16" if half and m <= 4 else "gemv" if m == 1 else
+                    "dot" if m <= 64 else "dequant")
+            assert cfg.kind == want, (m, half, cfg)
+            if cfg.kind == "dot":
+                assert cfg.block_m >= min(m, 16) and (not cfg.nibble_dots or cfg.block_k >= 128)
+            if cfg.kind == "gemv16":
+                assert cfg.rows == m  # one program row chunk holds every activation row
 
 
 def _naive_attention(q, kc, vc, table, qsl, sl, scale):
