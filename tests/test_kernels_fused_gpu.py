@@ -22,6 +22,12 @@ from edge_llm import kernels  # noqa: E402
 
 fu = importlib.import_module("edge_llm.kernels.fused")
 
+
+@pytest.fixture(autouse=True)
+def _fused_on(monkeypatch):
+    """The dispatchers take the fused kernels only when opted in (kernels/__init__.py)."""
+    monkeypatch.setattr(kernels, "_FUSED", True)
+
 DEV = torch.device("cuda")
 SHARED_LIMIT = 99 * 1024
 DTYPES = [torch.float16, torch.bfloat16]
