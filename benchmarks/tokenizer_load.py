@@ -1,12 +1,15 @@
 """Wall time of ``load_tokenizer`` in fresh processes: the tokenizers fast path vs transformers.
 
-    python benchmarks/tokenizer_load.py [--model DIR] [--runs 3] [--out FILE.json]
+    python benchmarks/tokenizer_load.py [--model DIR | --random-vocab 32000] [--runs 3]
+                                        [--out FILE.json]
 
 Each run is a new Python process (nothing cached in memory; the files are in the page cache
 after the first run). Modes: ``fast`` / ``transformers`` (``use_fast_path=False``), each alone
 and after ``import torch`` (the server has imported torch by the time it loads the tokenizer,
 so the second figure is the one a cold start pays). A run also times the first chat-template
-render plus encode (jinja2 is imported on first use). Without --model: the demo model.
+render plus encode (jinja2 is imported on first use). ``--random-vocab N``: the word-level
+tokenizer of the random benchmark checkpoints (``random_checkpoint.write_tokenizer``, what the
+7B cold start loads) in a temporary folder. Neither: the demo model.
 Prints one JSON object: per mode the median seconds and all runs.
 """
 
@@ -17,6 +20,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +71,8 @@ def measure(model: Path, runs: int, modes: tuple[str, ...] = MODES) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="model folder (default: the demo)")
+    ap.add_argument("--random-vocab", type=int, default=None,
+                    help="time the random checkpoints' word-level tokenizer of this vocabulary")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {MODES}")
     ap.add_argument("--out", type=Path, default=None)
@@ -75,13 +81,20 @@ def main() -> int:
     unknown = set(modes) - set(MODES)
     if unknown or args.runs < 1:
         ap.error(f"unknown modes {sorted(unknown)} or runs < 1")
-    model = args.model
-    if model is None:
-        sys.path.insert(0, str(REPO))
-        from edge_llm.model.demo import ensure_demo_model
+    sys.path.insert(0, str(REPO))
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model
+        if args.random_vocab is not None:
+            from benchmarks.random_checkpoint import write_tokenizer
 
-        model = ensure_demo_model()
-    result = measure(model, args.runs, modes)
+            model = Path(tmp)
+            write_tokenizer(model, args.random_vocab)
+            (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+        elif model is None:
+            from edge_llm.model.demo import ensure_demo_model
+
+            model = ensure_demo_model()
+        result = measure(model, args.runs, modes)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
