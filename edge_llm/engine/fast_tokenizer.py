@@ -37,18 +37,23 @@ SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_
                        "cls_token", "mask_token")
 # tokenizer_class values transformers loads as a plain TokenizersBackend over tokenizer.json
 PLAIN_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
-# model types whose registered tokenizer class transformers uses whatever the hub declares
-# (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, 5.24), or MistralCommonBackend where mistral-common
-# is installed: transformers may not build a TokenizersBackend for these
+# model types for which transformers may not build a plain TokenizersBackend: its
+# MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS (the union of 5.17's and 5.24's: the registered class
+# wins over the declared one) and the types that use MistralCommonBackend where mistral-common
+# is installed
 OVERRIDDEN_MODEL_TYPES = frozenset({
-    "arctic", "chatlm", "ernie4_5", "ernie4_5_moe", "fuyu", "h2ovl_chat", "hyperclovax",
-    "hyperclovax_vlm", "hyperclovax_vision_v2", "internlm2", "internlm3", "iquestcoder", "jamba",
-    "llava", "llava_next", "minicpm3", "minicpmv", "minimax_m2", "modernbert",
-    "modernbert-decoder", "molmo", "molmo2", "nemotron", "nvfp4", "opencua", "openvla",
-    "paddleocr_vl", "phi3", "phi3_v", "phimoe", "qwen2", "qwen3_5", "qwen3_5_moe",
-    "qwen3_5_moe_text", "qwen4_exp", "step3_vl", "vipllava", "cohere_asr", "camembertv2-base",
-    "siglip2", "ministral", "ministral3", "mistral", "mistral3", "mistral_large4", "mixtral",
-    "pixtral", "voxtral",
+    "arctic", "camembertv2-base", "chameleon", "chatlm", "cohere_asr", "deepseek_ocr",
+    "deepseek_ocr2", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_vl",
+    "deepseek_vl_hybrid", "deepseek_vl_v2", "ernie4_5", "ernie4_5_moe", "fuyu", "h2ovl_chat",
+    "hyperclovax", "hyperclovax_vision_v2", "hyperclovax_vlm", "internlm2", "internlm3",
+    "iquestcoder", "jamba", "janus", "llava", "llava_next", "minicpm3", "minicpmv", "minimax_m2",
+    "modernbert", "modernbert-decoder", "molmo", "molmo2", "nemotron", "nvfp4", "opencua",
+    "openvla", "paddleocr_vl", "phi3", "phi3_v", "phimoe", "qwen2", "qwen3_5", "qwen3_5_moe",
+    "qwen3_5_moe_text", "qwen4_exp", "siglip2", "step3_vl", "step3p5", "vipllava",
+    "vision-encoder-decoder",
+    # MistralCommonBackend
+    "ministral", "ministral3", "mistral", "mistral3", "mistral_large4", "mixtral", "pixtral",
+    "voxtral", "voxtral_realtime",
 })
 
 
@@ -77,9 +82,9 @@ def fast_path_refusal(path: Path) -> str | None:
     cls = tok_cfg.get("tokenizer_class") or model_cfg.get("tokenizer_class")
     if cls not in PLAIN_CLASSES:
         return f"tokenizer_class {cls!r}: transformers builds that class's own pipeline"
-    model_type = model_cfg.get("model_type")
-    if model_type in OVERRIDDEN_MODEL_TYPES:
-        return f"model_type {model_type!r}: transformers picks its registered tokenizer class"
+    for key in ("model_type", "model_name"):
+        if model_cfg.get(key) in OVERRIDDEN_MODEL_TYPES:
+            return f"{key} {model_cfg[key]!r}: transformers picks its registered tokenizer class"
     return None
 
 
