@@ -174,6 +174,11 @@ class DecodeGraphs:
         self.replays: Counter[int] = Counter()  # padded size -> decode steps run at that size
 
     @property
+    def pool(self):
+        """The graphs' memory pool (None before ``capture``); the prefill graphs share it."""
+        return self._pool
+
+    @property
     def max_batch(self) -> int:
         return self.sizes[-1]
 

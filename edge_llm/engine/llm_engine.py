@@ -290,16 +290,18 @@ class LLMEngine:
         self.scheduler.check_integrity()
 
     def stats(self) -> dict:
-        """Scheduler counters, token totals, and the decode CUDA graphs' last capture (count,
-        seconds, device bytes; zeros when eager or asleep)."""
+        """Scheduler counters, token totals, and the CUDA graphs' last capture: decode graph
+        count, short-prefill graph count (``EDGE_LLM_PREFILL_GRAPHS=1``), and seconds and device
+        bytes of both together (zeros when eager or asleep)."""
         s = self.scheduler.stats()
-        graphs = self.runner.graph_stats
+        graphs, prefill = self.runner.graph_stats, self.runner.prefill_graph_stats
         s.update(num_total_blocks=self.scheduler.pool.num_blocks,
                  prompt_tokens_total=self.prompt_tokens_total,
                  generation_tokens_total=self.generation_tokens_total,
                  num_cuda_graphs=len(graphs.sizes),
-                 cuda_graph_capture_seconds=graphs.seconds,
-                 cuda_graph_memory_bytes=graphs.memory_bytes)
+                 num_prefill_cuda_graphs=len(prefill.sizes),
+                 cuda_graph_capture_seconds=graphs.seconds + prefill.seconds,
+                 cuda_graph_memory_bytes=graphs.memory_bytes + prefill.memory_bytes)
         return s
 
 

@@ -3,7 +3,8 @@
 It owns the KV cache tensors, applies swaps and copies (block-id pairs only: it never learns
 request identities from them), flattens the scheduled tokens into one batch, and samples.
 Decode-only steps replay CUDA graphs (``cuda_graphs.py``) unless ``enforce_eager`` is set or
-the forward would not be capturable (CPU, fp32, ``EDGE_LLM_KERNELS=torch``).
+the forward would not be capturable (CPU, fp32, ``EDGE_LLM_KERNELS=torch``); with
+``EDGE_LLM_PREFILL_GRAPHS=1`` so do short single-sequence prefills (``prefill_graphs.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .cuda_graphs import (
     wants_prompt_logprobs,
 )
 from .kv_cache import KVCache, KVCachePlan, plan_kv_cache
+from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
 
 logger = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ class ModelRunner:
         self.enforce_eager = enforce_eager
         self.graphs: DecodeGraphs | None = None
         self.graph_stats = GraphStats()
+        self.prefill_graphs: PrefillGraphs | None = None
+        self.prefill_graph_stats = GraphStats()
         self.kernel_warmup_seconds = self._warm_up_kernels()
         self._capture_graphs()
 
@@ -114,12 +118,38 @@ class ModelRunner:
         logger.info("CUDA graphs: %d decode graphs (batch sizes %s) captured in %.2f s, "
                     "%.0f MiB", len(stats.sizes), describe_sizes(stats.sizes), stats.seconds,
                     stats.memory_bytes / (1 << 20))
+        if prefill_graphs_enabled():
+            self._capture_prefill_graphs(graphs.pool, lazy=eager_max is not None)
+
+    def _capture_prefill_graphs(self, pool, lazy: bool) -> None:
+        """Short-prefill graphs into the decode graphs' pool (start-up: every size now; wake:
+        each on first use). A failure logs a warning and leaves prefills eager."""
+        graphs = PrefillGraphs(self.model, self.kv.layers, self.scheduler_config.max_model_len,
+                               self.block_size, self.device)
+        try:
+            stats = graphs.capture(pool, lazy=lazy)
+        except Exception as exc:
+            graphs.release()
+            del graphs
+            torch.cuda.empty_cache()
+            logger.warning("Prefill CUDA graph capture failed, prefills run eagerly (%s: %s)",
+                           type(exc).__name__, exc)
+            return
+        self.prefill_graphs, self.prefill_graph_stats = graphs, stats
+        logger.info("CUDA graphs: %d prefill graphs (new tokens %s%s) in %.2f s, %.0f MiB",
+                    len(graphs.sizes), describe_sizes(graphs.sizes),
+                    ", captured on first use" if lazy else "", stats.seconds,
+                    stats.memory_bytes / (1 << 20))
 
     def _drop_graphs(self) -> None:
         if self.graphs is not None:
             self.graphs.release()
         self.graphs = None
         self.graph_stats = GraphStats()
+        if self.prefill_graphs is not None:
+            self.prefill_graphs.release()
+        self.prefill_graphs = None
+        self.prefill_graph_stats = GraphStats()
 
     # ---- scale to zero: free the device, come back ----------------------------------------
     def sleep(self, level: int) -> None:
@@ -210,6 +240,11 @@ class ModelRunner:
                 logits = logits[[i for i, s in enumerate(sched.scheduled) if s.do_sample]]
             if rows:
                 self._sample(logits, rows, out)
+            return out
+        if self.prefill_graphs is not None and self.prefill_graphs.can_run(sched.scheduled):
+            logits = self.prefill_graphs.run(sched.scheduled)  # (n, vocab): the real rows
+            if rows:  # a prompt's last chunk (or the uncached tail): sample after its last token
+                self._sample(logits[-1:], rows, out)
             return out
         ids, positions, meta, sample_idx, prompt_rows = self._prepare(sched.scheduled)
         hidden = self.model(ids, positions, self.kv.layers, meta)

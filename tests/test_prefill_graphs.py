@@ -1,0 +1,303 @@
+"""Short-prefill CUDA graphs, the parts that run anywhere: eligibility, the padded layout, and
+the padded prefill forward (``PrefillGraphs.run`` without a captured graph runs it eagerly, the
+same code as the graph body) against the plain eager step, on CPU. The KV cache is filled with
+NaN first, so a padding rule that lets a real row read an unwritten slot (or a padding row
+write one) shows up. The captured graphs: tests/test_prefill_graphs_gpu.py.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from edge_llm import LLM, SamplingParams
+from edge_llm.engine.prefill_graphs import (
+    ENV_FLAG,
+    PrefillGraphs,
+    is_short_prefill,
+    prefill_graphs_enabled,
+    prefill_inputs,
+)
+from tests.test_cuda_graphs import random_prompts, run_traffic, word_model
+
+BLOCK = 8
+MAX_LEN = 256
+
+
+def _row(tokens, start, table, prompt_logprobs=None, num_prompt=1000, do_sample=True):
+    params = SimpleNamespace(prompt_logprobs=prompt_logprobs)
+    seq = SimpleNamespace(params=params, num_prompt_tokens=num_prompt)
+    return SimpleNamespace(seq=seq, token_ids=list(tokens), start_pos=start,
+                           num_scheduled_tokens=len(tokens), block_table=list(table),
+                           do_sample=do_sample)
+
+
+# ---- pure logic -----------------------------------------------------------------------------
+
+
+def test_prefill_inputs_layout():
+    # 5 new tokens at positions 14..18 over a 14-token cached prefix, blocks of 8
+    got = prefill_inputs(_row([11, 12, 13, 14, 15], 14, [7, 3, 9]), 8, BLOCK)
+    assert got.input_ids.tolist() == [11, 12, 13, 14, 15, 0, 0, 0]
+    assert got.positions.tolist() == [14, 15, 16, 17, 18, 0, 1, 2]
+    # position p -> table[p // 8] * 8 + p % 8; padding rows write nothing
+    assert got.slot_mapping.tolist() == [3 * 8 + 6, 3 * 8 + 7, 9 * 8, 9 * 8 + 1, 9 * 8 + 2,
+                                         -1, -1, -1]
+    assert got.query_start_loc.tolist() == [0, 5, 8]
+    assert got.seq_lens.tolist() == [19, 3]
+    assert got.block_tables.tolist() == [[7, 3, 9], [0, 0, 0]]
+    assert got.query_start_loc.dtype == got.seq_lens.dtype == got.block_tables.dtype \
+        == torch.int32
+    full = prefill_inputs(_row(range(8), 0, [4]), 8, BLOCK)  # n == T: an empty padding seq
+    assert full.query_start_loc.tolist() == [0, 8, 8] and full.seq_lens.tolist() == [8, 0]
+    with pytest.raises(ValueError, match="does not fit"):
+        prefill_inputs(_row(range(9), 0, [1, 2]), 8, BLOCK)
+    with pytest.raises(ValueError, match="does not fit"):
+        prefill_inputs(_row([5], 3, [1]), 8, BLOCK)
+    with pytest.raises(ValueError, match="does not cover"):
+        prefill_inputs(_row(range(4), 6, [1]), 8, BLOCK)
+
+
+def test_is_short_prefill():
+    assert is_short_prefill([_row([1, 2], 0, [1])])
+    assert is_short_prefill([_row(range(64), 900, [1])])
+    assert not is_short_prefill([_row(range(65), 0, [1])])
+    assert not is_short_prefill([_row([1], 5, [1])])  # a decode step
+    assert not is_short_prefill([])
+    assert not is_short_prefill([_row([1, 2], 0, [1]), _row([3, 4], 0, [2])])  # two sequences
+    assert not is_short_prefill([_row([1, 2, 3], 0, [1], prompt_logprobs=1, num_prompt=3)])
+    assert is_short_prefill([_row(range(20), 0, [1])], max_tokens=32)
+    assert not is_short_prefill([_row(range(40), 0, [1])], max_tokens=32)
+
+
+def test_env_flag(monkeypatch):
+    monkeypatch.delenv(ENV_FLAG, raising=False)
+    assert not prefill_graphs_enabled()
+    monkeypatch.setenv(ENV_FLAG, "1")
+    assert prefill_graphs_enabled()
+    monkeypatch.setenv(ENV_FLAG, "0")
+    assert not prefill_graphs_enabled()
+    monkeypatch.setenv(ENV_FLAG, "yes")
+    with pytest.raises(ValueError, match=ENV_FLAG):
+        prefill_graphs_enabled()
+
+
+def test_bad_sizes_and_cpu_capture(word_dir):
+    runner = _llm(word_dir).engine.runner
+    with pytest.raises(ValueError, match="ascending"):
+        PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device, (16, 8))
+    with pytest.raises(ValueError, match=">= 2"):
+        PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device, (1, 8))
+    graphs = PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)
+    with pytest.raises(RuntimeError, match="CUDA device"):
+        graphs.capture()
+    with pytest.raises(ValueError, match="short single-sequence"):
+        graphs.run([_row(range(65), 0, list(range(1, 10)))])
+
+
+# ---- the padded forward on CPU --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def word_dir(tmp_path_factory) -> Path:
+    return word_model(tmp_path_factory.mktemp("prefill-graphs-cpu"))
+
+
+def _llm(path: Path, **kw) -> LLM:
+    kw = {"device": "cpu", "dtype": "float32", "max_model_len": MAX_LEN, "block_size": BLOCK,
+          "max_num_seqs": 8, "max_num_batched_tokens": 128, "swap_space": 0.0,
+          "kv_cache_memory": 1 << 22, **kw}  # 4 MiB: the tests clone the whole cache
+    return LLM(str(path), **kw)
+
+
+@pytest.fixture(scope="module")
+def runner(word_dir):
+    return _llm(word_dir).engine.runner
+
+
+def _fill_nan(runner) -> None:
+    for k, v in runner.kv.layers:
+        k.fill_(float("nan"))
+        v.fill_(float("nan"))
+
+
+def _eager(runner, s) -> torch.Tensor:
+    """The plain eager step of one scheduled row: logits of every new token."""
+    with torch.inference_mode():
+        ids, pos, meta, _, _ = runner._prepare([s])
+        return runner.model.compute_logits(runner.model(ids, pos, runner.kv.layers, meta))
+
+
+def _setup(runner, n: int, start: int, seed: int):
+    """A NaN cache, a shuffled block table (block 0 never in it), the prefix's K/V written by
+    an eager prefill; returns the scheduled row of the n new tokens."""
+    rng = random.Random(seed)
+    blocks = rng.sample(range(1, runner.kv.layers[0][0].shape[0]), -(-(start + n) // BLOCK))
+    tokens = [rng.randrange(3, 512) for _ in range(start + n)]
+    _fill_nan(runner)
+    if start:
+        _eager(runner, _row(tokens[:start], 0, blocks))
+    return _row(tokens[start:], start, blocks)
+
+
+def _snapshot(runner) -> list[torch.Tensor]:
+    return [t.clone() for kv in runner.kv.layers for t in kv]
+
+
+CASES = [(n, start) for n in range(2, 65) for start in (0, 13)] + [
+    (2, 7), (9, 8), (24, 40), (24, 200), (33, 95), (64, 190), (64, 1)]
+
+
+@pytest.mark.parametrize("n, start", CASES)
+def test_padded_logits_equal_eager_logits(runner, n, start):
+    """Every real row's logits equal the eager step's; the cache after the padded step equals
+    the cache after the eager one (padding rows wrote nothing: the NaN slots stay NaN)."""
+    s = _setup(runner, n, start, seed=100 * n + start)
+    before = _snapshot(runner)
+    eager = _eager(runner, s)
+    after_eager = _snapshot(runner)
+    for t, b in zip((t for kv in runner.kv.layers for t in kv), before, strict=True):
+        t.copy_(b)
+    graphs = PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)
+    got = graphs.run([s])
+    t_pad = next(t for t in (8, 16, 32, 64) if t >= n)
+    assert graphs.replays == {t_pad: 1}
+    assert got.shape == eager.shape == (n, 512)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+    for a, b in zip(_snapshot(runner), after_eager, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def _run_mutated(runner, s, t: int, mutate) -> torch.Tensor:
+    """The padded forward with the layout changed by ``mutate(inputs, n, start)``."""
+    graphs = PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)
+    host = prefill_inputs(s, t, BLOCK)
+    mutate(host, s.num_scheduled_tokens, s.start_pos)
+    with torch.inference_mode():
+        graphs.input_ids[:t].copy_(host.input_ids)
+        graphs.positions[:t].copy_(host.positions)
+        graphs.slot_mapping[:t].copy_(host.slot_mapping)
+        graphs.query_start_loc.copy_(host.query_start_loc)
+        graphs.seq_lens.copy_(host.seq_lens)
+        graphs.block_tables[:, : host.block_tables.shape[1]].copy_(host.block_tables)
+        graphs._forward(t)
+    return graphs.logits[: s.num_scheduled_tokens].clone()
+
+
+def _one_sequence(host, n, start):  # padding inside the real sequence, seq_len start + T
+    t = host.input_ids.shape[0]
+    host.positions[n:] = torch.arange(start + n, start + t)
+    host.query_start_loc[:] = torch.tensor([0, t, t])
+    host.seq_lens[:] = torch.tensor([start + t, 0])
+
+
+def _one_sequence_short(host, n, start):  # the same with seq_len start + n: shifted queries
+    _one_sequence(host, n, start)
+    host.seq_lens[0] = start + n
+
+
+def _seq_len_plus_one(host, n, start):
+    host.seq_lens[0] += 1
+
+
+def _positions_off(host, n, start):
+    host.positions[:n] += 1
+
+
+@pytest.mark.parametrize("mutate", [_one_sequence, _one_sequence_short, _seq_len_plus_one,
+                                    _positions_off])
+def test_mutated_padding_rules_change_the_logits(runner, mutate):
+    """The equality above is not vacuous: each wrong padding rule changes the real rows."""
+    n, start = 5, 21  # the prefix ends mid-block; padding spans the next block
+    s = _setup(runner, n, start, seed=7)
+    before = _snapshot(runner)
+    eager = _eager(runner, s)
+    for t, b in zip((t for kv in runner.kv.layers for t in kv), before, strict=True):
+        t.copy_(b)
+    got = _run_mutated(runner, s, 8, mutate)
+    assert not torch.allclose(got, eager, rtol=1e-3, atol=1e-3, equal_nan=False)
+
+
+def test_padding_writing_slots_corrupts_the_cache(runner):
+    n, start = 5, 21
+    s = _setup(runner, n, start, seed=8)
+    before = _snapshot(runner)
+    _run_mutated(runner, s, 8, lambda h, n, start: None)
+    good = _snapshot(runner)
+    for t, b in zip((t for kv in runner.kv.layers for t in kv), before, strict=True):
+        t.copy_(b)
+    first = s.block_table[0] * BLOCK  # padding rows writing over the prefix's first slots
+    _run_mutated(runner, s, 8, lambda h, n, start: h.slot_mapping[n:].copy_(
+        first + torch.arange(8 - n)))
+    bad = _snapshot(runner)
+    assert not all(torch.allclose(a, b, equal_nan=True) for a, b in zip(good, bad, strict=True))
+
+
+# ---- the engine: mixed traffic, prefix hits -------------------------------------------------
+
+
+def test_engine_routes_eligible_steps_and_tokens_equal_eager(word_dir):
+    """Prompts sharing a 40-token prefix (prefix-cache hits leave short tails), long prompts
+    (chunked: only a short last chunk alone in its step is eligible), a prompt-logprobs request
+    (never eligible), arrivals that overlap (multi-sequence steps, decode steps). Tokens equal
+    the plain engine's; exactly the eligible steps took the padded prefill path."""
+    rng = random.Random(4)
+    shared = [rng.randrange(3, 512) for _ in range(40)]
+    tails = random_prompts(6, 512, 2, 60, seed=9)
+    alone = [shared + t for t in tails] + [  # each arrives alone: 9 steps apart, 6 tokens
+        random_prompts(1, 512, n, n, seed=n)[0] for n in (5, 17, 33, 148, 200)]
+    arrivals = [(9 * i, p) for i, p in enumerate(alone)]
+    # arrivals during others' decodes or together: multi-sequence steps
+    arrivals += [(2, alone[0][:30]), (30, alone[1][:50]), (120, alone[2]), (120, alone[3])]
+    params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=6)
+    ref = run_traffic(_llm(word_dir), arrivals, params)
+    llm = _llm(word_dir)
+    runner = llm.engine.runner
+    graphs = PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)
+    runner.prefill_graphs = graphs
+    taken, eligible, starts, execute = [], [], [], runner.execute
+
+    def recording_execute(sched):
+        count = sum(graphs.replays.values())
+        eligible.append(is_short_prefill(sched.scheduled))
+        if eligible[-1]:
+            starts.append(sched.scheduled[0].start_pos)
+        out = execute(sched)
+        taken.append(sum(graphs.replays.values()) > count)
+        return out
+
+    runner.execute = recording_execute
+    got = run_traffic(llm, arrivals, params)
+    assert {k: c.token_ids for k, c in got.items()} == {k: c.token_ids for k, c in ref.items()}
+    assert taken == eligible
+    assert sum(taken) >= 9, taken
+    assert len(taken) - sum(taken) >= 40  # decode, multi-sequence and long steps stayed eager
+    assert len(graphs.replays) >= 3, graphs.replays  # several buckets
+    # short prompts (start 0), tails after a prefix-cache hit (40), a long prompt's last chunk
+    assert {0, 40, 128} <= set(starts), starts
+    llm.engine.check_integrity()
+
+
+def test_prompt_logprobs_request_stays_eager(word_dir):
+    llm = _llm(word_dir, enable_prefix_caching=False)
+    runner = llm.engine.runner
+    graphs = PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)
+    runner.prefill_graphs = graphs
+    params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True, prompt_logprobs=1)
+    out = llm.generate([{"prompt_token_ids": list(range(5, 25))}], params, use_tqdm=False)
+    assert len(out[0].prompt_logprobs) == 20 and sum(graphs.replays.values()) == 0
+    plain = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
+    llm.generate([{"prompt_token_ids": list(range(5, 25))}], plain, use_tqdm=False)
+    assert graphs.replays == {32: 1}
+
+
+def test_cpu_runner_never_captures(word_dir, monkeypatch):
+    monkeypatch.setenv(ENV_FLAG, "1")
+    llm = _llm(word_dir)
+    assert llm.engine.runner.prefill_graphs is None
+    assert llm.engine.stats()["num_prefill_cuda_graphs"] == 0
