@@ -43,7 +43,7 @@ def test_prefill_inputs_layout():
     # 5 new tokens at positions 14..18 over a 14-token cached prefix, blocks of 8
     got = prefill_inputs(_row([11, 12, 13, 14, 15], 14, [7, 3, 9]), 8, BLOCK)
     assert got.input_ids.tolist() == [11, 12, 13, 14, 15, 0, 0, 0]
-    assert got.positions.tolist() == [14, 15, 16, 17, 18, 0, 1, 2]
+    assert got.positions.tolist() == [14, 15, 16, 17, 18, 0, 0, 0]
     # position p -> table[p // 8] * 8 + p % 8; padding rows write nothing
     assert got.slot_mapping.tolist() == [3 * 8 + 6, 3 * 8 + 7, 9 * 8, 9 * 8 + 1, 9 * 8 + 2,
                                          -1, -1, -1]

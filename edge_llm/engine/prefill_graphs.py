@@ -12,12 +12,15 @@ Layout: the ``T`` rows form TWO sequences, the real one and a padding one::
     rows          input_ids   positions          slot_mapping    attention sequence
     i < n         token i     start + i          its cache slot  0: seq_len start + n,
                                                                     its block table
-    n <= i < T    0           i - n (0 .. T-n-1) -1 (write_kv    1: seq_len T - n,
+    n <= i < T    0           0                  -1 (write_kv    1: seq_len T - n,
                                                   skips it)         table of zeros (block 0:
                                                                     read, never written)
     query_start_loc (on the device) = [0, n, T]; seq_lens = [start + n, T - n]
 
     forward(T rows) -> compute_logits -> logits[:T] (fp32); the sampler reads row n - 1.
+
+Positions feed only the rotary embedding (the kernel places queries by ``seq_len``): padding
+rows take 0, in range of the rotary table whatever ``max_model_len``.
 
 Why a second sequence and not one sequence of ``seq_len = start + T``: the prefill kernel
 loads keys up to the last position of a query tile, so the real rows of a tile that also holds
@@ -97,8 +100,7 @@ def prefill_inputs(s, t: int, block_size: int) -> PrefillInputs:
     slots = [table[p // block_size] * block_size + p % block_size for p in range(start, start + n)]
     return PrefillInputs(
         input_ids=torch.tensor(list(s.token_ids) + [0] * pad, dtype=torch.int64),
-        positions=torch.tensor(list(range(start, start + n)) + list(range(pad)),
-                               dtype=torch.int64),
+        positions=torch.tensor(list(range(start, start + n)) + [0] * pad, dtype=torch.int64),
         slot_mapping=torch.tensor(slots + [-1] * pad, dtype=torch.int64),
         query_start_loc=torch.tensor([0, n, t], dtype=torch.int32),
         seq_lens=torch.tensor([start + n, pad], dtype=torch.int32),
@@ -193,7 +195,7 @@ class PrefillGraphs:
     def _pad_all(self, t: int) -> None:
         """Every row padding (no real queries, nothing written): warm-up and capture runs."""
         self.input_ids.zero_()
-        self.positions.copy_(torch.arange(self.positions.shape[0], device=self.device))
+        self.positions.zero_()
         self.slot_mapping.fill_(-1)
         self.query_start_loc.copy_(torch.tensor([0, 0, t], dtype=torch.int32))
         self.seq_lens.copy_(torch.tensor([0, t], dtype=torch.int32))
