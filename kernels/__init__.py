@@ -42,10 +42,10 @@ __all__ = [
 _HALF = (torch.float16, torch.bfloat16)
 # EDGE_LLM_KERNELS=torch forces the references on CUDA too (to compare the two paths end to end)
 _TRITON = os.environ.get("EDGE_LLM_KERNELS", "triton").lower() != "torch"
-# the fused norm/rotary/SiLU kernels (kernels/fused.py) pass the interpreter and the offline
-# sm_89 compile but have not run on a GPU yet: opt in with EDGE_LLM_FUSED_KERNELS=1 until the
-# GPU tests (tests/test_kernels_fused_gpu.py) and benchmarks/fused.py have run
-_FUSED = os.environ.get("EDGE_LLM_FUSED_KERNELS", "0") == "1"
+# the fused norm/rotary/SiLU kernels (kernels/fused.py): on by default since they passed the
+# GPU tests (tests/test_kernels_fused_gpu.py) and made a graph-replayed 7B decode step 1.5x
+# faster on the H200 (BENCHMARKS.md); EDGE_LLM_FUSED_KERNELS=0 keeps the torch ops
+_FUSED = os.environ.get("EDGE_LLM_FUSED_KERNELS", "1") != "0"
 
 
 def triton_enabled(device: torch.device, dtype: torch.dtype) -> bool:

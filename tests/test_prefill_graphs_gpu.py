@@ -85,13 +85,14 @@ def test_replay_equals_padded_eager_and_unpadded_logits(model_dir, n, start):
         ids, pos, meta, _, _ = runner._prepare(sched.scheduled)
         eager = runner.model.compute_logits(runner.model(ids, pos, runner.kv.layers, meta))
     pg = runner.prefill_graphs
+    before = sum(pg.replays.values())  # the prefix-filling request above may have replayed one
     replayed = pg.run(sched.scheduled).clone()
     captured, pg.graphs = pg.graphs, {}
     try:
         padded = pg.run(sched.scheduled).clone()
     finally:
         pg.graphs = captured
-    assert sum(pg.replays.values()) == 2
+    assert sum(pg.replays.values()) - before == 2
     assert torch.equal(replayed, padded)
     assert replayed.shape == eager.shape and torch.isfinite(replayed).all()
     err = float((replayed - eager).norm() / eager.norm())
