@@ -110,19 +110,26 @@ def _residual_sum(x_ptr, res_ptr, res_out_ptr, offs_x, offs_r, offs_ro, mask,
 @triton.jit(do_not_specialize=["n_rows"])
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
-    n_rows, n_cols, stride_x, stride_r, stride_o, stride_ro, eps,
+    n_rows, n_cols, stride_x, stride_xi, stride_r, stride_o, stride_ro, eps,
     HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_CHUNKS: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr, INNER_ROWS: tl.constexpr,
 ):
     """ROWS rows per program. One chunk: the rows stay in registers between the sum of
     squares and the scaling. Several chunks: pass 1 sums (and stores the new residual), pass 2
-    reloads the inputs and recomputes the same rounded sum (no read-after-write of res_out)."""
+    reloads the inputs and recomputes the same rounded sum (no read-after-write of res_out).
+
+    x rows: row r at ``r * stride_x`` (INNER_ROWS == 1), or at ``(r // INNER_ROWS) * stride_x
+    + (r % INNER_ROWS) * stride_xi``: the heads of a (T, H, D) view into a merged qkv output."""
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
+    if INNER_ROWS == 1:
+        x_rows = rows * stride_x
+    else:
+        x_rows = (rows // INNER_ROWS) * stride_x + (rows % INNER_ROWS) * stride_xi
     if NUM_CHUNKS == 1:
         mask = row_ok[:, None] & (cols[None, :] < n_cols)
-        s = _residual_sum(x_ptr, res_ptr, res_out_ptr, rows[:, None] * stride_x + cols[None, :],
+        s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + cols[None, :],
                           rows[:, None] * stride_r + cols[None, :],
                           rows[:, None] * stride_ro + cols[None, :], mask, HAS_RESIDUAL, True)
         inv = tl.math.rsqrt(tl.sum(s * s, axis=1) / n_cols + eps)  # (ROWS,)
@@ -135,7 +142,7 @@ def _rms_norm_kernel(
         for c in range(NUM_CHUNKS):
             cc = c * BLOCK_N + cols
             mask = row_ok[:, None] & (cc[None, :] < n_cols)
-            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, rows[:, None] * stride_x + cc[None, :],
+            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + cc[None, :],
                               rows[:, None] * stride_r + cc[None, :],
                               rows[:, None] * stride_ro + cc[None, :], mask, HAS_RESIDUAL, True)
             acc += s * s
@@ -143,7 +150,7 @@ def _rms_norm_kernel(
         for c in range(NUM_CHUNKS):
             cc = c * BLOCK_N + cols
             mask = row_ok[:, None] & (cc[None, :] < n_cols)
-            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, rows[:, None] * stride_x + cc[None, :],
+            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + cc[None, :],
                               rows[:, None] * stride_r + cc[None, :],
                               rows[:, None] * stride_ro + cc[None, :], mask, HAS_RESIDUAL, False)
             normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
@@ -212,6 +219,13 @@ def _rows(x: torch.Tensor, name: str) -> torch.Tensor:
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
 
 
+def _head_rows(x: torch.Tensor) -> bool:
+    """x is (T, H, D) with unit-stride rows that cannot be flattened to (T*H, D) as a view
+    (q or k split from a merged qkv output: token stride (H + 2 Hkv) D, head stride D)."""
+    return (x.dim() == 3 and x.shape[1] > 1 and x.stride(2) == 1
+            and x.stride(0) != x.shape[1] * x.stride(1))
+
+
 def _row_launch(n_cols: int) -> tuple[int, int, int, int]:
     """(ROWS, BLOCK_N, NUM_CHUNKS, num_warps) for rows of n_cols elements."""
     block_n = min(triton.next_power_of_2(n_cols), MAX_ROW_BLOCK)
@@ -230,19 +244,25 @@ def _norm(x, residual, weight, eps) -> tuple[torch.Tensor, torch.Tensor | None]:
                          f"{None if residual is None else residual.dtype}, {weight.dtype}")
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual: shape {tuple(residual.shape)} != x {tuple(x.shape)}")
-    x2 = _rows(x, "x")
-    r2 = _rows(residual, "residual") if residual is not None else x2
+    if residual is None and _head_rows(x):
+        # (T, H, D) heads of a wider row (a merged qkv projection): two strides, no copy
+        x2, stride_x, stride_xi, inner = x, x.stride(0), x.stride(1), x.shape[1]
+        m = x.shape[0] * x.shape[1]
+    else:
+        x2 = _rows(x, "x")
+        stride_x, stride_xi, inner, m = x2.stride(0), 0, 1, x2.shape[0]
+    r2 = _rows(residual, "residual") if residual is not None else x2  # unread without one
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     res_out = torch.empty_like(out) if residual is not None else out
-    m = x2.shape[0]
     if m == 0 or n == 0:
         return out, (res_out if residual is not None else None)
     rows, block_n, chunks, warps = _row_launch(n)
     o2, ro2 = out.view(-1, n), res_out.view(-1, n)
     _rms_norm_kernel[(triton.cdiv(m, rows),)](
-        x2, r2, weight.contiguous(), o2, ro2, m, n, x2.stride(0), r2.stride(0), o2.stride(0),
-        ro2.stride(0), float(eps), HAS_RESIDUAL=residual is not None, ROWS=rows,
-        BLOCK_N=block_n, NUM_CHUNKS=chunks, num_warps=warps)
+        x2, r2, weight.contiguous(), o2, ro2, m, n, stride_x, stride_xi,
+        r2.stride(0) if residual is not None else 0,
+        o2.stride(0), ro2.stride(0), float(eps), HAS_RESIDUAL=residual is not None, ROWS=rows,
+        BLOCK_N=block_n, NUM_CHUNKS=chunks, INNER_ROWS=inner, num_warps=warps)
     return out, (res_out if residual is not None else None)
 
 

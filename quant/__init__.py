@@ -24,7 +24,13 @@ from .formats import (
 )
 from .gptq import pack_gptq, unpack_gptq
 from .gptq_method import gptq_quantize
-from .linear import QuantLinear, dequantize_runtime, make_linear, quant_tensor_suffixes
+from .linear import (
+    QuantLinear,
+    concat_mismatch,
+    dequantize_runtime,
+    make_linear,
+    quant_tensor_suffixes,
+)
 from .packing import QuantizedWeight, pack_int4, unpack_int4
 from .perplexity import perplexity
 from .quantize import quantize_model
@@ -37,6 +43,7 @@ __all__ = [
     "QuantSpec",
     "QuantizedWeight",
     "UnsupportedQuantizationError",
+    "concat_mismatch",
     "dequantize_runtime",
     "detect_quant_spec",
     "evaluation_token_ids",

@@ -38,6 +38,9 @@ class Attention(nn.Module):
         self.k_proj = linear(h, self.num_kv_heads * d, arch.qkv_bias)
         self.v_proj = linear(h, self.num_kv_heads * d, arch.qkv_bias)
         self.o_proj = linear(self.num_heads * d, h, False)
+        # set by edge_llm/model/fuse.py after loading: [q | k | v] columns in one linear, and
+        # q_proj/k_proj/v_proj deleted (the checkpoint names above still load first)
+        self.qkv_proj: nn.Module | None = None
         if arch.qk_norm:
             self.q_norm = RMSNorm(d, arch.rms_norm_eps)
             self.k_norm = RMSNorm(d, arch.rms_norm_eps)
@@ -48,9 +51,15 @@ class Attention(nn.Module):
         self, x: torch.Tensor, positions: torch.Tensor, kv: KVCache, meta: AttentionMetadata
     ) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)  # (T, H, D)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        if self.qkv_proj is not None:
+            qkv = self.qkv_proj(x).view(t, h + 2 * hkv, d)  # (T, H + 2 Hkv, D)
+            # views, row stride (H + 2 Hkv) D: rotary, qk-norm and write_kv take strides
+            q, k, v = qkv.split((h, hkv, hkv), dim=1)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
+        else:
+            q = self.q_proj(x).view(t, h, d)  # (T, H, D)
+            k = self.k_proj(x).view(t, hkv, d)  # (T, Hkv, D)
+            v = self.v_proj(x).view(t, hkv, d)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self._rotary[0](positions, q, k)
@@ -69,8 +78,12 @@ class MLP(nn.Module):
         self.gate_proj = linear(arch.hidden_size, arch.intermediate_size, False)
         self.up_proj = linear(arch.hidden_size, arch.intermediate_size, False)
         self.down_proj = linear(arch.intermediate_size, arch.hidden_size, False)
+        # set by edge_llm/model/fuse.py: [gate | up] columns in one linear, the two deleted
+        self.gate_up_proj: nn.Module | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_proj is not None:
+            return self.down_proj(silu_and_mul(self.gate_up_proj(x)))  # (T, 2I) -> (T, I)
         return self.down_proj(silu_and_mul(self.gate_proj(x), self.up_proj(x)))
 
 

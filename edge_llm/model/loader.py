@@ -18,6 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .arch import ArchConfig, parse_arch_config
+from .fuse import fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
 
@@ -73,7 +74,11 @@ def load_model(
     device: str = "auto",
     max_positions: int | None = None,
     progress: bool = True,
+    merge_projections: bool | None = None,
 ) -> LoadedModel:
+    """Load ``model`` (folder or hub id) onto ``device``. ``merge_projections``: merge q/k/v
+    and gate/up into one linear each (edge_llm/model/fuse.py); None reads
+    ``EDGE_LLM_MERGE_PROJECTIONS`` (on unless "0")."""
     path = resolve_model_path(model, revision)
     hf_config = json.loads((path / "config.json").read_text())
     arch = parse_arch_config(hf_config)
@@ -96,6 +101,8 @@ def load_model(
     with torch.device("meta"):
         lm = CausalLM(arch, positions, _linear_factory(spec, torch_dtype))
     _load_weights(lm, files, sum(n for _, n in headers), torch_dtype, dev, progress)
+    if merge_enabled() if merge_projections is None else merge_projections:
+        fuse_projections(lm)
     lm.rotary.build_tables(dev)
     lm.eval()
     seconds = time.perf_counter() - start

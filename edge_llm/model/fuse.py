@@ -1,0 +1,112 @@
+"""Merge each decoder layer's q/k/v projections into one ``qkv_proj`` and gate/up into one
+``gate_up_proj`` after loading (vLLM's QKVParallelLinear / MergedColumnParallelLinear): one
+W4A16 launch instead of three (two) per layer, with a larger N that fills more of the GPU at
+1-16 tokens.
+
+Output columns of the merged linears::
+
+    qkv_proj:     [ q: H*D | k: Hkv*D | v: Hkv*D ]
+    gate_up_proj: [ gate: I | up: I ]
+
+A group is merged only when its parts are compatible: all ``nn.Linear`` of one dtype and
+device (bias on all or none), or all ``QuantLinear`` that ``concat_mismatch`` accepts (same
+spec, group size, dtype, device, in_features, one act-order permutation, no general g_idx).
+Anything else (a linear the producer left unquantized beside quantized ones, different
+permutations) keeps the separate modules, which the layers still run.
+
+``EDGE_LLM_MERGE_PROJECTIONS=0`` switches merging off (``load_model(merge_projections=...)``
+overrides the variable).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+from torch import nn
+
+from .llama import CausalLM
+
+logger = logging.getLogger(__name__)
+
+ENV_FLAG = "EDGE_LLM_MERGE_PROJECTIONS"
+
+# (merged name, part names in column order)
+_GROUPS = {"self_attn": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
+           "mlp": ("gate_up_proj", ("gate_proj", "up_proj"))}
+
+
+def merge_enabled() -> bool:
+    """Whether ``load_model`` merges by default: on unless ``EDGE_LLM_MERGE_PROJECTIONS=0``."""
+    return os.environ.get(ENV_FLAG, "1").strip() != "0"
+
+
+def merge_mismatch(parts: list[nn.Module]) -> str | None:
+    """Why ``parts`` cannot become one linear (a sentence), or None when they can."""
+    from edge_llm.quant import QuantLinear, concat_mismatch
+
+    if all(type(p) is nn.Linear for p in parts):
+        first = parts[0]
+        for p in parts[1:]:
+            if p.weight.dtype != first.weight.dtype or p.weight.device != first.weight.device:
+                return "plain linears of different dtypes or devices"
+            if (p.bias is None) != (first.bias is None) or p.in_features != first.in_features:
+                return "plain linears with different inputs or bias"
+        return None
+    if all(type(p) is QuantLinear for p in parts):
+        return concat_mismatch(parts)
+    return "a mix of quantized and unquantized linears"
+
+
+def merge_linears(parts: list[nn.Module]) -> nn.Module:
+    """One linear whose output is ``cat([p(x) for p in parts], -1)``; new tensors (the caller
+    frees the parts). Raises ValueError when ``merge_mismatch`` names a reason."""
+    reason = merge_mismatch(parts)
+    if reason is not None:
+        raise ValueError(f"cannot merge these linears: {reason}.")
+    from edge_llm.quant import QuantLinear
+
+    if isinstance(parts[0], QuantLinear):
+        return QuantLinear.concat(parts)
+    first = parts[0]
+    with torch.device("meta"):  # parameters replaced below: no allocation here
+        merged = nn.Linear(first.in_features, sum(p.out_features for p in parts),
+                           bias=first.bias is not None)
+    weight = torch.cat([p.weight for p in parts], dim=0)  # (N1 + N2 + ..., K)
+    merged.weight = nn.Parameter(weight, requires_grad=False)
+    if first.bias is not None:
+        merged.bias = nn.Parameter(torch.cat([p.bias for p in parts]), requires_grad=False)
+    return merged
+
+
+def fuse_projections(lm: CausalLM) -> int:
+    """Merge q/k/v and gate/up in every layer of a loaded ``lm`` where the parts are
+    compatible; returns how many groups were merged (at most 2 per layer).
+
+    Works one layer at a time and deletes the parts as it goes, so the extra memory at any
+    moment is one layer's projections. Run after the weights are loaded (not on meta).
+    """
+    merged = 0
+    layers = lm.model.layers
+    for i, layer in enumerate(layers):
+        for owner_name, (merged_name, part_names) in _GROUPS.items():
+            owner = getattr(layer, owner_name)
+            if getattr(owner, merged_name) is not None:  # merged already
+                continue
+            parts = [getattr(owner, name) for name in part_names]
+            reason = merge_mismatch(parts)
+            if reason is not None:
+                logger.debug("layers.%d.%s: %s kept separate: %s", i, owner_name,
+                             "/".join(part_names), reason)
+                continue
+            setattr(owner, merged_name, merge_linears(parts))
+            for name in part_names:
+                delattr(owner, name)
+            del parts
+            merged += 1
+    full = sum(1 for layer in layers if layer.self_attn.qkv_proj is not None
+               and layer.mlp.gate_up_proj is not None)
+    logger.info("Merged q/k/v and gate/up projections in %d of %d layers (%d of %d groups)",
+                full, len(layers), merged, 2 * len(layers))
+    return merged
