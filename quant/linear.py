@@ -8,10 +8,10 @@ Runtime layout (what ``edge_llm.kernels.w4a16_matmul`` consumes)::
     W[k, n] = (q[k, n] - zeros[k // gs, n]) * scales[k // gs, n]      y = x @ W + bias
 
 Act-order checkpoints: rows are sorted by ``g_idx`` at load so every group is contiguous and
-``perm`` (int32, (K,)) holds the original row of each sorted row; forward gathers
-``x[..., perm]`` first. A ``g_idx`` whose sorted form is still not ``k // gs`` (groups of
-unequal sizes) keeps rows unsorted and a general ``g_idx`` buffer; only the torch reference
-serves that case.
+``perm`` (int64, (K,), as index_select takes it) holds the original row of each sorted row;
+forward gathers ``x[..., perm]`` first. A ``g_idx`` whose sorted form is still not
+``k // gs`` (groups of unequal sizes) keeps rows unsorted and a general ``g_idx`` buffer; only
+the torch reference serves that case.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def _runtime_rows(
         return pack_int4(w.q, dim=0), None, None
     perm = torch.argsort(w.g_idx.long(), stable=True)  # sorted row j <- original row perm[j]
     if torch.equal(w.g_idx[perm], sequential_g_idx(k, gs, w.g_idx.device)):
-        return pack_int4(w.q[perm], dim=0), perm.to(torch.int32), None
+        return pack_int4(w.q[perm], dim=0), perm, None
     return pack_int4(w.q, dim=0), None, w.g_idx.to(torch.int32)
 
 

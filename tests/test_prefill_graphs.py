@@ -76,7 +76,7 @@ def test_is_short_prefill():
 
 def test_env_flag(monkeypatch):
     monkeypatch.delenv(ENV_FLAG, raising=False)
-    assert not prefill_graphs_enabled()
+    assert prefill_graphs_enabled()  # on by default
     monkeypatch.setenv(ENV_FLAG, "1")
     assert prefill_graphs_enabled()
     monkeypatch.setenv(ENV_FLAG, "0")

@@ -291,7 +291,7 @@ class LLMEngine:
 
     def stats(self) -> dict:
         """Scheduler counters, token totals, and the CUDA graphs' last capture: decode graph
-        count, short-prefill graph count (``EDGE_LLM_PREFILL_GRAPHS=1``), and seconds and device
+        count, short-prefill graph count, and seconds and device
         bytes of both together (zeros when eager or asleep)."""
         s = self.scheduler.stats()
         graphs, prefill = self.runner.graph_stats, self.runner.prefill_graph_stats

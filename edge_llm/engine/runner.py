@@ -4,7 +4,8 @@ It owns the KV cache tensors, applies swaps and copies (block-id pairs only: it 
 request identities from them), flattens the scheduled tokens into one batch, and samples.
 Decode-only steps replay CUDA graphs (``cuda_graphs.py``) unless ``enforce_eager`` is set or
 the forward would not be capturable (CPU, fp32, ``EDGE_LLM_KERNELS=torch``); with
-``EDGE_LLM_PREFILL_GRAPHS=1`` so do short single-sequence prefills (``prefill_graphs.py``).
+so do short single-sequence prefills (``prefill_graphs.py``; ``EDGE_LLM_PREFILL_GRAPHS=0``
+turns those off).
 """
 
 from __future__ import annotations
