@@ -9,13 +9,14 @@ Same child-process pattern as tests/test_kernels_fused_interpret.py; fresh rando
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import traceback
 
 import pytest
+
+try:
+    from tests.interpret_child import run_cases, run_interpreted
+except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
+    from interpret_child import run_cases, run_interpreted
 
 # the interpreter converts fp32 to bf16 by truncation (the GPU rounds to nearest): a bias of up
 # to an ulp per rounding step, ~1e-2 over a short row; tests/test_kernels_fused_gpu.py holds
@@ -130,12 +131,7 @@ CASES = sorted(name for name in dict(globals()) if name.startswith("case_"))
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("interp_merged") / "report.json"
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert out.exists(), f"interpreter child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(out.read_text())
+    return run_interpreted(__file__, tmp_path_factory.mktemp("interp_merged"))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -170,24 +166,5 @@ def test_qk_norm_on_views_compiles_once_per_model():
     compile_check._assert_fits(records)
 
 
-def _child(out_path: str) -> None:
-    import torch
-
-    seed = int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(seed)
-    import triton.knobs
-
-    results = {}
-    for name in CASES:
-        try:
-            globals()[name]()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()[-4000:]
-    with open(out_path, "w") as f:
-        json.dump({"seed": seed, "interpret": bool(triton.knobs.runtime.interpret),
-                   "results": results}, f)
-
-
-if __name__ == "__main__":
-    _child(sys.argv[1])
+if __name__ == "__main__":  # the interpreted child (run_interpreted)
+    run_cases(sys.argv[1], globals(), CASES)

@@ -12,13 +12,14 @@ usual 1e-2 here; tests/test_kernels_fused_gpu.py holds it to an ulp on the GPU.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import traceback
 
 import pytest
+
+try:
+    from tests.interpret_child import run_cases, run_interpreted
+except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
+    from interpret_child import run_cases, run_interpreted
 
 TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
 MAX_DIFFERING = 0.01  # fp16 elements not bit-equal (a skipped rounding step changes ~25%)
@@ -166,12 +167,7 @@ CASES = sorted(name for name in dict(globals()) if name.startswith("case_"))
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("interp_fused") / "report.json"
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert out.exists(), f"interpreter child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(out.read_text())
+    return run_interpreted(__file__, tmp_path_factory.mktemp("interp_fused"))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -180,24 +176,5 @@ def test_fused_kernel_matches_reference_in_interpreter(report, case):
     assert report["results"][case] == "ok", f"seed {report['seed']}:\n{report['results'][case]}"
 
 
-def _child(out_path: str) -> None:
-    import torch
-
-    seed = int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(seed)
-    import triton.knobs
-
-    results = {}
-    for name in CASES:
-        try:
-            globals()[name]()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()[-4000:]
-    with open(out_path, "w") as f:
-        json.dump({"seed": seed, "interpret": bool(triton.knobs.runtime.interpret),
-                   "results": results}, f)
-
-
-if __name__ == "__main__":
-    _child(sys.argv[1])
+if __name__ == "__main__":  # the interpreted child (run_interpreted)
+    run_cases(sys.argv[1], globals(), CASES)

@@ -1,0 +1,46 @@
+"""Run a test module's ``case_*`` functions in a child process under ``TRITON_INTERPRET=1``.
+
+The interpreter must be switched on before Triton is imported, so each interpreted test module
+runs itself as a script (``run_interpreted``) and its ``__main__`` block calls ``run_cases``;
+the parent's tests then read one JSON report: {"seed", "interpret", "results": {case: "ok" or
+a traceback}}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+
+def run_interpreted(script: str, out_dir: Path) -> dict:
+    """Run ``script`` with TRITON_INTERPRET=1; its report as a dict."""
+    out = out_dir / "report.json"
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, script, str(out)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert out.exists(), f"interpreter child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(out.read_text())
+
+
+def run_cases(out_path: str, namespace: dict, cases: list[str]) -> None:
+    """Call each ``namespace[case]()`` with a fresh random seed; write the report."""
+    import torch
+
+    seed = int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    import triton.knobs
+
+    results = {}
+    for name in cases:
+        try:
+            namespace[name]()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()[-4000:]
+    with open(out_path, "w") as f:
+        json.dump({"seed": seed, "interpret": bool(triton.knobs.runtime.interpret),
+                   "results": results}, f)
