@@ -16,17 +16,12 @@ from edge_llm.quant import (
     QuantLinear,
     QuantSpec,
     pack_awq,
-    pack_compressed,
     pack_gptq,
-    quantization_config_for,
 )
 from tests.engine_fixtures import demo_dir, tiny_dir  # noqa: F401
 from tests.helpers import ARCH_CASES, rel_err, save_hf_checkpoint, tiny_hf_model
 from tests.test_model_parity import run_prefill_then_decode
-from tests.test_model_quant_parity import CASES, _compressed_config, _dequant, _random_qweight
-
-INPUT_GROUPS = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "o",
-                "gate_proj": "gu", "up_proj": "gu", "down_proj": "down"}
+from tests.test_model_quant_parity import CASES, _quantized_checkpoint, _random_qweight
 
 
 def _logits(lm, ids: torch.Tensor) -> torch.Tensor:
@@ -92,39 +87,9 @@ def test_env_var_switches_merging_off(tmp_path, monkeypatch):
 
 
 def _checkpoint(hf, case, path, shared_perm: bool = True, keep_plain: tuple[str, ...] = ()):
-    """A quantized checkpoint as in tests/test_model_quant_parity.py (``hf`` gets the
-    dequantized weights). ``shared_perm``: one act-order g_idx per layer input (q/k/v share
-    one, gate/up share one), as GPTQ gives linears that read the same activations; else one
-    per linear. ``keep_plain``: linears the producer leaves unquantized."""
-    _, fmt, gs, sym, act, ckpt = case
-    gen = torch.Generator().manual_seed(5)
-    shared: dict[tuple[str, str], torch.Tensor] = {}
-    state = dict(hf.state_dict())
-    for name, module in hf.named_modules():
-        owner, _, leaf = name.rpartition(".")
-        if leaf not in INPUT_GROUPS or name in keep_plain:
-            continue
-        k, n = module.in_features, module.out_features
-        w = _random_qweight(k, n, k if gs == -1 else gs, sym, act, gen)
-        if act and shared_perm:
-            g_idx = shared.setdefault((owner, INPUT_GROUPS[leaf]), w.g_idx)
-            w = dataclasses.replace(w, g_idx=g_idx.clone())  # safetensors refuses shared
-        with torch.no_grad():
-            module.weight.copy_(_dequant(w))  # transformers runs the dequantized weights
-        del state[f"{name}.weight"]
-        if fmt == "awq":
-            packed = pack_awq(w)
-        elif fmt == "gptq":
-            packed = pack_gptq(w, checkpoint_format=ckpt)
-        else:
-            packed = pack_compressed(w, sym=sym)
-        state.update({f"{name}.{key}": t for key, t in packed.items()})
-    if fmt == "compressed-tensors":
-        qcfg = _compressed_config(gs, sym, act)
-    else:
-        qcfg = quantization_config_for(fmt, group_size=gs, sym=sym, desc_act=act,
-                                       **({"checkpoint_format": ckpt} if ckpt else {}))
-    return save_hf_checkpoint(hf, path, state=state, quantization_config=qcfg)
+    """tests/test_model_quant_parity.py's quantized checkpoint, act-order g_idx shared per
+    layer input by default."""
+    return _quantized_checkpoint(hf, case, path, shared_perm, keep_plain, seed=5)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

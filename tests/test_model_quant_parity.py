@@ -3,6 +3,8 @@ on the dequantized weights (fp32, CPU)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -70,15 +72,29 @@ CASES = [
 ]
 
 
-def _quantized_checkpoint(hf, case, path):
+# which layer input each linear reads (act-order GPTQ gives linears of one input one g_idx)
+INPUT_GROUPS = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "o",
+                "gate_proj": "gate_up", "up_proj": "gate_up", "down_proj": "down"}
+
+
+def _quantized_checkpoint(hf, case, path, shared_perm: bool = False,
+                          keep_plain: tuple[str, ...] = (), seed: int | None = None):
+    """``hf``'s linears quantized into ``case``'s format (``hf`` gets the dequantized weights).
+    ``shared_perm``: one act-order g_idx per layer input (as GPTQ gives q/k/v and gate/up),
+    else one per linear. ``keep_plain``: linears the producer leaves unquantized."""
     _, fmt, gs, sym, act, ckpt = case
-    gen = torch.Generator().manual_seed(hash(case[0]) % 1000)
+    gen = torch.Generator().manual_seed(hash(case[0]) % 1000 if seed is None else seed)
+    shared: dict[tuple[str, str], torch.Tensor] = {}
     state = dict(hf.state_dict())
     for name, module in hf.named_modules():
-        if not name.endswith(LINEARS):
+        if not name.endswith(LINEARS) or name in keep_plain:
             continue
         k, n = module.in_features, module.out_features
         w = _random_qweight(k, n, k if gs == -1 else gs, sym, act, gen)
+        if act and shared_perm:
+            owner, _, leaf = name.rpartition(".")
+            g_idx = shared.setdefault((owner, INPUT_GROUPS[leaf]), w.g_idx)
+            w = dataclasses.replace(w, g_idx=g_idx.clone())  # safetensors refuses shared
         with torch.no_grad():
             module.weight.copy_(_dequant(w))  # the reference runs on the dequantized weights
         del state[f"{name}.weight"]
