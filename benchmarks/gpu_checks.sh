@@ -10,11 +10,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-checks}
 mkdir -p "$OUT"
 ROOT=$(pwd)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-deps --no-build-isolation . || exit 1
-export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
-rm -rf /tmp/checks && mkdir -p /tmp/checks && cp -r tests benchmarks /tmp/checks/
+source benchmarks/gpu_setup.sh
 
 echo "== GPU tests" | tee "$OUT/tests.log"
 (cd /tmp/checks && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
