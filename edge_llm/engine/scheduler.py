@@ -1,4 +1,4 @@
-"""Iteration-level scheduler: who runs this step, with how many tokens, and who is preempted.
+"""Iteration-level scheduler: request lifecycle around a per-step plan.
 
 One engine step is::
 
@@ -7,26 +7,11 @@ One engine step is::
     seqs = scheduler.update_from_output(out, result.sampled)   # {seq_id: token id}
     ... detokenize ``seqs``; on a stop string: scheduler.finish(seq, FINISHED_STOPPED)
 
-``schedule()`` fills the token budget (``max_num_batched_tokens``) in this order:
-
-    1. running decodes, oldest first (1 token each): decodes never stall behind a prefill
-    2. swapped sequences come back (swap-in), oldest first; skipped in a step that preempted
-    3. running prefill chunks (chunked prefill: a long prompt spreads over several steps)
-    4. waiting requests, FIFO; only when nothing is swapped and nothing was preempted
-
-A sequence that needs a new block when none is free preempts the most recently arrived
-running sequence not yet scheduled in this step; a decode with no such victim preempts
-itself, a prefill chunk first shrinks to the free blocks. A victim is swapped out when the
-swap space has room for its blocks, else it is recomputed: its blocks are freed (full blocks
-stay in the prefix cache) and it goes back to the front of the waiting queue with
-``num_computed_tokens = 0``, so prompt + outputs so far are prefilled again.
-
-Why the runner's order swap-out -> swap-in -> copy -> forward is safe within one step: GPU
-blocks freed by a preemption are reallocated only as copy destinations or fresh blocks
-(written after the swap-out read them) or as swap-in targets, and swap-in is skipped in a
-step with preemptions, so no copy source is overwritten before it is read. CPU slots freed by
-a swap-in are released only at the end of ``schedule()``, so no swap-out of the same step
-can reuse them.
+This module owns the queues (waiting, running, swapped) and a request's life: admission checks
+in ``add_request``, advancing sequences after the forward, forks, stops, ``finish`` / ``abort``
+and the gauges. Who runs in a step, with how many tokens, who is preempted, swapped in or
+admitted (and the prefix-cache lookup on admission) is ``scheduler_plan.StepPlanner``'s, whose
+docstring gives the order in which the token budget is filled.
 
 n > 1: the request starts as ONE sequence that prefills the prompt minus its last token; in
 ``update_from_output`` it forks into n sequences (index 0 is the original) that share its
@@ -34,10 +19,6 @@ blocks by reference count. The shared, partially filled last block is copied on 
 child about to write into a block it shares gets a fresh block and a ``(src, dst)`` pair in
 ``blocks_to_copy``. Each child then feeds the last prompt token and samples its own first
 token, so the runner never samples twice from one row.
-
-Prefix caching: an admitted sequence takes the cached full blocks of its longest cached
-prefix, but always computes at least its last token (that row is sampled). Requests asking for
-``prompt_logprobs`` skip the lookup, since the runner needs the logits of every prompt position.
 """
 
 from __future__ import annotations
@@ -51,6 +32,7 @@ from edge_llm.sampling_params import SamplingParams
 from .block_pool import BlockPool
 from .scheduler_checks import check_scheduler_integrity
 from .scheduler_output import ScheduledSeq, SchedulerOutput, cdiv, priority
+from .scheduler_plan import StepPlanner
 from .sequence import Sequence, SequenceStatus
 from .swap_space import SwapSpace
 
@@ -58,7 +40,7 @@ __all__ = ["Scheduler", "ScheduledSeq", "SchedulerOutput"]
 
 _RUNNING = SequenceStatus.RUNNING
 _WAITING = SequenceStatus.WAITING
-_SWAPPED = SequenceStatus.SWAPPED
+
 
 class Scheduler:
     """Continuous-batching policy over a ``BlockPool`` and a ``SwapSpace``."""
@@ -91,9 +73,7 @@ class Scheduler:
         self._requests: dict[str, list[Sequence]] = {}
         self.num_preemptions = 0
         self._step = 0
-        self._budget = 0
         self._finished_ids: list[int] = []
-        self._slots_to_free: list[int] = []
 
     # ---- admission ------------------------------------------------------------------------
     def add_request(
@@ -150,191 +130,15 @@ class Scheduler:
 
     # ---- one step -------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        """Decide this step's rows, swaps and copies (see the module docstring for the order)."""
+        """Decide this step's rows, swaps and copies (``scheduler_plan`` gives the order)."""
         self._step += 1
-        self._budget = self.config.max_num_batched_tokens
         out = SchedulerOutput(finished_seq_ids=self._finished_ids)
         self._finished_ids = []
-        self._schedule_running(out, decodes=True)
-        if not out.preempted_seq_ids:
-            self._schedule_swapped(out)
-        self._schedule_running(out, decodes=False)
-        if not out.preempted_seq_ids and not self.swapped:
-            self._schedule_waiting(out)
-        if self._slots_to_free:
-            self.swap_space.free(self._slots_to_free)
-            self._slots_to_free = []
-        out.num_batched_tokens = self.config.max_num_batched_tokens - self._budget
-        return out
-
-    def _schedule_running(self, out: SchedulerOutput, decodes: bool) -> None:
-        step, chunked = self._step, self.config.enable_chunked_prefill
-        for seq in list(self.running):
-            if self._budget == 0:
-                return
-            if seq.status is not _RUNNING or seq.last_scheduled_step == step:
-                continue
-            if (seq.num_tokens - seq.num_computed_tokens == 1) is not decodes:
-                continue
-            left = seq.prefill_target - seq.num_computed_tokens
-            k = min(left, self._budget)
-            if k < left and not chunked:
-                continue
-            k = self._reserve(seq, k, out, decode=decodes)
-            if k:
-                self._emit(seq, k, out)
-
-    def _reserve(self, seq: Sequence, k: int, out: SchedulerOutput, decode: bool) -> int:
-        """Make the block table cover ``k`` more positions; returns the tokens granted.
-
-        Preempts victims while nothing fits; a prefill chunk (chunked mode) shrinks to what
-        fits, a decode without a victim preempts itself (returns 0).
-        """
-        bs, pool = self.block_size, self.pool
-        shrink = not decode and self.config.enable_chunked_prefill
-        table = seq.block_table
-        while True:
-            start = seq.num_computed_tokens
-            slack = len(table) * bs - start  # unwritten positions in the last block
-            cow = slack > 0 and pool.ref_count(table[-1]) > 1
-            free = pool.num_free_blocks - cow
-            fit = slack + free * bs if free >= 0 else 0
-            if fit >= k or (shrink and fit > 0):
-                break
-            victim = self._pick_victim(seq)
-            if victim is None:
-                if decode:
-                    self._preempt(seq, out)
-                return 0
-            self._preempt(victim, out)
-        k = min(k, fit)
-        if cow:  # the shared, partially filled last block: copy on write
-            (new,) = pool.allocate(1)
-            out.blocks_to_copy.append((table[-1], new))
-            pool.free((table[-1],))
-            table[-1] = new
-        need = cdiv(start + k, bs) - len(table)
-        if need > 0:
-            table.extend(pool.allocate(need))
-        return k
-
-    def _pick_victim(self, current: Sequence) -> Sequence | None:
-        step = self._step
-        for seq in reversed(self.running):
-            if seq is not current and seq.last_scheduled_step != step:
-                return seq
-        return None
-
-    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
-        self.running.remove(seq)
-        self.num_preemptions += 1
-        seq.num_preemptions += 1
-        out.preempted_seq_ids.append(seq.seq_id)
-        table = seq.block_table
-        if table and self.swap_space.can_swap_out(len(table)):
-            seq.swap_slots = self.swap_space.allocate(len(table))
-            out.blocks_to_swap_out.extend(zip(table, seq.swap_slots, strict=True))
-            seq.status = _SWAPPED
-            bisect.insort(self.swapped, seq, key=priority)
-        else:
-            seq.num_computed_tokens = 0
-            seq.num_registered_blocks = 0
-            seq.status = _WAITING
-            self.waiting.appendleft(seq)
-        self.pool.free(reversed(table))
-        seq.block_table = []
+        return StepPlanner(self, self._step, out).fill()
 
     def seq_slots_in_use(self) -> int:
         """Running sequences plus the siblings their pending forks will add."""
         return len(self.running) + sum(s.num_pending_forks for s in self.running)
-
-    def _schedule_swapped(self, out: SchedulerOutput) -> None:
-        if not self.swapped:
-            return
-        bs, pool, chunked = self.block_size, self.pool, self.config.enable_chunked_prefill
-        used = self.seq_slots_in_use()
-        while self.swapped and self._budget > 0:
-            seq = self.swapped[0]
-            if used + 1 + seq.num_pending_forks > self.config.max_num_seqs:
-                return
-            left = seq.prefill_target - seq.num_computed_tokens
-            k = min(left, self._budget)
-            num_in = len(seq.swap_slots)
-            free = pool.num_free_blocks - num_in
-            fit = num_in * bs - seq.num_computed_tokens + free * bs
-            if free < 0 or fit <= 0 or (fit < k and not chunked):
-                return
-            k = min(k, fit)
-            del self.swapped[0]
-            blocks = pool.allocate(num_in)
-            out.blocks_to_swap_in.extend(zip(seq.swap_slots, blocks, strict=True))
-            self._slots_to_free.extend(seq.swap_slots)
-            seq.swap_slots = []
-            need = cdiv(seq.num_computed_tokens + k, bs) - num_in
-            seq.block_table = blocks + pool.allocate(need) if need > 0 else blocks
-            seq.num_registered_blocks = 0  # new block ids: offer them to the index again
-            self._start_running(seq)
-            used += 1 + seq.num_pending_forks
-            self._emit(seq, k, out)
-
-    def _schedule_waiting(self, out: SchedulerOutput) -> None:
-        if not self.waiting:
-            return
-        bs, pool, chunked = self.block_size, self.pool, self.config.enable_chunked_prefill
-        used = self.seq_slots_in_use()
-        while self.waiting and self._budget > 0:
-            seq = self.waiting[0]
-            if used + 1 + seq.num_pending_forks > self.config.max_num_seqs:
-                return
-            target = seq.prefill_target
-            hits = self._lookup_prefix(seq, target)
-            cached = len(hits) * bs
-            k = min(target - cached, self._budget)
-            if k < target - cached and not chunked:
-                return
-            need = cdiv(cached + k, bs) - len(hits)
-            if need > pool.num_free_blocks - pool.num_evictable(hits):
-                return
-            self.waiting.popleft()
-            pool.touch(hits)
-            if seq.num_preemptions == 0:  # first admission: what the client sees as cached
-                seq.num_cached_tokens = cached
-                pool.record_prefix_lookup(seq.num_prompt_tokens, cached)
-            seq.block_table = hits + pool.allocate(need)
-            seq.num_computed_tokens = cached
-            seq.num_registered_blocks = len(hits)
-            self._start_running(seq)
-            used += 1 + seq.num_pending_forks
-            self._emit(seq, k, out)
-
-    def _lookup_prefix(self, seq: Sequence, target: int) -> list[int]:
-        """Cached full blocks of the prefix, leaving at least one position to compute."""
-        if seq.params.prompt_logprobs is not None:
-            return []  # the runner needs the logits of every prompt position
-        max_blocks = (target - 1) // self.block_size
-        if max_blocks <= 0:
-            return []
-        return self.pool.get_computed_blocks(seq.all_token_ids, seq.block_hashes, max_blocks)
-
-    def _start_running(self, seq: Sequence) -> None:
-        seq.status = _RUNNING
-        bisect.insort(self.running, seq, key=priority)
-
-    def _emit(self, seq: Sequence, k: int, out: SchedulerOutput) -> None:
-        start = seq.num_computed_tokens
-        tokens = seq.all_token_ids
-        out.scheduled.append(
-            ScheduledSeq(
-                seq,
-                tokens[start : start + k],
-                start,
-                k,
-                seq.block_table,
-                start + k == len(tokens),
-            )
-        )
-        self._budget -= k
-        seq.last_scheduled_step = self._step
 
     # ---- after the forward ----------------------------------------------------------------
     def update_from_output(
