@@ -147,13 +147,15 @@ class QuantLinear(nn.Module):
         except ValueError as exc:
             raise ValueError(f"{self.spec.method} tensors of {self.extra_repr()}: {exc}") from exc
         qweight, perm, g_idx = _runtime_rows(w)
+        # copy=True: never keep a view of the caller's tensors (the loader's staged reads hand
+        # out views of a whole file's buffer, which a kept view would hold in memory)
         self.qweight = qweight.to(device)
-        self.scales = w.scales.to(device=device, dtype=self.dtype)
-        self.zeros = w.zeros.to(device=device, dtype=self.dtype)
+        self.scales = w.scales.to(device=device, dtype=self.dtype, copy=True)
+        self.zeros = w.zeros.to(device=device, dtype=self.dtype, copy=True)
         self.perm = None if perm is None else perm.to(device)
-        self.g_idx = None if g_idx is None else g_idx.to(device)
+        self.g_idx = None if g_idx is None else g_idx.to(device, copy=True)
         if "bias" in tensors:
-            self.bias = tensors["bias"].to(device=device, dtype=self.dtype)
+            self.bias = tensors["bias"].to(device=device, dtype=self.dtype, copy=True)
         self._cpu_weight = None
 
     def _check_names(self, tensors: dict[str, torch.Tensor]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,11 @@ from tqdm.auto import tqdm
 from .arch import ArchConfig, parse_arch_config
 from .fuse import fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
+from .staged_read import fits_staged, iter_tensors_staged
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
 
 logger = logging.getLogger(__name__)
+STAGED_ENV = "EDGE_LLM_STAGED_LOAD"
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -75,10 +78,13 @@ def load_model(
     max_positions: int | None = None,
     progress: bool = True,
     merge_projections: bool | None = None,
+    staged: bool | None = None,
 ) -> LoadedModel:
     """Load ``model`` (folder or hub id) onto ``device``. ``merge_projections``: merge q/k/v
     and gate/up into one linear each (edge_llm/model/fuse.py); None reads
-    ``EDGE_LLM_MERGE_PROJECTIONS`` (on unless "0")."""
+    ``EDGE_LLM_MERGE_PROJECTIONS`` (on unless "0"). ``staged``: read the files through pinned
+    buffers into device memory (edge_llm/model/staged_read.py) instead of mapping them; None
+    reads ``EDGE_LLM_STAGED_LOAD`` ("1" on, "0" off, unset: on CUDA when the GPU has room)."""
     path = resolve_model_path(model, revision)
     hf_config = json.loads((path / "config.json").read_text())
     arch = parse_arch_config(hf_config)
@@ -100,32 +106,57 @@ def load_model(
     start = time.perf_counter()
     with torch.device("meta"):
         lm = CausalLM(arch, positions, _linear_factory(spec, torch_dtype))
-    _load_weights(lm, files, sum(n for _, n in headers), torch_dtype, dev, progress)
+    use_staged = staged_enabled(staged, dev, total)
+    tensors = iter_tensors_staged(files, dev) if use_staged else iter_tensors(files)
+    _load_weights(lm, tensors, sum(n for _, n in headers), torch_dtype, dev, progress,
+                  copy=use_staged)
+    if use_staged and dev.type == "cuda":
+        torch.cuda.empty_cache()  # the files' blobs, now converted
     if merge_enabled() if merge_projections is None else merge_projections:
         fuse_projections(lm)
     lm.rotary.build_tables(dev)
     lm.eval()
     seconds = time.perf_counter() - start
     logger.info(
-        "Loaded %s (%s%s, %s) in %.2f s: %.2f GB at %.2f GB/s",
+        "Loaded %s (%s%s, %s) in %.2f s: %.2f GB at %.2f GB/s (%s)",
         path.name, arch.architecture, f", {spec.method} 4-bit" if spec else "",
         str(torch_dtype).removeprefix("torch."), seconds, total / 1e9,
-        total / 1e9 / max(seconds, 1e-9),
+        total / 1e9 / max(seconds, 1e-9), "staged reads" if use_staged else "memory-mapped",
     )
     return LoadedModel(lm, arch, path, hf_config, spec, torch_dtype, dev, seconds, total)
 
 
+def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int) -> bool:
+    """The ``staged`` argument, else ``EDGE_LLM_STAGED_LOAD`` ("0"/"1"), else: on CUDA when
+    the GPU can hold the files beside the model (``fits_staged``)."""
+    if staged is None:
+        flag = os.environ.get(STAGED_ENV, "").strip()
+        if flag in ("0", "1"):
+            staged = flag == "1"
+    if staged is not None:
+        return staged
+    if device.type != "cuda":
+        return False
+    if fits_staged(total_bytes, device):
+        return True
+    logger.info("Weights are read memory-mapped: the GPU has no room for the files beside "
+                "the model")
+    return False
+
+
 def _load_weights(
-    lm: CausalLM, files: list[Path], num_tensors: int, dtype: torch.dtype,
-    device: torch.device, progress: bool,
+    lm: CausalLM, tensors, num_tensors: int, dtype: torch.dtype, device: torch.device,
+    progress: bool, copy: bool = False,
 ) -> None:
+    """Fill ``lm`` from (name, tensor) pairs; ``copy``: the tensors are views of read
+    buffers, so a parameter taken as it is gets cloned."""
     from edge_llm.quant import QuantLinear
 
     modules = dict(lm.named_modules())
     pending: dict[str, dict[str, torch.Tensor]] = {}  # quantized module -> its format tensors
     loaded: set[str] = set()
     bar = tqdm(total=num_tensors, desc="Loading weights", disable=not progress, unit="tensor")
-    for name, tensor in iter_tensors(files):
+    for name, tensor in tensors:
         bar.update(1)
         prefix, _, attr = name.rpartition(".")
         module = modules.get(prefix)
@@ -139,7 +170,7 @@ def _load_weights(
             else:
                 pending.setdefault(prefix, {})[attr] = tensor
                 continue
-        _set_param(module, attr, tensor, dtype, device, name)
+        _set_param(module, attr, tensor, dtype, device, name, copy)
         loaded.add(name)
     bar.close()
     for prefix, tensors in pending.items():
@@ -155,7 +186,8 @@ def _load_weights(
 
 
 def _set_param(
-    module: nn.Module, attr: str, tensor: torch.Tensor, dtype, device, name: str
+    module: nn.Module, attr: str, tensor: torch.Tensor, dtype, device, name: str,
+    copy: bool = False,
 ) -> None:
     current = getattr(module, attr, None)
     if not isinstance(current, torch.Tensor):
@@ -165,7 +197,8 @@ def _set_param(
             f"Tensor {name!r} has shape {tuple(tensor.shape)}, the model expects "
             f"{tuple(current.shape)}."
         )
-    value = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)
+    value = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None,
+                      copy=copy)
     module._parameters[attr] = nn.Parameter(value, requires_grad=False)
 
 
