@@ -42,6 +42,8 @@ import triton
 import triton.language as tl
 
 from .device import num_sms
+from .splitk import counters as splitk_counters
+from .splitk import last_of_tile, reduce_partials, release_tile, sum_partials
 from .w4a16_config import W4A16Config, auto_split, pick_config
 from .w4a16_gemv import launch_gemv16
 
@@ -174,11 +176,12 @@ def _w4a16_gemv_kernel(
 
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_dot_kernel(
-    x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
-    M, N, K, k_per_split, group_size,
-    stride_xm, stride_xk, stride_qk, stride_sg, stride_zg, stride_om, stride_os,
+    x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
+    M, N, K, k_per_split, group_size, split,
+    stride_xm, stride_xk, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, NIBBLE_DOTS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    REDUCE: tl.constexpr,
 ):
     """out[pid_k, m, n] = sum over this split's k of x[m, k] * W[k, n] via tl.dot.
 
@@ -186,6 +189,8 @@ def _w4a16_dot_kernel(
     NIBBLE_DOTS: consume it nibble by nibble instead, dot j multiplying x[:, k0 + 8r + j]
     (BM, BK8) by W[k0 + 8r + j, :] (BK8, BN): each plane keeps the packed tile's register
     layout, at the price of eight K=BK8 dots (BLOCK_K >= 128 so BK8 >= 16).
+    REDUCE: ``out`` holds fp32 partials and the last program of each (m, n) tile writes
+    their sum to ``final`` (kernels/splitk.py).
     """
     pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
     pid_n = tl.program_id(1)
@@ -221,18 +226,14 @@ def _w4a16_dot_kernel(
             w = (_unpack_tile(packed, BLOCK_K, BLOCK_N) * s - zs).to(xt.dtype)  # (BK, BN)
             acc = tl.dot(xt, w, acc, input_precision=DOT_PRECISION)
     out = out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
-
-
-@triton.jit(do_not_specialize=["numel"])
-def _splitk_reduce_kernel(part_ptr, out_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
-    """out[i] = sum_s part[s, i] for the flat [SPLIT, numel] fp32 partial sums."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < numel
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in tl.static_range(SPLIT):
-        acc += tl.load(part_ptr + s * numel + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    mask = m_mask[:, None] & n_mask[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    if REDUCE:
+        tile = pid_n * tl.num_programs(0) + pid_m
+        if last_of_tile(cnt_ptr, tile, split):
+            sum_partials(out_ptr, final_ptr, offs_m, offs_n, mask, split, stride_os,
+                         stride_om, stride_fm)
+            release_tile(cnt_ptr, tile)
 
 
 @triton.jit
@@ -345,11 +346,16 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
     split = triton.cdiv(k, k_per_split)
     target = torch.empty((split, m, n), device=x2.device, dtype=torch.float32) if split > 1 \
         else out.view(1, m, n)  # (SPLIT, M, N)
+    # the last program of each tile sums the partials (kernels/splitk.py) on the fp16x2 and
+    # dot paths; the fp32 GEMV, or no counters to hand, takes a second launch
+    cnt = splitk_counters(x2.device, m_tiles * n_tiles) if (
+        split > 1 and cfg.fused_reduce and cfg.kind != "gemv") else None
+    final = out if cnt is not None else target
     if cfg.kind == "gemv16":
         launch_gemv16(x2, qweight, scales, zeros, target, group_size, cfg.rows, cfg.block_n,
                       block_k, k_per_split, split, cfg.num_warps, cfg.num_stages,
                       use_asm=not _interpreting(), per_tile_scales=cfg.per_tile_scales,
-                      chain4=cfg.chain4)
+                      chain4=cfg.chain4, final=out if cnt is not None else None, counters=cnt)
     elif cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,
@@ -359,15 +365,15 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
     else:
         precision = "ieee" if x2.dtype == torch.float32 else "tf32"
         _w4a16_dot_kernel[(m_tiles, n_tiles, split)](
-            x2, qweight, scales, zeros, target, m, n, k, k_per_split, group_size,
+            x2, qweight, scales, zeros, target, final, target if cnt is None else cnt,
+            m, n, k, k_per_split, group_size, split,
             x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
-            target.stride(1), target.stride(0), BLOCK_M=block_m, BLOCK_N=cfg.block_n,
-            BLOCK_K=block_k, ONE_GROUP=one_group, NIBBLE_DOTS=cfg.nibble_dots,
-            DOT_PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if split > 1:
-        block = 1024
-        _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](
-            target, out, m * n, SPLIT=split, BLOCK=block, num_warps=4)
+            target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
+            BLOCK_N=cfg.block_n, BLOCK_K=block_k, ONE_GROUP=one_group,
+            NIBBLE_DOTS=cfg.nibble_dots, DOT_PRECISION=precision, REDUCE=cnt is not None,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if split > 1 and cnt is None:
+        reduce_partials(target, out)
 
 
 def dequantize_w4a16(

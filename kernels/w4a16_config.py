@@ -28,6 +28,7 @@ class W4A16Config:
     per_tile_scales: bool = True  # "gemv16": one scale row per K tile when tiles fit groups
     waves: int = 2  # split_k=0: programs per multiprocessor to aim for (see auto_split)
     min_k_tiles: int = 4  # split_k=0: K tiles each split keeps at least
+    fused_reduce: bool = True  # split K: the kernel's last program sums (kernels/splitk.py)
 
 
 def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: int = 2,

@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .splitk import last_of_tile, release_tile, sum_partials
+
 
 def _asm_text(rows: int, chain4: bool = False) -> str:
     """PTX for one word and ``rows`` activation rows: outputs $0..$rows-1 (fp32 bits), inputs
@@ -198,18 +200,20 @@ def _store_row(out, acc, m, M, N, offs_n, stride_om):
 
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_gemv16_kernel(
-    x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
-    M, N, K, k_per_split, group_size,
-    stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os,
+    x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
+    M, N, K, k_per_split, group_size, split,
+    stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
-    CHAIN4: tl.constexpr,
+    CHAIN4: tl.constexpr, REDUCE: tl.constexpr,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
     Grid (n tiles, K splits, row chunks). 2-D fp32 accumulators [BK8, BN] per row, reduced
     once at the end. ONE_GROUP (every K tile inside one group): scales and zeros are one
     [1, BN] row per tile; else one per word row ([BK8, BN] loads, any group size % 8 == 0).
+    REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
+    writes their sum to ``final`` (kernels/splitk.py).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -300,16 +304,27 @@ def _w4a16_gemv16_kernel(
         _store_row(out, acc2, m0 + 2, M, N, offs_n, stride_om)
     if ROWS >= 4:
         _store_row(out, acc3, m0 + 3, M, N, offs_n, stride_om)
+    if REDUCE:
+        tile = tl.program_id(2) * tl.num_programs(0) + pid_n
+        if last_of_tile(cnt_ptr, tile, split):
+            offs_m = m0 + tl.arange(0, 4)
+            mask = ((offs_m < M) & (offs_m < m0 + ROWS))[:, None] & n_mask[None, :]
+            sum_partials(out_ptr, final_ptr, offs_m, offs_n, mask, split, stride_os,
+                         stride_om, stride_fm)
+            release_tile(cnt_ptr, tile)
 
 
 def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,
                   block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
-                  chain4: bool = False) -> None:
+                  chain4: bool = False, final: torch.Tensor | None = None,
+                  counters: torch.Tensor | None = None) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
-    one group; False forces per-word-row scales (benchmarks compare the two)."""
+    one group; False forces per-word-row scales (benchmarks compare the two). ``final``
+    [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
+    ``final`` (no second launch)."""
     m, k = x2.shape
     n = qweight.shape[1]
     if x2.stride(1) != 1:
@@ -318,9 +333,12 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
     one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
     grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, rows))
+    reduce = final is not None and counters is not None
+    if not reduce:
+        final, counters = target, target
     _w4a16_gemv16_kernel[grid](
-        x2, xi, qweight, scales, zeros, target, m, n, k, k_per_split, group_size,
-        x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0),
-        target.stride(1), target.stride(0), ROWS=rows, BLOCK_N=block_n, BLOCK_K=block_k,
-        ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16, CHAIN4=chain4, num_warps=num_warps,
-        num_stages=num_stages)
+        x2, xi, qweight, scales, zeros, target, final, counters, m, n, k, k_per_split,
+        group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
+        zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
+        BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
+        CHAIN4=chain4, REDUCE=reduce, num_warps=num_warps, num_stages=num_stages)

@@ -160,6 +160,38 @@ def case_w4a16_large_m_and_fallbacks():
     _check_w4(3, 256, 64, 20, torch.float32)  # words straddle groups: dequant path
 
 
+def case_w4a16_splitk_in_kernel():
+    """Split K summed by the last program of each tile equals the separate reduce launch
+    bit for bit (both add partials in split order), and leaves every counter at zero (so a
+    second launch, or a CUDA graph replay, starts clean)."""
+    import dataclasses
+
+    import torch
+
+    from edge_llm.kernels import splitk
+    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels.w4a16 import w4a16_matmul, w4a16_matmul_ref
+
+    for m, k, n, gs, dtype, cfg in (
+        (1, 1024, 96, 128, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=4,
+                                            rows=1)),
+        (7, 1024, 96, 256, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=3,
+                                            rows=3)),
+        (6, 512, 80, 64, torch.float32, C("dot", 16, 32, 64, split_k=5)),
+        (20, 512, 64, 128, torch.float32, C("dot", 16, 32, 128, split_k=2,
+                                            nibble_dots=True)),
+    ):
+        x, qw, s, z = _w4_problem(m, k, n, gs, dtype)
+        fused = w4a16_matmul(x, qw, s, z, gs, config=cfg)
+        again = w4a16_matmul(x, qw, s, z, gs, config=cfg)
+        split = w4a16_matmul(x, qw, s, z, gs, config=dataclasses.replace(cfg,
+                                                                         fused_reduce=False))
+        assert torch.equal(fused, split) and torch.equal(fused, again), f"{cfg}"
+        assert _rel(fused, w4a16_matmul_ref(x, qw, s, z, gs)) < _tol(dtype), f"{cfg}"
+        counters = splitk.counters(x.device, 1)
+        assert counters is not None and int(counters.abs().sum()) == 0, f"{cfg}"
+
+
 def case_decode_gqa_ratios():
     import torch
 
