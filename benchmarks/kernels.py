@@ -2,10 +2,13 @@
 
     pip install --no-deps -e . >/dev/null; python benchmarks/kernels.py
 
-Every timing is the median of triton.testing.do_bench over replays of a CUDA graph that calls
-the op on a rotation of input sets (together several times the L2 size), divided by the calls
-per replay: no launch gaps, no L2 reuse between calls. References: device-to-device copy
-bandwidth, fp16 torch.matmul (cuBLAS) on the same shapes, torch SDPA on contiguous K/V.
+Every timing is kernel_timing.time_op: the median of triton.testing.do_bench over replays of a
+CUDA graph that calls the op on a rotation of input sets (together several times the L2 size),
+divided by the calls per replay: no launch gaps, no L2 reuse between calls. References:
+device-to-device copy bandwidth, fp16 torch.matmul (cuBLAS) on the same shapes, torch SDPA on
+contiguous K/V. This file holds the shapes, the launch-config variants and the checks;
+kernel_report prints the summary. fused.py and gemv_sweep.py load this file by path and use
+its SHAPES and the timing helpers it re-exports.
 ``--smoke`` runs tiny shapes under TRITON_INTERPRET=1 on the CPU to check the script itself.
 """
 
@@ -13,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 
 import torch
+from kernel_report import print_table
+from kernel_timing import copy_bandwidth, rel_err, rotations, time_op
 
 SHAPES = [  # (model, name, K, N)
     ("llama2-7b", "qkv", 4096, 12288), ("llama2-7b", "o", 4096, 4096),
@@ -28,55 +32,6 @@ SHAPES = [  # (model, name, K, N)
 ]
 MS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024]
 GS = 128
-L2_BYTES = 60 << 20
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double(), ref.double()
-    if not bool(torch.isfinite(out).all()):
-        return float("inf")
-    return float((out - ref).norm() / ref.norm())
-
-
-def rotations(set_bytes: int) -> int:
-    """Input sets so that one pass over them is >= 3x the L2 size (at most 48)."""
-    return max(2, min(48, math.ceil(3 * L2_BYTES / max(set_bytes, 1))))
-
-
-def time_op(fn, n_rot: int, smoke: bool) -> float:
-    """Microseconds per call of fn(i), i cycling over n_rot input sets."""
-    if smoke:
-        t = time.perf_counter()
-        fn(0)
-        return (time.perf_counter() - t) * 1e6
-    import triton.testing
-
-    for i in range(n_rot):  # compile and allocate outside the graph
-        fn(i)
-    torch.cuda.synchronize()
-    calls = n_rot * max(1, math.ceil(12 / n_rot))
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn(0)
-        with torch.cuda.graph(graph, stream=stream):
-            for i in range(calls):
-                fn(i % n_rot)
-    torch.cuda.synchronize()
-    ms = triton.testing.do_bench(graph.replay, warmup=5, rep=25, return_mode="median")
-    del graph
-    return ms * 1e3 / calls
-
-
-def copy_bandwidth(dev, smoke: bool) -> float:
-    """Device-to-device copy, bytes read + written per second: the better of copy_ (a DMA
-    memcpy) and an elementwise kernel (a * 1 into another buffer)."""
-    n = (1 << 16) if smoke else (1 << 30)
-    a = torch.randn(n // 2, device=dev, dtype=torch.float16)
-    b = torch.empty_like(a)
-    us = min(time_op(lambda i: b.copy_(a), 2, smoke),
-             time_op(lambda i: torch.mul(a, 1.0, out=b), 2, smoke))
-    return 2 * a.numel() * 2 / (us * 1e-6)
 
 
 # ------------------------------------------------------------------------------------ W4A16
@@ -383,40 +338,8 @@ def main() -> int:
         json.dump(res, f, indent=1, default=str)
     with open(os.path.join(out_dir, "kernels_bench.log"), "w") as f:
         f.write("\n".join(lines))
-    print_table(res)
+    print_table(res, MS)
     return 0
-
-
-def print_table(res: dict) -> None:
-    print("\n==== W4A16 speed-up vs fp16 cuBLAS (auto = dispatched path; best = best variant)")
-    print(f"{'shape':22s} " + " ".join(f"{m:>9d}" for m in MS))
-    by = {}
-    for r in res.get("w4a16", []):
-        by.setdefault(f"{r['model']}:{r['shape']} {r['k']}x{r['n']}", {})[r["m"]] = r
-    for key, per_m in by.items():
-        auto = " ".join(f"{per_m[m]['auto_res']['speedup']:>9.2f}" if m in per_m and
-                        "auto_res" in per_m[m] else f"{'-':>9s}" for m in MS)
-        best = " ".join(f"{per_m[m]['best']['speedup']:>9.2f}" if m in per_m and
-                        per_m[m].get("best") else f"{'-':>9s}" for m in MS)
-        print(f"{key[:22]:22s} {auto}   auto\n{'':22s} {best}   best")
-    worst = max((c["err"] for c in res.get("w4a16_checks", [])), default=float("nan"))
-    print(f"W4A16 dispatched-path max rel err over fp16/bf16 checks: {worst:.2e}")
-    print("\n==== paged decode (default config | best variant)")
-    for r in res.get("decode", []):
-        d, b = r.get("default") or {}, r.get("best") or {}
-        print(f"B={r['b']:3d} ctx={r['ctx']:5d} H={r['h']} Hkv={r['hkv']}: sdpa "
-              f"{r['sdpa_us']:.1f}us | default {d.get('us', 0):.1f}us bw "
-              f"{d.get('bw_frac', 0):.2f} x{d.get('vs_sdpa', 0):.2f} sdpa err "
-              f"{d.get('err', 0):.1e} | best {b.get('us', 0):.1f}us bw {b.get('bw_frac', 0):.2f} "
-              f"x{b.get('vs_sdpa', 0):.2f} {b.get('cfg')}")
-    for p in res.get("prefill", []):
-        print(f"prefill {p['dtype']} nq={p['nq']} ctx={p['ctx']} H={p['h']}/{p['hkv']} "
-              f"err {p['err']:.1e}" + (f" {p['us']:.0f}us {p['tflops']:.0f} TFLOP/s"
-                                       if "us" in p else ""))
-    sh = res.get("shared", [])
-    if sh:
-        print(f"shared memory: max {max(s['shared'] for s in sh)} B over {len(sh)} compiled "
-              f"kernels (limit 101376 on sm_86/89)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,42 @@
+"""The printed summary of benchmarks/kernels.py: one table per kernel family, from its results.
+
+``print_table(res, ms)`` reads the dict that kernels.py writes as kernels_bench.json (keys
+"w4a16", "w4a16_checks", "decode", "prefill", "shared"; any may be missing) and prints the
+W4A16 speed-ups over fp16 cuBLAS with one column per activation row count in ``ms`` ("-" where
+not measured), the worst W4A16 check error, the paged decode and prefill rows and the largest
+shared-memory use of the compiled kernels. It prints only; it measures nothing.
+"""
+
+from __future__ import annotations
+
+
+def print_table(res: dict, ms: list[int]) -> None:
+    print("\n==== W4A16 speed-up vs fp16 cuBLAS (auto = dispatched path; best = best variant)")
+    print(f"{'shape':22s} " + " ".join(f"{m:>9d}" for m in ms))
+    by = {}
+    for r in res.get("w4a16", []):
+        by.setdefault(f"{r['model']}:{r['shape']} {r['k']}x{r['n']}", {})[r["m"]] = r
+    for key, per_m in by.items():
+        auto = " ".join(f"{per_m[m]['auto_res']['speedup']:>9.2f}" if m in per_m and
+                        "auto_res" in per_m[m] else f"{'-':>9s}" for m in ms)
+        best = " ".join(f"{per_m[m]['best']['speedup']:>9.2f}" if m in per_m and
+                        per_m[m].get("best") else f"{'-':>9s}" for m in ms)
+        print(f"{key[:22]:22s} {auto}   auto\n{'':22s} {best}   best")
+    worst = max((c["err"] for c in res.get("w4a16_checks", [])), default=float("nan"))
+    print(f"W4A16 dispatched-path max rel err over fp16/bf16 checks: {worst:.2e}")
+    print("\n==== paged decode (default config | best variant)")
+    for r in res.get("decode", []):
+        d, b = r.get("default") or {}, r.get("best") or {}
+        print(f"B={r['b']:3d} ctx={r['ctx']:5d} H={r['h']} Hkv={r['hkv']}: sdpa "
+              f"{r['sdpa_us']:.1f}us | default {d.get('us', 0):.1f}us bw "
+              f"{d.get('bw_frac', 0):.2f} x{d.get('vs_sdpa', 0):.2f} sdpa err "
+              f"{d.get('err', 0):.1e} | best {b.get('us', 0):.1f}us bw {b.get('bw_frac', 0):.2f} "
+              f"x{b.get('vs_sdpa', 0):.2f} {b.get('cfg')}")
+    for p in res.get("prefill", []):
+        print(f"prefill {p['dtype']} nq={p['nq']} ctx={p['ctx']} H={p['h']}/{p['hkv']} "
+              f"err {p['err']:.1e}" + (f" {p['us']:.0f}us {p['tflops']:.0f} TFLOP/s"
+                                       if "us" in p else ""))
+    sh = res.get("shared", [])
+    if sh:
+        print(f"shared memory: max {max(s['shared'] for s in sh)} B over {len(sh)} compiled "
+              f"kernels (limit 101376 on sm_86/89)")
