@@ -64,6 +64,9 @@ def w4_variants(m: int):
 
 
 def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
+    import dataclasses
+
+    from edge_llm.kernels.device import num_sms
     from edge_llm.kernels.w4a16 import (
         dequantize_w4a16_ref,
         pack_w4_ref,
@@ -96,10 +99,20 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
                                 smoke)
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
                        auto=str(pick_config(m, n, k, gs, 132)), variants=[])
-            for cfg in [None] + ([] if quick else w4_variants(m)):
-                def run(i, cfg=cfg, xs=xs, sets=sets, gs=gs):
+            # integer zero points, passed as QuantLinear does (int_zeros=True); "general
+            # zeros" times the dispatched path without that promise, in the same run
+            # and "separate reduce" with split K summed by a second launch
+            auto = pick_config(m, n, k, gs, num_sms(xs[0].device), half=dt != torch.float32)
+            special = {"general zeros": (None, False),
+                       "separate reduce": (dataclasses.replace(auto, fused_reduce=False), True)}
+            cases = [(None, True), *[(name, True) for name in special]] + (
+                [] if quick else [(c, True) for c in w4_variants(m)])
+            for cfg, int_zeros in cases:
+                conf, izz = special[cfg] if isinstance(cfg, str) else (cfg, int_zeros)
+
+                def run(i, conf=conf, izz=izz, xs=xs, sets=sets, gs=gs):
                     qw, s, z = sets[i]
-                    return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
+                    return w4a16_matmul(xs[i], qw, s, z, gs, config=conf, int_zeros=izz)
                 try:
                     err = rel_err(run(0), ref)
                     us = time_op(run, n_rot_q, smoke)
@@ -108,14 +121,21 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
                     continue
                 entry = dict(cfg=str(cfg) if cfg else "auto", us=us, err=err,
                              speedup=us_cublas / us)
+                if isinstance(cfg, str):
+                    row[cfg.replace(" ", "_")] = entry
+                    continue
                 (row.__setitem__("auto_res", entry) if cfg is None else
                  row["variants"].append(entry))
             ok = [v for v in row["variants"] if v["err"] < 1e-2]
             row["best"] = min(ok, key=lambda v: v["us"]) if ok else None
             rows.append(row)
             a = row.get("auto_res", {})
+            gz = row.get("general_zeros", {})
+            sr = row.get("separate_reduce", {})
             log(f"{model:10s} {name:7s} M={m:5d} cublas {us_cublas:8.1f}us auto "
                 f"{a.get('us', float('nan')):8.1f}us x{a.get('speedup', 0):.2f} "
+                f"(general zeros x{gz.get('speedup', 0):.2f}, separate reduce "
+                f"x{sr.get('speedup', 0):.2f}) "
                 f"err {a.get('err', float('nan')):.1e} | best x"
                 f"{(row['best'] or {}).get('speedup', 0):.2f} {(row['best'] or {}).get('cfg')}")
     return rows

@@ -34,5 +34,6 @@ def test_staged_load_on_gpu_equals_mapped(awq_dirs, merge, monkeypatch):  # noqa
     _assert_no_buffer_views(staged.model)
     del mapped
     gc.collect()
-    # the second model alone: nothing of the files' buffers is left allocated
-    assert torch.cuda.memory_allocated() <= mapped_bytes
+    # the second model alone: no file buffer (hundreds of MB here) is left allocated; the
+    # slack covers small one-time allocations (seen: 0.5 MiB on the first staged load)
+    assert torch.cuda.memory_allocated() <= mapped_bytes + (4 << 20)
