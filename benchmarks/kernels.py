@@ -99,20 +99,16 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
                                 smoke)
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
                        auto=str(pick_config(m, n, k, gs, 132)), variants=[])
-            # integer zero points, passed as QuantLinear does (int_zeros=True); "general
-            # zeros" times the dispatched path without that promise, in the same run
-            # and "separate reduce" with split K summed by a second launch
+            # "separate reduce": the dispatched config with split K summed by a second
+            # launch instead of inside the kernel, in the same run
             auto = pick_config(m, n, k, gs, num_sms(xs[0].device), half=dt != torch.float32)
-            special = {"general zeros": (None, False),
-                       "separate reduce": (dataclasses.replace(auto, fused_reduce=False), True)}
-            cases = [(None, True), *[(name, True) for name in special]] + (
-                [] if quick else [(c, True) for c in w4_variants(m)])
-            for cfg, int_zeros in cases:
-                conf, izz = special[cfg] if isinstance(cfg, str) else (cfg, int_zeros)
+            special = {"separate reduce": dataclasses.replace(auto, fused_reduce=False)}
+            for cfg in [None, *special] + ([] if quick else w4_variants(m)):
+                conf = special[cfg] if isinstance(cfg, str) else cfg
 
-                def run(i, conf=conf, izz=izz, xs=xs, sets=sets, gs=gs):
+                def run(i, conf=conf, xs=xs, sets=sets, gs=gs):
                     qw, s, z = sets[i]
-                    return w4a16_matmul(xs[i], qw, s, z, gs, config=conf, int_zeros=izz)
+                    return w4a16_matmul(xs[i], qw, s, z, gs, config=conf)
                 try:
                     err = rel_err(run(0), ref)
                     us = time_op(run, n_rot_q, smoke)
@@ -130,12 +126,10 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
             row["best"] = min(ok, key=lambda v: v["us"]) if ok else None
             rows.append(row)
             a = row.get("auto_res", {})
-            gz = row.get("general_zeros", {})
             sr = row.get("separate_reduce", {})
             log(f"{model:10s} {name:7s} M={m:5d} cublas {us_cublas:8.1f}us auto "
                 f"{a.get('us', float('nan')):8.1f}us x{a.get('speedup', 0):.2f} "
-                f"(general zeros x{gz.get('speedup', 0):.2f}, separate reduce "
-                f"x{sr.get('speedup', 0):.2f}) "
+                f"(separate reduce x{sr.get('speedup', 0):.2f}) "
                 f"err {a.get('err', float('nan')):.1e} | best x"
                 f"{(row['best'] or {}).get('speedup', 0):.2f} {(row['best'] or {}).get('cfg')}")
     return rows

@@ -98,12 +98,10 @@ def w4a16_matmul(
     scales: torch.Tensor,  # (G, N)
     zeros: torch.Tensor,  # (G, N)
     group_size: int,
-    int_zeros: bool = False,
 ) -> torch.Tensor:
-    """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype.
-    ``int_zeros``: every zero point is an integer (lets the fp16x2 path fold it)."""
+    """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype."""
     if x.is_cuda and x.dtype in _HALF and _TRITON:
-        return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size, int_zeros=int_zeros)
+        return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size)
     return w4a16_matmul_ref(x, qweight, scales, zeros, group_size)
 
 

@@ -297,16 +297,13 @@ def w4a16_matmul(
     zeros: torch.Tensor,
     group_size: int,
     config: W4A16Config | None = None,
-    int_zeros: bool = False,
 ) -> torch.Tensor:
     """y = x @ W for the runtime 4-bit layout; x [..., K] fp16/bf16 (fp32 in the interpreter).
 
     fp32 accumulation; returns x's dtype, shape [..., N]. ``config`` overrides the tuned
     choice (benchmarks use it). Any group_size works: one not a multiple of 8 (a word would
     straddle two groups), or not of 16 on the plain "dot" path, is served by dequantize +
-    torch.matmul. "dot" with nibble_dots needs block_k >= 128. ``int_zeros``: the caller
-    promises integer zero points (as every checkpoint format gives), which the fp16x2 path
-    folds into its constants.
+    torch.matmul. "dot" with nibble_dots needs block_k >= 128.
     """
     k, n = _check_inputs(x, qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
@@ -330,12 +327,12 @@ def w4a16_matmul(
         w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype)
         return torch.matmul(x2, w).reshape(*lead, n)
     _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
-                  group_size, cfg, block_k, one_group, sms, int_zeros)
+                  group_size, cfg, block_k, one_group, sms)
     return out.reshape(*lead, n)
 
 
 def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Config,
-                  block_k: int, one_group: bool, sms: int, int_zeros: bool = False) -> None:
+                  block_k: int, one_group: bool, sms: int) -> None:
     """GEMV or dot kernel into ``out`` [M, N]; fp32 partials + reduce when K is split."""
     m, k = x2.shape
     n = out.shape[1]
@@ -358,8 +355,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
         launch_gemv16(x2, qweight, scales, zeros, target, group_size, cfg.rows, cfg.block_n,
                       block_k, k_per_split, split, cfg.num_warps, cfg.num_stages,
                       use_asm=not _interpreting(), per_tile_scales=cfg.per_tile_scales,
-                      chain4=cfg.chain4, final=out if cnt is not None else None, counters=cnt,
-                      int_zeros=int_zeros)
+                      chain4=cfg.chain4, final=out if cnt is not None else None, counters=cnt)
     elif cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,
@@ -416,10 +412,9 @@ def dequantize_w4a16_ref(
 
 def w4a16_matmul_ref(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
-    group_size: int, int_zeros: bool = False,
+    group_size: int,
 ) -> torch.Tensor:
-    """y = x @ W in fp32, returned in x's dtype; shape [..., N]. ``int_zeros`` is accepted
-    for the same call as ``w4a16_matmul`` and changes nothing (any zero point works here)."""
+    """y = x @ W in fp32, returned in x's dtype; shape [..., N]."""
     _check_inputs(x, qweight, scales, zeros, group_size)
     w = dequantize_w4a16_ref(qweight, scales, zeros, group_size)
     return (x.float() @ w).to(x.dtype)

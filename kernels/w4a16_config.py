@@ -53,8 +53,11 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     the fp16x2 "gemv16" path serves for M <= 4 (fp32 ones keep the fp32 kernels).
     """
     if half and m <= 2:  # sweep run 2 (notes/kernels.md): 1.70x / 1.43x geomean
+        # split K summed in the kernel won at N <= 4,608 (o, down of Llama-2; q/k/v, o of
+        # Qwen2.5: 1.70 vs 1.58x, 1.77 vs 1.65x, ...) and lost at the merged N of 12,288 and
+        # more (q/k/v 1.55 vs 1.70x, gate/up 1.66 vs 1.91x): BENCHMARKS.md, session 11
         return W4A16Config("gemv16", block_n=32, block_k=512, split_k=0, num_warps=4, rows=m,
-                           chain4=True, waves=8, min_k_tiles=2)
+                           chain4=True, waves=8, min_k_tiles=2, fused_reduce=n <= 8192)
     if half and m <= 4:  # 1.13x geomean at M = 4, the old nibble-plane dots 0.92x
         return W4A16Config("gemv16", block_n=32, block_k=256, split_k=0, num_warps=4, rows=m,
                            chain4=True, waves=2, min_k_tiles=2)

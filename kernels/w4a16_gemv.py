@@ -21,8 +21,6 @@ tests check the pairing and epilogue logic that way, the GPU tests the PTX.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -30,18 +28,11 @@ import triton.language as tl
 from .splitk import last_of_tile, release_tile, sum_partials
 
 
-@functools.cache
-def _asm_text(rows: int, chain4: bool = False, int_zeros: bool = False) -> str:
+def _asm_text(rows: int, chain4: bool = False) -> str:
     """PTX for one word and ``rows`` activation rows: outputs $0..$rows-1 (fp32 bits), inputs
-    $rows = the word, $rows+1 = (z, z) as fp16x2 ($rows+2 unused), then from $rows+3 four
-    fp16x2 x pairs per row.
+    $rows = the word, $rows+1 = (z, z) as fp16x2, then four fp16x2 x pairs per row.
     ``chain4``: all four products per half summed in fp16 before one conversion (fewer
-    instructions; overflows for |x| above ~1,000 instead of ~2,000).
-    ``int_zeros`` (integer zero points): $rows+1 = (1024 + z) and $rows+2 = -(64 + z) pairs,
-    exact in fp16 for integer z, so removing the magic offset also removes the zero point
-    (four instructions fewer per word)."""
-    if int_zeros:
-        return _asm_text_int_zeros(rows, chain4)
+    instructions; overflows for |x| above ~1,000 instead of ~2,000)."""
     w, zz = f"${rows}", f"${rows + 1}"
     lines = [
         "{",
@@ -65,40 +56,8 @@ def _asm_text(rows: int, chain4: bool = False, int_zeros: bool = False) -> str:
         f"sub.f16x2 t2, t2, {zz};",
         f"sub.f16x2 t3, t3, {zz};",
     ]
-    lines += _row_lines(rows, rows + 3, chain4)
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _asm_text_int_zeros(rows: int, chain4: bool) -> str:
-    w, clo, chi = f"${rows}", f"${rows + 1}", f"${rows + 2}"
-    lines = [
-        "{",
-        ".reg .b32 t0, t1, t2, t3, s8, c16, p0, p1;",
-        ".reg .f16 h0, h1, h2, h3;",
-        ".reg .f32 f0, f1, f2, f3;",
-        "mov.b32 c16, 0x2C002C00;",  # (1/16, 1/16)
-        f"lop3.b32 t0, {w}, 0x000F000F, 0x64006400, 0xEA;",  # (a & b) | c
-        f"lop3.b32 t1, {w}, 0x00F000F0, 0x64006400, 0xEA;",
-        f"shr.u32 s8, {w}, 8;",
-        "lop3.b32 t2, s8, 0x000F000F, 0x64006400, 0xEA;",
-        "lop3.b32 t3, s8, 0x00F000F0, 0x64006400, 0xEA;",
-        f"sub.f16x2 t0, t0, {clo};",  # (1024 + q) - (1024 + z) = q - z
-        f"fma.rn.f16x2 t1, t1, c16, {chi};",  # (1024 + 16 q) / 16 - (64 + z) = q - z
-        f"sub.f16x2 t2, t2, {clo};",
-        f"fma.rn.f16x2 t3, t3, c16, {chi};",
-    ]
-    lines += _row_lines(rows, rows + 3, chain4)
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _row_lines(rows: int, first_x: int, chain4: bool) -> list[str]:
-    """Per activation row m: the four (q - z) pairs t0..t3 times its x pairs (inputs from
-    ``$first_x``), summed into output $m as fp32."""
-    lines = []
     for m in range(rows):
-        xa, xb, xc, xd = (f"${first_x + 4 * m + i}" for i in range(4))
+        xa, xb, xc, xd = (f"${rows + 2 + 4 * m + i}" for i in range(4))
         if chain4:
             lines += [
                 f"mul.rn.f16x2 p0, t0, {xa};",
@@ -126,11 +85,26 @@ def _row_lines(rows: int, first_x: int, chain4: bool) -> list[str]:
             "add.f32 f2, f2, f3;",
             f"add.f32 ${m}, f0, f2;",
         ]
-    return lines
+    lines.append("}")
+    return "\n".join(lines)
 
 
 def _constraints(rows: int) -> str:
-    return ",".join(["=r"] * rows + ["r"] * (3 + 4 * rows))
+    return ",".join(["=r"] * rows + ["r"] * (2 + 4 * rows))
+
+
+_ASM1 = tl.constexpr(_asm_text(1))
+_ASM2 = tl.constexpr(_asm_text(2))
+_ASM3 = tl.constexpr(_asm_text(3))
+_ASM4 = tl.constexpr(_asm_text(4))
+_ASM1C = tl.constexpr(_asm_text(1, chain4=True))
+_ASM2C = tl.constexpr(_asm_text(2, chain4=True))
+_ASM3C = tl.constexpr(_asm_text(3, chain4=True))
+_ASM4C = tl.constexpr(_asm_text(4, chain4=True))
+_CON1 = tl.constexpr(_constraints(1))
+_CON2 = tl.constexpr(_constraints(2))
+_CON3 = tl.constexpr(_constraints(3))
+_CON4 = tl.constexpr(_constraints(4))
 
 
 @triton.jit
@@ -232,8 +206,6 @@ def _w4a16_gemv16_kernel(
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
     CHAIN4: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
-    INT_ZEROS: tl.constexpr,
-    ASM: tl.constexpr, CON: tl.constexpr,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -267,15 +239,8 @@ def _w4a16_gemv16_kernel(
                                     stride_zg, ONE_GROUP)
         r_mask = rows < r_end
         s = s.to(tl.float32)
-        if INT_ZEROS:
-            lo = _half_bits(z.to(tl.float32) + 1024.0)  # exact for integer z
-            hi = _half_bits(-(z.to(tl.float32) + 64.0))
-            za = lo | (lo << 16)  # (1024 + z) pair
-            zb = hi | (hi << 16)  # -(64 + z) pair
-        else:
-            zh = _half_bits(z)
-            za = zh | (zh << 16)  # (z, z) as fp16x2
-            zb = za
+        zb = _half_bits(z)
+        zz = zb | (zb << 16)  # (z, z) as fp16x2
         xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
                                       r_mask, X_FP16)
         if ROWS >= 2:
@@ -293,30 +258,29 @@ def _w4a16_gemv16_kernel(
         if USE_ASM:
             if ROWS == 1:
                 p0 = _f32(tl.inline_asm_elementwise(
-                    ASM, CON, [w, za, zb, xa0, xb0, xc0, xd0],
+                    _ASM1C if CHAIN4 else _ASM1, _CON1, [w, zz, xa0, xb0, xc0, xd0],
                     dtype=tl.int32, is_pure=True, pack=1))
             elif ROWS == 2:
                 p0, p1 = tl.inline_asm_elementwise(
-                    ASM, CON, [w, za, zb, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                    _ASM2C if CHAIN4 else _ASM2, _CON2,
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1 = _f32(p0), _f32(p1)
             elif ROWS == 3:
                 p0, p1, p2 = tl.inline_asm_elementwise(
-                    ASM, CON,
-                    [w, za, zb, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
+                    _ASM3C if CHAIN4 else _ASM3, _CON3,
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
                     dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
             else:
                 p0, p1, p2, p3 = tl.inline_asm_elementwise(
-                    ASM, CON,
-                    [w, za, zb, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
+                    _ASM4C if CHAIN4 else _ASM4, _CON4,
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
                      xa3, xb3, xc3, xd3],
                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
         else:
-            # the zero point as the PTX sees it (rebuilt from the (1024 + z) pair when
-            # INT_ZEROS, so the interpreter checks that construction too)
-            zf = _bits_half(za) - 1024.0 if INT_ZEROS else z.to(tl.float16).to(tl.float32)
+            zf = z.to(tl.float16).to(tl.float32)
             p0 = _dot8_emulated(w, zf, xa0, xb0, xc0, xd0)
             if ROWS >= 2:
                 p1 = _dot8_emulated(w, zf, xa1, xb1, xc1, xd1)
@@ -354,14 +318,13 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
                   block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
                   chain4: bool = False, final: torch.Tensor | None = None,
-                  counters: torch.Tensor | None = None, int_zeros: bool = False) -> None:
+                  counters: torch.Tensor | None = None) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
     one group; False forces per-word-row scales (benchmarks compare the two). ``final``
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
-    ``final`` (no second launch). ``int_zeros``: every zero point is an integer (QuantLinear's
-    always are), which the PTX folds into its magic-number constants."""
+    ``final`` (no second launch)."""
     m, k = x2.shape
     n = qweight.shape[1]
     if x2.stride(1) != 1:
@@ -373,12 +336,10 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     reduce = final is not None and counters is not None
     if not reduce:
         final, counters = target, target
-    asm, con = (_asm_text(rows, chain4, int_zeros), _constraints(rows)) if use_asm else ("", "")
     _w4a16_gemv16_kernel[grid](
         x2, xi, qweight, scales, zeros, target, final, counters, m, n, k, k_per_split,
         group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
         zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
         CHAIN4=chain4, REDUCE=reduce, SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
-        INT_ZEROS=int_zeros, ASM=asm, CON=con,
         num_warps=num_warps, num_stages=num_stages)

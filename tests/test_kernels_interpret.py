@@ -135,27 +135,6 @@ def case_w4a16_gemv16():
                                                   min_k_tiles=1))
 
 
-def case_w4a16_gemv16_int_zeros():
-    """Integer zero points folded into the magic-number constants (``int_zeros``): the same
-    results as the general path, for 1-4 rows, splits and per-row scales."""
-    import torch
-
-    from edge_llm.kernels.w4a16 import W4A16Config as C
-    from edge_llm.kernels.w4a16 import w4a16_matmul, w4a16_matmul_ref
-
-    for m, k, n, gs, cfg in ((1, 512, 64, 128, None), (3, 512, 64, 128, None),
-                             (4, 1024, 96, 256, C("gemv16", block_n=32, block_k=128,
-                                                  split_k=3, rows=4)),
-                             (2, 320, 48, 64, C("gemv16", block_n=64, block_k=256, rows=2,
-                                                per_tile_scales=False))):
-        x, qw, s, _ = _w4_problem(m, k, n, gs, torch.float16)
-        z = torch.randint(0, 16, s.shape).to(torch.float16)
-        folded = w4a16_matmul(x, qw, s, z, gs, config=cfg, int_zeros=True)
-        general = w4a16_matmul(x, qw, s, z, gs, config=cfg)
-        ref = w4a16_matmul_ref(x, qw, s, z, gs)
-        assert _rel(folded, ref) < FP16_TOL and _rel(general, ref) < FP16_TOL, f"M={m} {cfg}"
-
-
 def case_w4a16_small_m():
     import torch
 
