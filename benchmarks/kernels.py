@@ -68,6 +68,7 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
 
     from edge_llm.kernels.device import num_sms
     from edge_llm.kernels.w4a16 import (
+        W4A16Config,
         dequantize_w4a16_ref,
         pack_w4_ref,
         pick_config,
@@ -103,6 +104,12 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
             # launch instead of inside the kernel, in the same run
             auto = pick_config(m, n, k, gs, num_sms(xs[0].device), half=dt != torch.float32)
             special = {"separate reduce": dataclasses.replace(auto, fused_reduce=False)}
+            if m > 4 and dt == torch.float16:  # the fp16-planes dot path (w4a16_planes.py)
+                bm = min(64, max(16, 1 << (m - 1).bit_length()))
+                for bn, bk, warps in ((64, 128, 4), (128, 128, 8), (64, 256, 4)):
+                    special[f"planes bn{bn} bk{bk} w{warps}"] = W4A16Config(
+                        "dot", bm, bn, bk, split_k=0, num_warps=warps, nibble_dots=True,
+                        fp16_planes=True)
             for cfg in [None, *special] + ([] if quick else w4_variants(m)):
                 conf = special[cfg] if isinstance(cfg, str) else cfg
 
@@ -127,9 +134,13 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
             rows.append(row)
             a = row.get("auto_res", {})
             sr = row.get("separate_reduce", {})
+            planes = {k: v for k, v in row.items() if k.startswith("planes")}
+            best_planes = max(planes.items(), key=lambda kv: kv[1]["speedup"], default=None)
             log(f"{model:10s} {name:7s} M={m:5d} cublas {us_cublas:8.1f}us auto "
                 f"{a.get('us', float('nan')):8.1f}us x{a.get('speedup', 0):.2f} "
-                f"(separate reduce x{sr.get('speedup', 0):.2f}) "
+                f"(separate reduce x{sr.get('speedup', 0):.2f}"
+                + (f", {best_planes[0]} x{best_planes[1]['speedup']:.2f}" if best_planes else "")
+                + ") "
                 f"err {a.get('err', float('nan')):.1e} | best x"
                 f"{(row['best'] or {}).get('speedup', 0):.2f} {(row['best'] or {}).get('cfg')}")
     return rows

@@ -46,6 +46,7 @@ from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, reduce_partials, release_tile, sum_partials
 from .w4a16_config import W4A16Config, auto_split, pick_config
 from .w4a16_gemv import launch_gemv16
+from .w4a16_planes import plane_dot, planes_asm, planes_emulated, scale_pairs
 
 PACK = 8  # 4-bit values per int32 word
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -181,14 +182,17 @@ def _w4a16_dot_kernel(
     stride_xm, stride_xk, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, NIBBLE_DOTS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
+    REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr, FP16_PLANES: tl.constexpr,
+    USE_ASM: tl.constexpr,
 ):
     """out[pid_k, m, n] = sum over this split's k of x[m, k] * W[k, n] via tl.dot.
 
     Default: unpack the tile to [BLOCK_K, BLOCK_N] in k order and issue one tl.dot.
     NIBBLE_DOTS: consume it nibble by nibble instead, dot j multiplying x[:, k0 + 8r + j]
     (BM, BK8) by W[k0 + 8r + j, :] (BK8, BN): each plane keeps the packed tile's register
-    layout, at the price of eight K=BK8 dots (BLOCK_K >= 128 so BK8 >= 16).
+    layout, at the price of eight K=BK8 dots (BLOCK_K >= 128 so BK8 >= 16). FP16_PLANES
+    (with NIBBLE_DOTS, fp16 x): the planes come from inline PTX in fp16 (w4a16_planes.py;
+    USE_ASM=False: its plain-Triton twin).
     REDUCE: ``out`` holds fp32 partials and the last program of each (m, n) tile writes
     their sum to ``final`` (kernels/splitk.py).
     """
@@ -211,12 +215,29 @@ def _w4a16_dot_kernel(
         if NIBBLE_DOTS:
             s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
                                 stride_sg, stride_zg, ONE_GROUP)
-            for j in tl.static_range(8):
-                xj = tl.load(x_ptr + offs_m[:, None] * stride_xm
-                             + (rows * 8 + j)[None, :] * stride_xk,
-                             mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
-                wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
-                acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
+            if FP16_PLANES:
+                ss, nzs = scale_pairs(s, zs)
+                if USE_ASM:
+                    w0, w1, w2, w3, w4, w5, w6, w7 = planes_asm(packed, ss, nzs)
+                else:
+                    w0, w1, w2, w3, w4, w5, w6, w7 = planes_emulated(packed, ss, nzs)
+                args = (x_ptr, offs_m, rows)
+                masks = (m_mask, r_mask, stride_xm, stride_xk)
+                acc = plane_dot(acc, *args, 0, *masks, w0, DOT_PRECISION)
+                acc = plane_dot(acc, *args, 1, *masks, w1, DOT_PRECISION)
+                acc = plane_dot(acc, *args, 2, *masks, w2, DOT_PRECISION)
+                acc = plane_dot(acc, *args, 3, *masks, w3, DOT_PRECISION)
+                acc = plane_dot(acc, *args, 4, *masks, w4, DOT_PRECISION)
+                acc = plane_dot(acc, *args, 5, *masks, w5, DOT_PRECISION)
+                acc = plane_dot(acc, *args, 6, *masks, w6, DOT_PRECISION)
+                acc = plane_dot(acc, *args, 7, *masks, w7, DOT_PRECISION)
+            else:
+                for j in tl.static_range(8):
+                    xj = tl.load(x_ptr + offs_m[:, None] * stride_xm
+                                 + (rows * 8 + j)[None, :] * stride_xk,
+                                 mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
+                    wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
+                    acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
         else:
             cols = k0 + tl.arange(0, BLOCK_K)
             xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xk,
@@ -371,6 +392,8 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
             target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
             BLOCK_N=cfg.block_n, BLOCK_K=block_k, ONE_GROUP=one_group,
             NIBBLE_DOTS=cfg.nibble_dots, DOT_PRECISION=precision, REDUCE=cnt is not None,
+            FP16_PLANES=cfg.fp16_planes and cfg.nibble_dots and x2.dtype == torch.float16,
+            USE_ASM=not _interpreting(),
             SPLIT_P2=triton.next_power_of_2(split) if cnt is not None else 1,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1 and cnt is None:

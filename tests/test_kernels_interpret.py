@@ -145,6 +145,11 @@ def case_w4a16_small_m():
     _check_w4(16, 256, 64, 256, torch.float32,
               W4A16Config("dot", 16, 32, 128, split_k=2, nibble_dots=True))
     _check_w4(5, 384, 64, 128, torch.float32, W4A16Config("dot", 16, 32, 128, split_k=3))
+    # fp16 planes (their plain-Triton twin here): per-tile and per-row scales, a split
+    _check_w4(16, 512, 64, 128, torch.float16,
+              W4A16Config("dot", 16, 64, 128, nibble_dots=True, fp16_planes=True))
+    _check_w4(7, 1024, 96, 64, torch.float16,
+              W4A16Config("dot", 16, 32, 128, split_k=3, nibble_dots=True, fp16_planes=True))
     _check_w4(4, 256, 64, 40, torch.float32)  # group size not a power of two
     _check_w4(2, 256, 32, 128, torch.float16, lead=(3,))  # leading batch dims
 
