@@ -49,19 +49,29 @@ def _linears(cfg: dict) -> list[tuple[str, int, int, bool]]:
             ("mlp.down_proj", i, h, False)]
 
 
+# linears that read the same layer input
+_INPUT_OF = {"self_attn.q_proj": "attn_in", "self_attn.k_proj": "attn_in",
+             "self_attn.v_proj": "attn_in", "mlp.gate_proj": "mlp_in", "mlp.up_proj": "mlp_in"}
+
+
 def _int32(*shape, gen, device) -> torch.Tensor:
     return torch.randint(-(2**31), 2**31 - 1, shape, generator=gen, dtype=torch.int64,
                          device=device).to(torch.int32)
 
 
-def _quantized(fmt: str, k: int, n: int, gs: int, gen, device) -> dict[str, torch.Tensor]:
+def _quantized(fmt: str, k: int, n: int, gs: int, gen, device,
+               g_idx: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """One linear's checkpoint tensors; ``g_idx``: the act-order groups to use (gptq-act),
+    else a random permutation's."""
     g = k // gs
     # (q - z) * s with s ~ 1/(8 sqrt(K)) keeps each output's variance near its input's
     scales = (torch.rand(g, n, generator=gen, device=device) + 0.5) / (6 * k**0.5)
     if fmt == "awq":
         return {"qweight": _int32(k, n // 8, gen=gen, device=device),
                 "qzeros": _int32(g, n // 8, gen=gen, device=device), "scales": scales.half()}
-    if fmt == "gptq-act":
+    if fmt == "gptq-act" and g_idx is not None:
+        g_idx = g_idx.clone()  # safetensors refuses tensors that share memory
+    elif fmt == "gptq-act":
         perm = torch.randperm(k, generator=gen, device=device)
         g_idx = torch.empty(k, dtype=torch.int32, device=device)
         g_idx[perm] = (torch.arange(k, device=device) // gs).to(torch.int32)
@@ -105,11 +115,17 @@ def make_random_checkpoint(shape: str, fmt: str, out: Path, group_size: int = 12
         p = f"model.layers.{layer}"
         for norm in ("input_layernorm", "post_attention_layernorm"):
             t[f"{p}.{norm}.weight"] = (1 + rnd(h, scale=0.1).float()).half()
+        # act-order: one g_idx per layer input, as GPTQ gives the linears that read it (one
+        # Hessian per input, so one column order for q/k/v and one for gate/up)
+        shared: dict[str, torch.Tensor] = {}
         for name, k, n, bias in _linears(cfg):
             if fmt == "fp16":
                 t[f"{p}.{name}.weight"] = rnd(n, k, scale=1 / (2 * k**0.5))
             else:
-                q = _quantized("gptq" if fmt == "gptq" else fmt, k, n, group_size, gen, device)
+                q = _quantized("gptq" if fmt == "gptq" else fmt, k, n, group_size, gen, device,
+                               shared.get(_INPUT_OF.get(name, name)))
+                if "g_idx" in q:
+                    shared.setdefault(_INPUT_OF.get(name, name), q["g_idx"])
                 t.update({f"{p}.{name}.{key}": v.cpu() for key, v in q.items()})
             if bias:
                 t[f"{p}.{name}.bias"] = rnd(n)
