@@ -3,4 +3,4 @@
 # checkpoints whose q/k/v and gate/up share a column order (so they merge)
 set -u
 source benchmarks/gpu_setup.sh
-timeout 240 python3 benchmarks/e2e.py --quick --budget-s 200 --out $OUT/e2e > $OUT/e2e.log 2>&1; grep -v "Warn\|Loading" $OUT/e2e.log | grep -A20 "headline"
+timeout 190 python3 benchmarks/e2e.py --quick --budget-s 140 --out $OUT/e2e > $OUT/e2e.log 2>&1; grep -v "Warn\|Loading" $OUT/e2e.log | grep -A20 "headline"
