@@ -21,6 +21,13 @@ top-k/top-p/min-p filters, so a logprob does not change with temperature or top_
 logit_bias shows in it. ``"raw_logprobs"`` and ``"processed_logprobs"`` give vLLM v1's and
 vLLM v0's behaviour (for greedy rows "processed" equals "penalized").
 
+Host syncs. Everything up to the final packed tensor is queued on the device without waiting
+for it (``Sampler.sample_on_device``): per-row parameters and row indices travel as host lists
+copied with ``non_blocking`` (``_to_device``), rows are picked with ``index_select`` /
+``index_copy_`` rather than list indexing (which copies its index synchronously), and sizes
+such as top-k's largest k come from the host lists. The one device->host copy is the
+``tolist()`` of the packed result (``SamplerOutput`` needs host ids).
+
 Seeds. A seeded row draws its noise from its own ``torch.Generator``, created from
 ``(params.seed, choice_index)`` on first use and kept under ``generator_key`` until
 ``forget(key)``; each step it draws exactly ``vocab`` uniforms, so its tokens do not depend on
@@ -82,6 +89,14 @@ def choice_seed(seed: int, choice_index: int) -> int:
     return z ^ (z >> 31)
 
 
+def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list as a tensor on ``device``, the copy queued without waiting for the device
+    (``torch.tensor(..., device=cuda)`` would synchronize; a non-blocking copy out of pageable
+    memory is staged at once, so the list may go away)."""
+    t = torch.tensor(values, dtype=dtype)
+    return t if device.type == "cpu" else t.to(device, non_blocking=True)
+
+
 def _flat_index(
     rows: list[int], per_row: list[list[int]], vocab: int, field_name: str, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,8 +120,8 @@ def apply_bias_and_min_tokens(x: torch.Tensor, rows: list[SampleRow]) -> None:
     if bias_rows:
         biases = [rows[i].params.logit_bias for i in bias_rows]
         r_idx, t_idx = _flat_index(bias_rows, [list(b) for b in biases], vocab, "logit_bias", dev)
-        vals = torch.tensor([v for b in biases for v in b.values()], dtype=x.dtype)
-        x.index_put_((r_idx, t_idx), vals.to(dev), accumulate=True)
+        vals = _to_device([v for b in biases for v in b.values()], x.dtype, dev)
+        x.index_put_((r_idx, t_idx), vals, accumulate=True)
     min_rows = [i for i, r in enumerate(rows) if len(r.output_token_ids) < r.params.min_tokens]
     if min_rows:
         stops = [
@@ -114,7 +129,7 @@ def apply_bias_and_min_tokens(x: torch.Tensor, rows: list[SampleRow]) -> None:
             for i in min_rows
         ]
         r_idx, t_idx = _flat_index(min_rows, stops, vocab, "stop_token_ids", dev)
-        x[r_idx, t_idx] = -torch.inf
+        x.index_put_((r_idx, t_idx), torch.full((), -torch.inf, dtype=x.dtype, device=dev))
 
 
 def apply_penalties(x: torch.Tensor, rows: list[SampleRow]) -> None:
@@ -140,18 +155,19 @@ def apply_penalties(x: torch.Tensor, rows: list[SampleRow]) -> None:
     prompts = [rows[i].prompt_token_ids for i in idx]
     r_p, t_p = _flat_index(sub_rows, prompts, vocab, "prompt_token_ids", dev)
     seen_any = seen.clone()
-    seen_any[r_p, t_p] = True
+    seen_any.index_put_((r_p, t_p), torch.ones((), dtype=torch.bool, device=dev))
 
     def column(name: str) -> torch.Tensor:  # [n, 1]
         vals = [float(getattr(rows[i].params, name)) for i in idx]
-        return torch.tensor(vals, dtype=x.dtype, device=dev).unsqueeze(1)
+        return _to_device(vals, x.dtype, dev).unsqueeze(1)
 
-    sub = x[idx]  # [n, V]
+    idx_t = _to_device(idx, torch.long, dev)
+    sub = x.index_select(0, idx_t)  # [n, V]
     rep = column("repetition_penalty")
     scaled = torch.where(sub > 0, sub / rep, sub * rep)
     sub = torch.where(seen_any, scaled, sub)
     sub = sub - column("frequency_penalty") * counts - column("presence_penalty") * seen
-    x[idx] = sub
+    x.index_copy_(0, idx_t, sub)
 
 
 def apply_top_k_top_p_min_p(
@@ -167,28 +183,32 @@ def apply_top_k_top_p_min_p(
     dev, vocab = x.device, x.shape[1]
     k_rows = [i for i, k in enumerate(top_k) if 0 < k < vocab]
     if k_rows:
-        ks = torch.tensor([top_k[i] for i in k_rows], device=dev)
-        sub = x[k_rows]  # [nk, V]
-        top_vals = sub.topk(int(ks.max()), dim=-1).values  # [nk, kmax], descending
+        k_list = [top_k[i] for i in k_rows]
+        ks = _to_device(k_list, torch.long, dev)
+        rows_t = _to_device(k_rows, torch.long, dev)
+        sub = x.index_select(0, rows_t)  # [nk, V]
+        top_vals = sub.topk(max(k_list), dim=-1).values  # [nk, kmax], descending
         kth = top_vals.gather(1, (ks - 1).unsqueeze(1))  # [nk, 1]
-        x[k_rows] = sub.masked_fill(sub < kth, -torch.inf)
+        x.index_copy_(0, rows_t, sub.masked_fill(sub < kth, -torch.inf))
     p_rows = [i for i, p in enumerate(top_p) if p < 1.0]
     if p_rows:
-        ps = torch.tensor([top_p[i] for i in p_rows], dtype=x.dtype, device=dev).unsqueeze(1)
-        sub = x[p_rows]  # [np, V]
+        ps = _to_device([top_p[i] for i in p_rows], x.dtype, dev).unsqueeze(1)
+        rows_t = _to_device(p_rows, torch.long, dev)
+        sub = x.index_select(0, rows_t)  # [np, V]
         sorted_vals, order = sub.sort(dim=-1, descending=True)
         probs = sorted_vals.softmax(dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs  # exclusive cumulative mass, [np, V]
         drop_sorted = mass_before >= ps
         drop_sorted[:, 0] = False  # the most likely token always stays
         drop = torch.empty_like(drop_sorted).scatter_(1, order, drop_sorted)
-        x[p_rows] = sub.masked_fill(drop, -torch.inf)
+        x.index_copy_(0, rows_t, sub.masked_fill(drop, -torch.inf))
     m_rows = [i for i, m in enumerate(min_p) if m > 0.0]
     if m_rows:
-        ms = torch.tensor([min_p[i] for i in m_rows], dtype=x.dtype, device=dev).unsqueeze(1)
-        sub = x[m_rows]  # [nm, V]
+        ms = _to_device([min_p[i] for i in m_rows], x.dtype, dev).unsqueeze(1)
+        rows_t = _to_device(m_rows, torch.long, dev)
+        sub = x.index_select(0, rows_t)  # [nm, V]
         floor = sub.max(dim=-1, keepdim=True).values + ms.log()
-        x[m_rows] = sub.masked_fill(sub < floor, -torch.inf)
+        x.index_copy_(0, rows_t, sub.masked_fill(sub < floor, -torch.inf))
 
 
 class Sampler:
@@ -218,6 +238,13 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
         """Sample ``logits [len(rows), vocab]`` (any float dtype); one device->host copy."""
+        return self.unpack(self.sample_on_device(logits, rows).tolist(), rows)
+
+    def sample_on_device(self, logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+        """Everything up to the host copy, queued without a host sync: a 1-D tensor of the n
+        sampled ids, then, for the rows that ask for logprobs (w of them, largest k kmax),
+        their sampled logprobs [w], top ids [w * kmax] and top logprobs [w * kmax]; float64
+        when any row asks for logprobs, else int64. ``unpack`` reads its ``tolist()``."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(
                 f"logits must be [num_rows={len(rows)}, vocab], got {tuple(logits.shape)}."
@@ -225,23 +252,25 @@ class Sampler:
         if not logits.is_floating_point():
             raise ValueError(f"logits must be a float tensor, got {logits.dtype}.")
         if all(self._plain_greedy(r) for r in rows):
-            ids = logits.argmax(dim=-1).tolist()  # argmax: first (lowest) id on ties
-            return SamplerOutput(ids, [None] * len(rows), [None] * len(rows))
+            return logits.argmax(dim=-1)  # argmax: first (lowest) id on ties
+        dev = logits.device
         x = logits.to(torch.float32, copy=True)
         apply_bias_and_min_tokens(x, rows)
         apply_penalties(x, rows)
         greedy = [i for i, r in enumerate(rows) if r.params.sampling_type == SamplingType.GREEDY]
         random = [i for i, r in enumerate(rows) if r.params.sampling_type == SamplingType.RANDOM]
-        tokens = torch.empty(len(rows), dtype=torch.long, device=x.device)
+        tokens = torch.empty(len(rows), dtype=torch.long, device=dev)
         if greedy:
-            tokens[greedy] = x[greedy].argmax(dim=-1)
+            g = _to_device(greedy, torch.long, dev)
+            tokens.index_copy_(0, g, x.index_select(0, g).argmax(dim=-1))
         processed = None
         if random:
-            processed = self._filtered(x, [rows[i] for i in random], random)
+            r_t = _to_device(random, torch.long, dev)
+            processed = self._filtered(x, [rows[i] for i in random], r_t)
             probs = processed.softmax(dim=-1)  # [nr, V]
-            noise = self._exponential_noise([rows[i] for i in random], x.shape[1], x.device)
-            tokens[random] = (probs / noise).argmax(dim=-1)
-        return self._gather(logits, x, processed, random, tokens, rows)
+            noise = self._exponential_noise([rows[i] for i in random], x.shape[1], dev)
+            tokens.index_copy_(0, r_t, (probs / noise).argmax(dim=-1))
+        return self._pack(logits, x, processed, random, tokens, rows)
 
     @staticmethod
     def _plain_greedy(row: SampleRow) -> bool:
@@ -260,10 +289,10 @@ class Sampler:
         )
 
     @staticmethod
-    def _filtered(x: torch.Tensor, rows: list[SampleRow], idx: list[int]) -> torch.Tensor:
+    def _filtered(x: torch.Tensor, rows: list[SampleRow], idx: torch.Tensor) -> torch.Tensor:
         """Temperature-scaled, top-k/top-p/min-p filtered logits of rows ``idx``: [nr, V]."""
         temps = [r.params.temperature for r in rows]
-        sub = x[idx] / torch.tensor(temps, dtype=x.dtype, device=x.device).unsqueeze(1)
+        sub = x.index_select(0, idx) / _to_device(temps, x.dtype, x.device).unsqueeze(1)
         apply_top_k_top_p_min_p(
             sub,
             [r.params.top_k for r in rows],
@@ -301,14 +330,15 @@ class Sampler:
         noise = torch.empty(len(rows), vocab, dtype=torch.float32, device=device)
         if unseeded:
             gen = self._generator(rows[unseeded[0]], device)
-            noise[unseeded] = torch.rand(len(unseeded), vocab, generator=gen, device=device)
+            noise.index_copy_(0, _to_device(unseeded, torch.long, device),
+                              torch.rand(len(unseeded), vocab, generator=gen, device=device))
         for i, row in enumerate(rows):
             if row.params.seed is not None:
                 gen = self._generator(row, device)
                 noise[i] = torch.rand(vocab, generator=gen, device=device)
         return noise.log_().neg_()
 
-    def _gather(
+    def _pack(
         self,
         logits: torch.Tensor,
         x: torch.Tensor,
@@ -316,31 +346,41 @@ class Sampler:
         random: list[int],
         tokens: torch.Tensor,
         rows: list[SampleRow],
-    ) -> SamplerOutput:
-        """Pack tokens and the asked-for logprobs into one float64 tensor; one ``tolist()``."""
+    ) -> torch.Tensor:
+        """Tokens and the asked-for logprobs in one tensor (see ``sample_on_device``)."""
         want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
         if not want:
-            ids = tokens.tolist()
-            return SamplerOutput(ids, [None] * len(rows), [None] * len(rows))
+            return tokens
+        dev = x.device
+        want_t = _to_device(want, torch.long, dev)
         if self.logprobs_mode == "raw_logprobs":
-            src = logits[want].float()
+            src = logits.index_select(0, want_t).float()
         elif self.logprobs_mode == "penalized_logprobs" or processed is None:
-            src = x[want]
+            src = x.index_select(0, want_t)
         else:
             full = x.clone()
-            full[random] = processed
-            src = full[want]
+            full.index_copy_(0, _to_device(random, torch.long, dev), processed)
+            src = full.index_select(0, want_t)
         lp = src.log_softmax(dim=-1)  # [W, V]
-        chosen = tokens[want]
+        chosen = tokens.index_select(0, want_t)
         sampled = lp.gather(1, chosen.unsqueeze(1))  # [W, 1]
         kmax = max(rows[i].params.logprobs for i in want)
         parts = [tokens.double(), sampled.double().flatten()]
         if kmax > 0:
             top = lp.topk(kmax, dim=-1)  # [W, kmax] each
             parts += [top.indices.double().flatten(), top.values.double().flatten()]
-        flat = torch.cat(parts).tolist()
-        n, w = len(rows), len(want)
+        return torch.cat(parts)
+
+    @staticmethod
+    def unpack(flat: list, rows: list[SampleRow]) -> SamplerOutput:
+        """``SamplerOutput`` from ``sample_on_device(...).tolist()``."""
+        n = len(rows)
         ids = [int(t) for t in flat[:n]]
+        want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
+        if not want:
+            return SamplerOutput(ids, [None] * n, [None] * n)
+        w = len(want)
+        kmax = max(rows[i].params.logprobs for i in want)
         top_ids, top_vals = flat[n + w : n + w + w * kmax], flat[n + w + w * kmax :]
         logprobs: list[dict[int, float] | None] = [None] * n
         sampled_lp: list[float | None] = [None] * n
