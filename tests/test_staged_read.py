@@ -64,7 +64,7 @@ def test_staged_enabled_choice(monkeypatch):
     cpu = torch.device("cpu")
     monkeypatch.delenv("EDGE_LLM_STAGED_LOAD", raising=False)
     assert not staged_enabled(None, cpu, 10)  # CPU maps its files by default
-    assert staged_enabled(True, cpu, 10) and fits_staged(1 << 60, cpu)
+    assert staged_enabled(True, cpu, 10) and fits_staged(1 << 60, 1 << 60, cpu)
     monkeypatch.setenv("EDGE_LLM_STAGED_LOAD", "1")
     assert staged_enabled(None, cpu, 10)
     assert not staged_enabled(False, cpu, 10)  # the argument wins over the variable
@@ -110,3 +110,57 @@ def test_staged_sharded_tied_load_equals_mapped(tmp_path):
     _assert_same_model(mapped, staged)
     _assert_no_buffer_views(staged.model)
     assert staged.model.lm_head.weight is staged.model.model.embed_tokens.weight
+
+
+def _shard_round_robin(path, parts: int = 3) -> None:
+    """Re-save ``path``'s checkpoint as shards taking every ``parts``-th tensor by name, so
+    a quantized module's qweight, qzeros and scales land in different files."""
+    import json
+
+    state = load_file(str(path / "model.safetensors"))
+    (path / "model.safetensors").unlink()
+    weight_map = {}
+    names = sorted(state)
+    for i in range(parts):
+        fname = f"model-{i + 1:05d}-of-{parts:05d}.safetensors"
+        save_file({k: state[k] for k in names[i::parts]}, str(path / fname))
+        weight_map.update(dict.fromkeys(names[i::parts], fname))
+    (path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_modules_split_across_files_load_staged(tmp_path, monkeypatch):
+    """Each quantized module's tensors sit in three files: the loader keeps (cloned) the
+    ones waiting for the rest, converts the module when the last arrives, and every file's
+    read buffer is gone before the next file is read."""
+    import gc
+
+    from edge_llm.model import staged_read
+
+    hf = tiny_hf_model("LlamaForCausalLM")
+    path = _quantized_checkpoint(hf, CASES[2], tmp_path / "q")  # GPTQ act-order
+    _shard_round_robin(path)
+    # weak references to each file buffer's storage (views keep the storage, not the tensor)
+    refs: list[int] = []
+    original = staged_read.read_file
+
+    def alive() -> list[int]:
+        gc.collect()
+        return [i for i, ref in enumerate(refs) if not torch.UntypedStorage._expired(ref)]
+
+    def watched(file, device, *args):
+        assert not alive(), f"buffers of files {alive()} outlived their file"
+        blob, entries = original(file, device, *args)
+        refs.append(blob.untyped_storage()._weak_ref())
+        return blob, entries
+
+    monkeypatch.setattr(staged_read, "read_file", watched)
+    try:
+        staged = load_model(str(path), device="cpu", progress=False, staged=True)
+        assert len(refs) == 3 and not alive()
+    finally:
+        for ref in refs:
+            torch.UntypedStorage._free_weak_ref(ref)
+    mapped = load_model(str(path), device="cpu", progress=False, staged=False)
+    _assert_same_model(mapped, staged)
+    _assert_no_buffer_views(staged.model)

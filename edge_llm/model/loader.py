@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from .arch import ArchConfig, parse_arch_config
 from .fuse import fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
-from .staged_read import fits_staged, iter_tensors_staged
+from .staged_read import fits_staged, iter_tensors_staged, tensor_names
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
 
 logger = logging.getLogger(__name__)
@@ -106,10 +106,11 @@ def load_model(
     start = time.perf_counter()
     with torch.device("meta"):
         lm = CausalLM(arch, positions, _linear_factory(spec, torch_dtype))
-    use_staged = staged_enabled(staged, dev, total)
-    tensors = iter_tensors_staged(files, dev) if use_staged else iter_tensors(files)
-    _load_weights(lm, tensors, sum(n for _, n in headers), torch_dtype, dev, progress,
-                  copy=use_staged)
+    use_staged = staged_enabled(staged, dev, total, max(n for n, _ in headers))
+    groups = [iter_tensors_staged([f], dev) if use_staged else iter_tensors([f])
+              for f in files]  # one per file; each reads its file when iterated
+    names = [n for f in files for n in tensor_names(f)]
+    _load_weights(lm, groups, names, torch_dtype, dev, progress, copy=use_staged)
     if use_staged and dev.type == "cuda":
         torch.cuda.empty_cache()  # the files' blobs, now converted
     if merge_enabled() if merge_projections is None else merge_projections:
@@ -126,9 +127,10 @@ def load_model(
     return LoadedModel(lm, arch, path, hf_config, spec, torch_dtype, dev, seconds, total)
 
 
-def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int) -> bool:
+def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int,
+                   largest_file: int = 0) -> bool:
     """The ``staged`` argument, else ``EDGE_LLM_STAGED_LOAD`` ("0"/"1"), else: on CUDA when
-    the GPU can hold the files beside the model (``fits_staged``)."""
+    the GPU can hold the largest file beside the model (``fits_staged``)."""
     if staged is None:
         flag = os.environ.get(STAGED_ENV, "").strip()
         if flag in ("0", "1"):
@@ -137,41 +139,33 @@ def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int) 
         return staged
     if device.type != "cuda":
         return False
-    if fits_staged(total_bytes, device):
+    if fits_staged(total_bytes, largest_file or total_bytes, device):
         return True
-    logger.info("Weights are read memory-mapped: the GPU has no room for the files beside "
-                "the model")
+    logger.info("Weights are read memory-mapped: the GPU has no room for the largest "
+                "checkpoint file beside the model")
     return False
 
 
 def _load_weights(
-    lm: CausalLM, tensors, num_tensors: int, dtype: torch.dtype, device: torch.device,
+    lm: CausalLM, groups, names: list[str], dtype: torch.dtype, device: torch.device,
     progress: bool, copy: bool = False,
 ) -> None:
-    """Fill ``lm`` from (name, tensor) pairs; ``copy``: the tensors are views of read
-    buffers, so a parameter taken as it is gets cloned."""
-    from edge_llm.quant import QuantLinear
-
+    """Fill ``lm`` from ``groups`` of (name, tensor) pairs, one group per checkpoint file;
+    ``names``: every tensor name in the checkpoint. A quantized module is converted as soon
+    as all of its tensors have arrived. ``copy``: the tensors are views of a file's read
+    buffer, so a parameter taken as it is gets cloned, and tensors still waiting for the rest
+    of their module when a file ends are cloned too: nothing of a file's buffer outlives its
+    group (``_load_group`` returns before the next file is read)."""
+    expected: dict[str, set[str]] = {}
+    for n in names:
+        prefix, _, attr = n.rpartition(".")
+        expected.setdefault(prefix, set()).add(attr)
     modules = dict(lm.named_modules())
     pending: dict[str, dict[str, torch.Tensor]] = {}  # quantized module -> its format tensors
     loaded: set[str] = set()
-    bar = tqdm(total=num_tensors, desc="Loading weights", disable=not progress, unit="tensor")
-    for name, tensor in tensors:
-        bar.update(1)
-        prefix, _, attr = name.rpartition(".")
-        module = modules.get(prefix)
-        if module is None:
-            if name.endswith("rotary_emb.inv_freq"):
-                continue
-            raise ValueError(f"Unexpected tensor {name!r} in the checkpoint.")
-        if isinstance(module, QuantLinear):
-            if attr == "weight":  # a linear the producer left unquantized
-                module = _replace_with_plain(modules, prefix)
-            else:
-                pending.setdefault(prefix, {})[attr] = tensor
-                continue
-        _set_param(module, attr, tensor, dtype, device, name, copy)
-        loaded.add(name)
+    bar = tqdm(total=len(names), desc="Loading weights", disable=not progress, unit="tensor")
+    for group in groups:
+        _load_group(group, modules, expected, pending, loaded, dtype, device, copy, bar)
     bar.close()
     for prefix, tensors in pending.items():
         modules[prefix].load_checkpoint_tensors(tensors, device)
@@ -183,6 +177,37 @@ def _load_weights(
     if missing:
         more = "..." if len(missing) > 8 else ""
         raise ValueError(f"Checkpoint lacks tensors: {missing[:8]}{more}")
+
+
+def _load_group(group, modules: dict, expected: dict[str, set[str]],
+                pending: dict[str, dict[str, torch.Tensor]], loaded: set[str], dtype, device,
+                copy: bool, bar) -> None:
+    """One file's tensors into ``modules`` (see ``_load_weights``)."""
+    from edge_llm.quant import QuantLinear
+
+    for name, tensor in group:
+        bar.update(1)
+        prefix, _, attr = name.rpartition(".")
+        module = modules.get(prefix)
+        if module is None:
+            if name.endswith("rotary_emb.inv_freq"):
+                continue
+            raise ValueError(f"Unexpected tensor {name!r} in the checkpoint.")
+        if isinstance(module, QuantLinear):
+            if attr == "weight":  # a linear the producer left unquantized
+                module = _replace_with_plain(modules, prefix)
+            else:
+                got = pending.setdefault(prefix, {})
+                got[attr] = tensor
+                if got.keys() >= expected[prefix]:
+                    module.load_checkpoint_tensors(pending.pop(prefix), device)
+                    loaded.update(f"{prefix}.{k}" for k in got)
+                continue
+        _set_param(module, attr, tensor, dtype, device, name, copy)
+        loaded.add(name)
+    if copy:
+        for waiting in pending.values():
+            waiting.update({k: t.clone() for k, t in waiting.items()})
 
 
 def _set_param(

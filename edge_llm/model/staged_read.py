@@ -11,9 +11,10 @@ file; the tensors are views of that blob::
     tensor = blob[begin:end].view(dtype).view(shape)
 
 Contract: a yielded tensor shares the blob of its file, so whoever keeps one must copy it
-(``torch.Tensor.clone``); the blob is freed when no view of it is left. Peak device memory is
-therefore the model plus the files' data not yet converted; ``fits_staged`` says whether the
-device has room for that, and the loader falls back to the mapped path when it has not.
+(``torch.Tensor.clone``); the blob is freed when no view of it is left. The loader converts
+each file's tensors before reading the next, so peak device memory is the model plus one
+file's data; ``fits_staged`` says whether the device has room for that, and the loader falls
+back to the mapped path when it has not.
 
 Works on CPU too (plain host buffers, synchronous copies), which is how the CPU tests cover it.
 """
@@ -40,14 +41,23 @@ _TORCH_DTYPES = {
 }
 
 
+def _header(file: Path) -> tuple[int, dict]:
+    with open(file, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        return 8 + header_len, json.loads(f.read(header_len))
+
+
+def tensor_names(file: Path) -> list[str]:
+    """The names of the tensors in a (validated) safetensors file."""
+    return [name for name in _header(file)[1] if name != "__metadata__"]
+
+
 def read_header(file: Path) -> tuple[int, list[tuple[str, torch.dtype, list[int], int, int]]]:
     """(offset of the data section, [(name, dtype, shape, begin, end)] in data order).
 
     The caller has validated the file (``weights.validate_safetensors``); a dtype this reader
     does not map raises ValueError naming the tensor."""
-    with open(file, "rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_len))
+    data_start, header = _header(file)
     entries = []
     for name, info in header.items():
         if name == "__metadata__":
@@ -59,16 +69,18 @@ def read_header(file: Path) -> tuple[int, list[tuple[str, torch.dtype, list[int]
         begin, end = info["data_offsets"]
         entries.append((name, dtype, list(info["shape"]), begin, end))
     entries.sort(key=lambda e: e[3])
-    return 8 + header_len, entries
+    return data_start, entries
 
 
-def fits_staged(total_bytes: int, device: torch.device, margin: float = 0.9) -> bool:
-    """Whether the device can hold the checkpoint twice over (its blobs plus the converted
-    model) within ``margin`` of its free memory. Always True on CPU."""
+def fits_staged(total_bytes: int, largest_file: int, device: torch.device,
+                margin: float = 0.9) -> bool:
+    """Whether the device can hold the converted model plus the largest file's buffer (the
+    loader converts and frees one file at a time) within ``margin`` of its free memory.
+    Always True on CPU."""
     if device.type != "cuda":
         return True
     free, _ = torch.cuda.mem_get_info(device)
-    return 2 * total_bytes <= margin * free
+    return total_bytes + largest_file <= margin * free
 
 
 class _Buffers:
