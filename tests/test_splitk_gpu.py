@@ -29,14 +29,16 @@ from edge_llm.kernels.w4a16 import (  # noqa: E402
 SHAPES = [(4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096), (3584, 37888)]
 
 
-def _problem(m: int, k: int, n: int, gs: int = 128, seed: int = 0):
+def _problem(m: int, k: int, n: int, gs: int = 128, seed: int = 0,
+             dtype: torch.dtype = torch.float16):
+    """Random x [M, K] and packed weights with integer zero points, in ``dtype``."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randint(0, 16, (k, n), device="cuda", generator=gen)
     qw = pack_w4_ref(q)
     g = k // gs
-    s = (torch.rand(g, n, device="cuda", generator=gen) * 0.01 + 0.001).half()
-    z = torch.randint(0, 16, (g, n), device="cuda", generator=gen).half()
-    x = torch.randn(m, k, device="cuda", generator=gen).half()
+    s = (torch.rand(g, n, device="cuda", generator=gen) * 0.01 + 0.001).to(dtype)
+    z = torch.randint(0, 16, (g, n), device="cuda", generator=gen).to(dtype)
+    x = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
     return x, qw, s, z
 
 

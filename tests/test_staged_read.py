@@ -112,23 +112,6 @@ def test_staged_sharded_tied_load_equals_mapped(tmp_path):
     assert staged.model.lm_head.weight is staged.model.model.embed_tokens.weight
 
 
-def _shard_round_robin(path, parts: int = 3) -> None:
-    """Re-save ``path``'s checkpoint as shards taking every ``parts``-th tensor by name, so
-    a quantized module's qweight, qzeros and scales land in different files."""
-    import json
-
-    state = load_file(str(path / "model.safetensors"))
-    (path / "model.safetensors").unlink()
-    weight_map = {}
-    names = sorted(state)
-    for i in range(parts):
-        fname = f"model-{i + 1:05d}-of-{parts:05d}.safetensors"
-        save_file({k: state[k] for k in names[i::parts]}, str(path / fname))
-        weight_map.update(dict.fromkeys(names[i::parts], fname))
-    (path / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": weight_map}))
-
-
 def test_modules_split_across_files_load_staged(tmp_path, monkeypatch):
     """Each quantized module's tensors sit in three files: the loader keeps (cloned) the
     ones waiting for the rest, converts the module when the last arrives, and every file's
@@ -139,7 +122,7 @@ def test_modules_split_across_files_load_staged(tmp_path, monkeypatch):
 
     hf = tiny_hf_model("LlamaForCausalLM")
     path = _quantized_checkpoint(hf, CASES[2], tmp_path / "q")  # GPTQ act-order
-    _shard_round_robin(path)
+    _shard(path, load_file(str(path / "model.safetensors")))  # every third tensor by name
     # weak references to each file buffer's storage (views keep the storage, not the tensor)
     refs: list[int] = []
     original = staged_read.read_file

@@ -44,7 +44,6 @@ import torch
 from edge_llm.sampling_params import SamplingParams, SamplingType
 
 from .sampler_logits import (  # noqa: F401 - re-exported: tests and callers import them here
-    _flat_index,
     _to_device,
     apply_bias_and_min_tokens,
     apply_penalties,

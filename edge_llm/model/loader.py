@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from .arch import ArchConfig, parse_arch_config
 from .fuse import fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
-from .staged_read import fits_staged, iter_tensors_staged, tensor_names
+from .staged_read import fits_staged, iter_tensors_staged
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def load_model(
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, arch, spec is not None, dev)
     files = checkpoint_files(path)
-    # refuse corrupt files before loading anything; the headers also give the progress total
+    # refuse corrupt files before loading anything; the headers also give the tensor names
     headers = [validate_safetensors(f) for f in files]
     total = sum(nbytes for nbytes, _ in headers)
     positions = max_positions or arch.max_position_embeddings
@@ -109,7 +109,7 @@ def load_model(
     use_staged = staged_enabled(staged, dev, total, max(n for n, _ in headers))
     groups = [iter_tensors_staged([f], dev) if use_staged else iter_tensors([f])
               for f in files]  # one per file; each reads its file when iterated
-    names = [n for f in files for n in tensor_names(f)]
+    names = [n for _, file_names in headers for n in file_names]
     _load_weights(lm, groups, names, torch_dtype, dev, progress, copy=use_staged)
     if use_staged and dev.type == "cuda":
         torch.cuda.empty_cache()  # the files' blobs, now converted

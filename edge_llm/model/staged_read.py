@@ -41,23 +41,14 @@ _TORCH_DTYPES = {
 }
 
 
-def _header(file: Path) -> tuple[int, dict]:
-    with open(file, "rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        return 8 + header_len, json.loads(f.read(header_len))
-
-
-def tensor_names(file: Path) -> list[str]:
-    """The names of the tensors in a (validated) safetensors file."""
-    return [name for name in _header(file)[1] if name != "__metadata__"]
-
-
 def read_header(file: Path) -> tuple[int, list[tuple[str, torch.dtype, list[int], int, int]]]:
     """(offset of the data section, [(name, dtype, shape, begin, end)] in data order).
 
     The caller has validated the file (``weights.validate_safetensors``); a dtype this reader
     does not map raises ValueError naming the tensor."""
-    data_start, header = _header(file)
+    with open(file, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_len))
     entries = []
     for name, info in header.items():
         if name == "__metadata__":
@@ -69,7 +60,7 @@ def read_header(file: Path) -> tuple[int, list[tuple[str, torch.dtype, list[int]
         begin, end = info["data_offsets"]
         entries.append((name, dtype, list(info["shape"]), begin, end))
     entries.sort(key=lambda e: e[3])
-    return data_start, entries
+    return 8 + header_len, entries
 
 
 def fits_staged(total_bytes: int, largest_file: int, device: torch.device,
@@ -152,8 +143,7 @@ def tensor_views(blob: torch.Tensor, entries: list) -> Iterator[tuple[str, torch
     aligned to its element size, which ``view(dtype)`` cannot express)."""
     for name, dtype, shape, begin, end in entries:
         raw = blob[begin:end]
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        if begin % itemsize:
+        if begin % dtype.itemsize:
             raw = raw.clone()
         yield name, raw.view(dtype).view(shape)
 

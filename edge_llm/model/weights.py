@@ -78,8 +78,8 @@ def checkpoint_files(path: Path) -> list[Path]:
     return files
 
 
-def validate_safetensors(file: Path) -> tuple[int, int]:
-    """Check the header against the file size; return (bytes of tensor data, tensor count)."""
+def validate_safetensors(file: Path) -> tuple[int, list[str]]:
+    """Check the header against the file size; return (bytes of tensor data, tensor names)."""
     size = file.stat().st_size
     try:
         with open(file, "rb") as f:
@@ -89,7 +89,7 @@ def validate_safetensors(file: Path) -> tuple[int, int]:
             header = json.loads(f.read(header_len))
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise CorruptCheckpointError(f"Corrupt safetensors file {file}: {exc}") from None
-    end = count = 0
+    end, names = 0, []
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -100,13 +100,13 @@ def validate_safetensors(file: Path) -> tuple[int, int]:
         if stop - begin != numel * _DTYPE_BYTES.get(info["dtype"], 0):
             raise CorruptCheckpointError(f"Corrupt safetensors file {file}: tensor {name}.")
         end = max(end, stop)
-        count += 1
+        names.append(name)
     if 8 + header_len + end > size:
         raise CorruptCheckpointError(
             f"Truncated safetensors file {file}: needs {8 + header_len + end} bytes, "
             f"has {size}."
         )
-    return end, count
+    return end, names
 
 
 def iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
