@@ -1,12 +1,12 @@
-"""W4A16 at 1-16 activation rows: the fp16x2 "gemv16" variants against fp16 cuBLAS and
-against the previous Triton paths, on the eight Llama-2-7B / Qwen2.5-7B linear shapes.
+"""W4A16 launch variants against fp16 cuBLAS and the dispatched choice ("auto"), on the eight
+Llama-2-7B / Qwen2.5-7B linear shapes (``variants`` holds the current question's candidates).
 
     python benchmarks/gemv_sweep.py --out DIR        # GPU; one table, JSON + log in DIR
 
 Timing and checks as benchmarks/kernels.py (CUDA-graph replays over rotated input sets,
 every variant first compared with the fp32 reference). Prints, per M, the geometric-mean
-speed-up over cuBLAS of each variant and of the dispatched choice, then the per-shape table
-of the dispatched choice.
+speed-up over cuBLAS of each variant and of the dispatched choice, the best variant per shape,
+then the per-shape table of the dispatched choice.
 """
 
 from __future__ import annotations
@@ -26,33 +26,38 @@ _spec = importlib.util.spec_from_file_location(
 bk = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bk)
 
-MS = [1, 2, 4, 8]
+MS = [1, 2, 8, 16, 32, 64, 128, 256]
 
 
-def variants(m: int):
+def variants(m: int, n: int):
+    """Session 12's question, per shape: which GEMV grid (tile, K tile, split) at 1-2 rows,
+    and whether the fp16 planes joined into one dot (w4a16_planes.join_planes) beat the
+    fp32-unpacked dot at 8-64 rows and dequantize + cuBLAS at 128-256."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
-    rows = min(m, 4)
     out = {}
-    for bn, bkk, warps, waves in ((32, 256, 4, 2), (32, 256, 4, 8), (32, 256, 4, 16),
-                                  (64, 256, 4, 8), (64, 256, 4, 16), (32, 512, 4, 8),
-                                  (64, 512, 8, 8), (128, 256, 8, 16), (16, 256, 2, 16)):
-        out[f"g16 bn{bn} bk{bkk} w{warps} v{waves}"] = C(
-            "gemv16", block_n=bn, block_k=bkk, split_k=0, num_warps=warps, rows=rows,
-            chain4=True, waves=waves, min_k_tiles=2)
-    out["g16 bn32 bk256 w4 v8 c2"] = C("gemv16", block_n=32, block_k=256, split_k=0,
-                                       num_warps=4, rows=rows, waves=8, min_k_tiles=2)
-    if m >= 4:
-        out["g16 bn32 bk256 w4 v8 rows2"] = C("gemv16", block_n=32, block_k=256, split_k=0,
-                                              num_warps=4, rows=2, chain4=True, waves=8,
-                                              min_k_tiles=2)
-    # the previous dispatch (notes/kernels.md run 4)
-    if m == 1:
-        out["old gemv"] = C("gemv", block_n=64, block_k=256, split_k=0, num_warps=4)
-    elif m <= 4:
-        out["old nibble dot"] = C("dot", 16, 64, 128, split_k=0, num_warps=4, nibble_dots=True)
+    if m <= 2:
+        for bn, warps in ((16, 2), (32, 4)):
+            for bkk in (128, 256, 512):
+                for split in (1, 2, 4, 8, 16):
+                    out[f"g16 bn{bn} bk{bkk} s{split}"] = C(
+                        "gemv16", block_n=bn, block_k=bkk, split_k=split, num_warps=warps,
+                        rows=m, chain4=True, fused_reduce=n <= 8192)
+    elif m <= 64:
+        bm = min(64, max(16, 1 << (m - 1).bit_length()))
+        for bn, bkk, warps, stages, major in ((128, 64, 4, 3, True), (128, 64, 4, 3, False),
+                                              (128, 128, 4, 3, True), (128, 128, 4, 3, False),
+                                              (64, 128, 4, 3, True), (256, 64, 8, 3, True)):
+            out[f"joined bn{bn} bk{bkk} w{warps} {'pm' if major else 'ko'}"] = C(
+                "dot", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
+                fp16_planes=True, plane_major=major, fused_reduce=m <= 16)
     else:
-        out["old dot"] = C("dot", 16, 128, 64, split_k=0, num_warps=4, num_stages=3)
+        for bm, bn, bkk, warps, stages in ((64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
+                                           (128, 256, 64, 8, 3), (128, 128, 128, 8, 3),
+                                           (64, 256, 64, 8, 4)):
+            out[f"joined bm{bm} bn{bn} bk{bkk} w{warps} st{stages}"] = C(
+                "dot", bm, bn, bkk, split_k=1, num_warps=warps, num_stages=stages,
+                fp16_planes=True)
     return out
 
 
@@ -108,7 +113,7 @@ def main() -> int:
                                    n_rot_h, False)
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
                        auto=str(pick_config(m, n, k, gs, 132)), res={})
-            for vname, cfg in [("auto", None)] + list(variants(m).items()):
+            for vname, cfg in [("auto", None)] + list(variants(m, n).items()):
                 def run(i, cfg=cfg, xs=xs, sets=sets):
                     qw, s, z = sets[i]
                     return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
@@ -140,6 +145,14 @@ def main() -> int:
         stats.sort(reverse=True)
         print(f"M={m}: " + "; ".join(f"{v} x{gm:.2f} ({e:.0e})" for gm, v, e in stats[:6])
               + f" | auto x{next((gm for gm, v, _ in stats if v == 'auto'), 0):.2f}")
+    print("best variant per shape and M (speed-up over cuBLAS; auto's in brackets):")
+    for r in rows:
+        ok = {v: x for v, x in r["res"].items() if x["err"] < 1e-2}
+        if ok:
+            v, x = max(ok.items(), key=lambda kv: kv[1]["speedup"])
+            a = r["res"].get("auto", {}).get("speedup", 0)
+            print(f"  {r['model']:10s} {r['shape']:7s} M={r['m']:4d} {v:28s} "
+                  f"x{x['speedup']:.2f} (x{a:.2f})")
     print("dispatched (auto) per shape, speed-up | fraction of copy bandwidth:")
     for model, name, _k, _n in bk.SHAPES:
         cells = []

@@ -47,7 +47,14 @@ from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, reduce_partials, release_tile, sum_partials
 from .w4a16_config import W4A16Config, auto_split, pick_config
 from .w4a16_gemv import launch_gemv16
-from .w4a16_planes import plane_dot, planes_asm, planes_emulated, scale_pairs
+from .w4a16_planes import (
+    join_planes,
+    joined_cols,
+    plane_dot,
+    planes_asm,
+    planes_emulated,
+    scale_pairs,
+)
 from .w4a16_ref import (  # noqa: F401 - the references are part of this module's API
     PACK,
     _check_inputs,
@@ -185,7 +192,7 @@ def _w4a16_dot_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, NIBBLE_DOTS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr, FP16_PLANES: tl.constexpr,
-    USE_ASM: tl.constexpr,
+    USE_ASM: tl.constexpr, PLANE_MAJOR: tl.constexpr,
 ):
     """out[pid_k, m, n] = sum over this split's k of x[m, k] * W[k, n] via tl.dot.
 
@@ -194,7 +201,9 @@ def _w4a16_dot_kernel(
     (BM, BK8) by W[k0 + 8r + j, :] (BK8, BN): each plane keeps the packed tile's register
     layout, at the price of eight K=BK8 dots (BLOCK_K >= 128 so BK8 >= 16). FP16_PLANES
     (with NIBBLE_DOTS, fp16 x): the planes come from inline PTX in fp16 (w4a16_planes.py;
-    USE_ASM=False: its plain-Triton twin).
+    USE_ASM=False: its plain-Triton twin). FP16_PLANES without NIBBLE_DOTS: the planes are
+    joined into one [BK, BN] tile for one dot (PLANE_MAJOR: in plane order, with x's columns
+    read in the same order).
     REDUCE: ``out`` holds fp32 partials and the last program of each (m, n) tile writes
     their sum to ``final`` (kernels/splitk.py).
     """
@@ -240,6 +249,19 @@ def _w4a16_dot_kernel(
                                  mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
                     wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
                     acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
+        elif FP16_PLANES:  # the eight fp16 planes joined into one K = BK tile
+            s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
+                                stride_sg, stride_zg, ONE_GROUP)
+            ss, nzs = scale_pairs(s, zs)
+            if USE_ASM:
+                w0, w1, w2, w3, w4, w5, w6, w7 = planes_asm(packed, ss, nzs)
+            else:
+                w0, w1, w2, w3, w4, w5, w6, w7 = planes_emulated(packed, ss, nzs)
+            w = join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K, BLOCK_N, PLANE_MAJOR)
+            cols = joined_cols(k0, BLOCK_K, PLANE_MAJOR)
+            xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xk,
+                         mask=m_mask[:, None] & (cols[None, :] < K), other=0.0)  # (BM, BK)
+            acc = tl.dot(xt, w, acc, input_precision=DOT_PRECISION)
         else:
             cols = k0 + tl.arange(0, BLOCK_K)
             xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xk,
@@ -367,8 +389,8 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
             target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
             BLOCK_N=cfg.block_n, BLOCK_K=block_k, ONE_GROUP=one_group,
             NIBBLE_DOTS=cfg.nibble_dots, DOT_PRECISION=precision, REDUCE=cnt is not None,
-            FP16_PLANES=cfg.fp16_planes and cfg.nibble_dots and x2.dtype == torch.float16,
-            USE_ASM=not _interpreting(),
+            FP16_PLANES=cfg.fp16_planes and x2.dtype == torch.float16,
+            USE_ASM=not _interpreting(), PLANE_MAJOR=cfg.plane_major,
             SPLIT_P2=triton.next_power_of_2(split) if cnt is not None else 1,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1 and cnt is None:

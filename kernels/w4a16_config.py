@@ -29,7 +29,8 @@ class W4A16Config:
     waves: int = 2  # split_k=0: programs per multiprocessor to aim for (see auto_split)
     min_k_tiles: int = 4  # split_k=0: K tiles each split keeps at least
     fused_reduce: bool = True  # split K: the kernel's last program sums (kernels/splitk.py)
-    fp16_planes: bool = False  # "dot" + nibble_dots, fp16 x: planes from PTX (w4a16_planes.py)
+    fp16_planes: bool = False  # "dot", fp16 x: weight planes from PTX (w4a16_planes.py)
+    plane_major: bool = True  # fp16_planes without nibble_dots: tile rows in plane order
 
 
 def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: int = 2,

@@ -13,6 +13,8 @@ trick of kernels/w4a16_gemv.py, then one fp16x2 FMA per pair)::
     W pairs:  q * (s, s) + (-z s, -z s)       fp16x2 FMA, one rounding (z s rounded first)
 
 Outputs are the planes in order: lo(t0), lo(t1), lo(t2), lo(t3), hi(t0), ..., hi(t3).
+Two ways to use them: eight K = BK8 dots, one per plane (``plane_dot``, with ``nibble_dots``),
+or the planes joined into one [BK, BN] tile for a single dot (``join_planes``).
 fp16 activations only (the planes are fp16; bf16 keeps the fp32 path). ``planes_emulated``
 computes the same values in plain Triton for the interpreter, from the same fp16 pairs.
 """
@@ -86,6 +88,31 @@ def planes_emulated(packed, ss, nzs):
     return (_plane(packed, 0, s, n), _plane(packed, 1, s, n), _plane(packed, 2, s, n),
             _plane(packed, 3, s, n), _plane(packed, 4, s, n), _plane(packed, 5, s, n),
             _plane(packed, 6, s, n), _plane(packed, 7, s, n))
+
+
+@triton.jit
+def join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+                PLANE_MAJOR: tl.constexpr):
+    """The eight planes [BK8, BN] as one [BK, BN] tile for a single K = BK dot.
+
+    PLANE_MAJOR: row j * BK8 + r is plane j's row r (x must be read in that column order,
+    ``joined_cols``); else row 8 r + j, the natural k order."""
+    a = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)),
+                tl.join(tl.join(w4, w5), tl.join(w6, w7)))  # [BK8, BN, i0, i1, i2]: j = i0+2i1+4i2
+    if PLANE_MAJOR:
+        a = tl.permute(a, (4, 3, 2, 0, 1))
+    else:
+        a = tl.permute(a, (0, 4, 3, 2, 1))
+    return tl.reshape(a, (BLOCK_K, BLOCK_N))
+
+
+@triton.jit
+def joined_cols(k0, BLOCK_K: tl.constexpr, PLANE_MAJOR: tl.constexpr):
+    """The k of each column of the x tile that meets ``join_planes``' rows."""
+    c = tl.arange(0, BLOCK_K)
+    if PLANE_MAJOR:
+        return k0 + 8 * (c % (BLOCK_K // 8)) + c // (BLOCK_K // 8)
+    return k0 + c
 
 
 @triton.jit

@@ -1,6 +1,7 @@
 """fp16 weight planes from inline PTX in the W4A16 tl.dot path (kernels/w4a16_planes.py) on a
-CUDA GPU (``pytest -m gpu``): against the fp32 reference at 7B shapes for 5-64 rows, per-tile
-and per-row scales, splits; bf16 activations keep the fp32 planes."""
+CUDA GPU (``pytest -m gpu``): against the fp32 reference at 7B shapes for 5-256 rows, as eight
+dots or joined into one tile, per-tile and per-row scales, splits; bf16 activations keep the
+fp32 planes."""
 
 from __future__ import annotations
 
@@ -29,6 +30,22 @@ def test_fp16_planes_match_reference(m, k, n):
                     (64, W4A16Config("dot", bm, 64, 128, split_k=0, nibble_dots=True,
                                      fp16_planes=True))):  # per-row scales
         x, qw, s, z = _problem(m, k, n, gs, seed=m * 7 + n)
+        y = w4a16_matmul(x, qw, s, z, gs, config=cfg)
+        assert rel_err(y, w4a16_matmul_ref(x, qw, s, z, gs)) < 1e-2, f"{cfg} gs={gs}"
+
+
+@pytest.mark.parametrize("m", [8, 33, 256])
+@pytest.mark.parametrize("k,n", SHAPES)
+def test_joined_planes_match_reference(m, k, n):
+    """The planes joined into one [BK, BN] tile (plane order and k order), group sizes 128
+    and 32 (K tile clamped to the group), split K summed in the kernel."""
+    bm = min(128, max(16, 1 << (m - 1).bit_length()))
+    for gs, cfg in ((128, W4A16Config("dot", bm, 128, 64, fp16_planes=True)),
+                    (128, W4A16Config("dot", bm, 128, 128, split_k=3, fp16_planes=True,
+                                      plane_major=False)),
+                    (32, W4A16Config("dot", bm, 64, 64, split_k=0, num_warps=8,
+                                     fp16_planes=True))):
+        x, qw, s, z = _problem(m, k, n, gs, seed=m * 5 + n)
         y = w4a16_matmul(x, qw, s, z, gs, config=cfg)
         assert rel_err(y, w4a16_matmul_ref(x, qw, s, z, gs)) < 1e-2, f"{cfg} gs={gs}"
 
