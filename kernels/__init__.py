@@ -113,20 +113,24 @@ def _fused_ok(*tensors: torch.Tensor) -> bool:
             and all(t.dtype == first.dtype for t in tensors))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last axis of x (kernels/fused.py for the exact rounding)."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             perm: torch.Tensor | None = None) -> torch.Tensor:
+    """RMSNorm over the last axis of x (kernels/fused.py for the exact rounding); ``perm``
+    (int64): the result's columns in that order."""
     if _fused_ok(x, weight):
-        return _fused.rms_norm(x, weight, eps)
-    return rms_norm_ref(x, weight, eps)
+        return _fused.rms_norm(x, weight, eps, perm)
+    return rms_norm_ref(x, weight, eps, perm)
 
 
 def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    perm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(RMSNorm(residual + x), residual + x), the sum in the activation dtype."""
+    """(RMSNorm(residual + x), residual + x), the sum in the activation dtype; ``perm``
+    permutes the columns of the first only."""
     if _fused_ok(x, residual, weight):
-        return _fused.add_rms_norm(x, residual, weight, eps)
-    return add_rms_norm_ref(x, residual, weight, eps)
+        return _fused.add_rms_norm(x, residual, weight, eps, perm)
+    return add_rms_norm_ref(x, residual, weight, eps, perm)
 
 
 def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:

@@ -9,6 +9,9 @@ an occasional element (rsqrt/exp approximations, summation order, fused multiply
 
     rms_norm:      y = weight * dtype(x_f32 * rsqrt(mean(x_f32^2) + eps))   product rounded once
     add_rms_norm:  r' = dtype(r_f32 + x_f32);  y = rms_norm(r')             returns (y, r')
+                   both with ``perm``: y[..., j] = y[..., perm[j]] (the residual r' is not
+                   permuted): the input order of an act-order linear that reads y, so that
+                   linear needs no gather of its own
     silu_and_mul:  y = dtype(dtype(silu(g_f32)) * u_f32)
     rotary:        x1, x2 = halves of the head dim (rotate_half, neox style), fp32:
                    y = dtype(cat(x1 cos - x2 sin, x2 cos + x1 sin)), cos/sin = table[position]
@@ -36,21 +39,25 @@ SILU_BLOCK = 1024
 # ------------------------------------------------------------------------------ references
 
 
-def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 perm: torch.Tensor | None = None) -> torch.Tensor:
     """RMSNorm over the last axis: normalise in fp32 as transformers does, then scale by
-    ``weight`` in the input dtype (result dtype: torch's promotion of weight and x)."""
+    ``weight`` in the input dtype (result dtype: torch's promotion of weight and x).
+    ``perm`` (int64 (n,)): the result's columns in that order."""
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
+    y = weight * xf.to(x.dtype)
+    return y if perm is None else y.index_select(-1, perm)
 
 
 def add_rms_norm_ref(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    perm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``residual + x`` (in the activation dtype), then RMSNorm of that sum; returns
-    (normed, new residual)."""
+    (normed, new residual). ``perm``: as ``rms_norm_ref`` (normed only)."""
     residual = residual + x
-    return rms_norm_ref(residual, weight, eps), residual
+    return rms_norm_ref(residual, weight, eps, perm), residual
 
 
 def silu_and_mul_ref(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
@@ -109,17 +116,20 @@ def _residual_sum(x_ptr, res_ptr, res_out_ptr, offs_x, offs_r, offs_ro, mask,
 # per divisibility class while serving instead of at the start-up warm-up)
 @triton.jit(do_not_specialize=["n_rows"])
 def _rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
+    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, perm_ptr,
     n_rows, n_cols, stride_x, stride_xi, stride_r, stride_o, stride_ro, eps,
     HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_CHUNKS: tl.constexpr, INNER_ROWS: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr, INNER_ROWS: tl.constexpr, PERM: tl.constexpr,
 ):
     """ROWS rows per program. One chunk: the rows stay in registers between the sum of
     squares and the scaling. Several chunks: pass 1 sums (and stores the new residual), pass 2
     reloads the inputs and recomputes the same rounded sum (no read-after-write of res_out).
 
     x rows: row r at ``r * stride_x`` (INNER_ROWS == 1), or at ``(r // INNER_ROWS) * stride_x
-    + (r % INNER_ROWS) * stride_xi``: the heads of a (T, H, D) view into a merged qkv output."""
+    + (r % INNER_ROWS) * stride_xi``: the heads of a (T, H, D) view into a merged qkv output.
+
+    PERM: output column j is column perm[j]; the scaling pass reads its inputs (and weight) at
+    the permuted columns and recomputes the same rounded sum, as the chunked pass 2 does."""
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
@@ -133,8 +143,14 @@ def _rms_norm_kernel(
                           rows[:, None] * stride_r + cols[None, :],
                           rows[:, None] * stride_ro + cols[None, :], mask, HAS_RESIDUAL, True)
         inv = tl.math.rsqrt(tl.sum(s * s, axis=1) / n_cols + eps)  # (ROWS,)
+        src = cols
+        if PERM:
+            src = tl.load(perm_ptr + cols, mask=cols < n_cols, other=0)
+            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + src[None, :],
+                              rows[:, None] * stride_r + src[None, :], rows[:, None], mask,
+                              HAS_RESIDUAL, False)
         normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + src, mask=cols < n_cols, other=0.0).to(tl.float32)
         tl.store(out_ptr + rows[:, None] * stride_o + cols[None, :],
                  (normed * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
     else:
@@ -150,11 +166,15 @@ def _rms_norm_kernel(
         for c in range(NUM_CHUNKS):
             cc = c * BLOCK_N + cols
             mask = row_ok[:, None] & (cc[None, :] < n_cols)
-            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + cc[None, :],
-                              rows[:, None] * stride_r + cc[None, :],
-                              rows[:, None] * stride_ro + cc[None, :], mask, HAS_RESIDUAL, False)
+            src = cc
+            if PERM:
+                src = tl.load(perm_ptr + cc, mask=cc < n_cols, other=0)
+            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + src[None, :],
+                              rows[:, None] * stride_r + src[None, :],
+                              rows[:, None] * stride_ro + src[None, :], mask, HAS_RESIDUAL,
+                              False)
             normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
-            w = tl.load(w_ptr + cc, mask=cc < n_cols, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + src, mask=cc < n_cols, other=0.0).to(tl.float32)
             tl.store(out_ptr + rows[:, None] * stride_o + cc[None, :],
                      (normed * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -234,17 +254,21 @@ def _row_launch(n_cols: int) -> tuple[int, int, int, int]:
     return rows, block_n, triton.cdiv(n_cols, block_n), warps
 
 
-def _norm(x, residual, weight, eps) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _norm(x, residual, weight, eps, perm=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     n = x.shape[-1] if x.dim() else 0
     if weight.shape != (n,):
         raise ValueError(f"weight: expected shape ({n},) for rows of {n}, got "
                          f"{tuple(weight.shape)}")
+    if perm is not None and (perm.shape != (n,) or perm.dtype != torch.int64
+                             or perm.device != x.device):
+        raise ValueError(f"perm: expected int64 of shape ({n},) on {x.device}, got "
+                         f"{perm.dtype} {tuple(perm.shape)} on {perm.device}")
     if weight.dtype != x.dtype or (residual is not None and residual.dtype != x.dtype):
         raise ValueError(f"x, residual, weight: one dtype expected, got {x.dtype}, "
                          f"{None if residual is None else residual.dtype}, {weight.dtype}")
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual: shape {tuple(residual.shape)} != x {tuple(x.shape)}")
-    if residual is None and _head_rows(x):
+    if residual is None and perm is None and _head_rows(x):
         # (T, H, D) heads of a wider row (a merged qkv projection): two strides, no copy
         x2, stride_x, stride_xi, inner = x, x.stride(0), x.stride(1), x.shape[1]
         m = x.shape[0] * x.shape[1]
@@ -259,25 +283,28 @@ def _norm(x, residual, weight, eps) -> tuple[torch.Tensor, torch.Tensor | None]:
     rows, block_n, chunks, warps = _row_launch(n)
     o2, ro2 = out.view(-1, n), res_out.view(-1, n)
     _rms_norm_kernel[(triton.cdiv(m, rows),)](
-        x2, r2, weight.contiguous(), o2, ro2, m, n, stride_x, stride_xi,
-        r2.stride(0) if residual is not None else 0,
+        x2, r2, weight.contiguous(), o2, ro2, o2 if perm is None else perm.contiguous(), m, n,
+        stride_x, stride_xi, r2.stride(0) if residual is not None else 0,
         o2.stride(0), ro2.stride(0), float(eps), HAS_RESIDUAL=residual is not None, ROWS=rows,
-        BLOCK_N=block_n, NUM_CHUNKS=chunks, INNER_ROWS=inner, num_warps=warps)
+        BLOCK_N=block_n, NUM_CHUNKS=chunks, INNER_ROWS=inner, PERM=perm is not None,
+        num_warps=warps)
     return out, (res_out if residual is not None else None)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             perm: torch.Tensor | None = None) -> torch.Tensor:
     """Triton ``rms_norm_ref`` over the last axis of x (any leading shape); weight in x's
     dtype. Returns a new tensor shaped like x."""
-    return _norm(x, None, weight, eps)[0]
+    return _norm(x, None, weight, eps, perm)[0]
 
 
 def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    perm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``add_rms_norm_ref``: one pass reads x and residual, writes (normed, new
     residual), both new tensors shaped like x."""
-    out, res_out = _norm(x, residual, weight, eps)
+    out, res_out = _norm(x, residual, weight, eps, perm)
     assert res_out is not None
     return out, res_out
 

@@ -9,7 +9,9 @@ Runtime layout (what ``edge_llm.kernels.w4a16_matmul`` consumes)::
 
 Act-order checkpoints: rows are sorted by ``g_idx`` at load so every group is contiguous and
 ``perm`` (int64, (K,), as index_select takes it) holds the original row of each sorted row;
-forward gathers ``x[..., perm]`` first. A ``g_idx`` whose sorted form is still not
+forward gathers ``x[..., perm]`` first, unless ``input_permuted`` says the caller delivers x
+in sorted order already (model/fuse.py arranges that: an RMSNorm writing its output in that
+order, or the previous linear's output columns permuted). A ``g_idx`` whose sorted form is still not
 ``k // gs`` (groups of unequal sizes) keeps rows unsorted and a general ``g_idx`` buffer; only
 the torch reference serves that case.
 """
@@ -109,7 +111,8 @@ class QuantLinear(nn.Module):
         self.register_buffer("bias", torch.empty(out_features, dtype=dtype) if bias else None)
         self.register_buffer("perm", None)
         self.register_buffer("g_idx", None)
-        self._cpu_weight: torch.Tensor | None = None  # (K, N) fp32, original row order
+        self.input_permuted = False  # x arrives as x[..., perm] (see the module docstring)
+        self._cpu_weight: torch.Tensor | None = None  # (K, N) fp32, in the input's row order
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -231,10 +234,10 @@ class QuantLinear(nn.Module):
                 return self._forward_kernel(kernel, x)
         if x.device.type == "cpu":
             if self._cpu_weight is None:
-                self._cpu_weight = self.dequantize(torch.float32).t().contiguous()  # (K, N)
+                self._cpu_weight = self._weight_for_input().contiguous()
             w = self._cpu_weight
         else:
-            w = self.dequantize(torch.float32).t()
+            w = self._weight_for_input()
         y = x.to(torch.float32) @ w  # (..., N) fp32 accumulation
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
@@ -248,8 +251,38 @@ class QuantLinear(nn.Module):
         drops them); the result's are new (``torch.cat`` along N)."""
         return _concat(cls, parts)
 
+    def _weight_for_input(self) -> torch.Tensor:
+        """W (K, N) fp32 with rows in the order x arrives: stored (sorted) order when
+        ``input_permuted``, else the original order."""
+        if self.input_permuted:
+            return dequantize_runtime(self.qweight, self.scales, self.zeros, self.group_size,
+                                      self.g_idx, torch.float32)
+        return self.dequantize(torch.float32).t()
+
+    def take_permuted_input(self) -> None:
+        """From now on x arrives as ``x[..., perm]`` (the caller gathers or writes it so):
+        forward skips its own gather. Only for act-order linears (``perm`` set)."""
+        if self.perm is None:
+            raise ValueError("take_permuted_input: this linear has no act-order permutation")
+        self.input_permuted = True
+        self._cpu_weight = None
+
+    def permute_outputs(self, cols: torch.Tensor) -> None:
+        """Reorder the output columns: afterwards ``self(x) == old(x)[..., cols]`` (``cols``
+        int64, a permutation of range(out_features)). New tensors; used by model/fuse.py."""
+        if cols.shape != (self.out_features,):
+            raise ValueError(f"permute_outputs: expected {self.out_features} columns, got "
+                             f"{tuple(cols.shape)}")
+        cols = cols.to(self.qweight.device)
+        self.qweight = self.qweight.index_select(1, cols)
+        self.scales = self.scales.index_select(1, cols)
+        self.zeros = self.zeros.index_select(1, cols)
+        if self.bias is not None:
+            self.bias = self.bias.index_select(0, cols)
+        self._cpu_weight = None
+
     def _forward_kernel(self, kernel, x: torch.Tensor) -> torch.Tensor:
-        if self.perm is not None:
+        if self.perm is not None and not self.input_permuted:
             x = x.index_select(-1, self.perm.long())
         x2 = x.reshape(-1, self.in_features)  # (M, K)
         y = kernel(x2, self.qweight, self.scales, self.zeros, self.group_size)  # (M, N)
@@ -277,6 +310,8 @@ def concat_mismatch(parts: list[QuantLinear]) -> str | None:
                            ("bias", p.bias is None, first.bias is None)):
             if a != b:
                 return f"{what} differs ({b} vs {a})"
+    if any(p.input_permuted for p in parts):
+        return "an input already permuted by its caller"
     if any(p.g_idx is not None for p in parts):
         return "a general g_idx (groups of unequal sizes)"
     perms = [p.perm for p in parts]

@@ -100,8 +100,22 @@ def test_quantized_merged_equals_unmerged(case, tmp_path):
     assert _layout(merged) == [(True, True)] * 2
     qkv = merged.model.layers[1].self_attn.qkv_proj
     assert isinstance(qkv, QuantLinear) and qkv.out_features == 64 + 2 * 32
-    # act-order with several groups (K = 64): the shared permutation kept
-    assert (qkv.perm is not None) == (case[4] and case[2] < 64)
+    # act-order with several groups (K = 64): the shared permutation kept, and every gather
+    # but o_proj's folded into the norms and gate/up's columns (model/fuse.py)
+    act = case[4] and case[2] < 64
+    assert (qkv.perm is not None) == act
+    folded = 0
+    for layer in merged.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for norm, lin in ((layer.input_layernorm, attn.qkv_proj),
+                          (layer.post_attention_layernorm, mlp.gate_up_proj),
+                          (None, mlp.down_proj)):
+            assert lin.input_permuted == (lin.perm is not None)
+            if norm is not None:
+                assert (norm.out_perm is not None) == (lin.perm is not None)
+            folded += lin.input_permuted
+        assert not attn.o_proj.input_permuted
+    assert (folded > 0) == case[4]  # down_proj (K = 128) has several groups in both
     ids = torch.randint(0, 160, (33,))
     ours = _logits(merged, ids)
     assert rel_err(ours, _logits(plain, ids)) < 1e-5

@@ -78,6 +78,23 @@ def test_norms_full_size(hidden, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_norms_with_output_permutation(dtype):
+    """The act-order fold (model/fuse.py): normed columns in the next linear's order."""
+    n = 4096
+    perm = torch.randperm(n, device=DEV)
+    w = (torch.rand(n, device=DEV) + 0.5).to(dtype)
+    for m in ROWS:
+        x = torch.randn(m, n, device=DEV, dtype=dtype)
+        r = torch.randn(m, n, device=DEV, dtype=dtype) * 8
+        check(kernels.rms_norm(x, w, 1e-6, perm), fu.rms_norm_ref(x, w, 1e-6)[:, perm],
+              f"rms perm m={m}")
+        out, res = kernels.add_rms_norm(x, r, w, 1e-5, perm)
+        ref_out, ref_res = fu.add_rms_norm_ref(x, r, w, 1e-5)
+        assert torch.equal(res, ref_res), f"residual m={m}"
+        check(out, ref_out[:, perm], f"add-norm perm m={m}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_qk_norm_rows(dtype):
     """Qwen3's per-head norm: (T, H, 128) rows, several per program."""
     w = (torch.rand(128, device=DEV) + 0.5).to(dtype)

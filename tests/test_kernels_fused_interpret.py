@@ -113,6 +113,42 @@ def case_add_rms_norm():
             _check(got, want, f"add-norm 3-D {dtype}")
 
 
+def case_norms_with_output_permutation():
+    """``perm``: the normed columns come out in that order (one chunk and two), the residual
+    unpermuted and bit-equal; a wrong perm is refused."""
+    import torch
+
+    from edge_llm.kernels.fused import (
+        add_rms_norm,
+        add_rms_norm_ref,
+        rms_norm,
+        rms_norm_ref,
+    )
+
+    for dtype in _dtypes():
+        for n, m in ((576, 5), (9000, 2)):
+            perm = torch.randperm(n)
+            x = torch.randn(m, n).to(dtype)
+            r = (torch.randn(m, n) * 4).to(dtype)
+            w = (torch.rand(n) + 0.5).to(dtype)
+            _check(rms_norm(x, w, 1e-6, perm), rms_norm_ref(x, w, 1e-6, perm),
+                   f"rms perm n={n} {dtype}")
+            _check(rms_norm(x, w, 1e-6, perm), rms_norm_ref(x, w, 1e-6)[:, perm],
+                   f"rms perm = gather n={n} {dtype}")
+            out, res = add_rms_norm(x, r, w, 1e-6, perm)
+            ref_out, ref_res = add_rms_norm_ref(x, r, w, 1e-6)
+            _check(res, ref_res, f"residual perm n={n} {dtype}", exact=True)
+            _check(out, ref_out[:, perm], f"add-norm perm n={n} {dtype}")
+    x = torch.randn(3, 64)
+    for bad in (torch.randperm(63), torch.randperm(64).to(torch.int32)):
+        try:
+            rms_norm(x, torch.ones(64), 1e-6, bad)
+        except ValueError as exc:
+            assert "perm" in str(exc)
+        else:
+            raise AssertionError(f"perm {bad.dtype} {tuple(bad.shape)} accepted")
+
+
 def case_silu_and_mul():
     """Separate gate/up (the MLP's two linears), merged [gate | up] views, leading axes."""
     import torch

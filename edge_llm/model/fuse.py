@@ -14,6 +14,12 @@ spec, group size, dtype, device, in_features, one act-order permutation, no gene
 Anything else (a linear the producer left unquantized beside quantized ones, different
 permutations) keeps the separate modules, which the layers still run.
 
+Act-order GPTQ layers gather their input (``x[..., perm]``) before each product. After
+merging, ``fold_act_order`` hands those gathers to the producers where one can do it for free:
+the RMSNorm before q/k/v and before gate/up writes its output in the linear's order, and
+gate/up's output columns are permuted by down_proj's order (SiLU-and-multiply is elementwise,
+so its output arrives sorted). Only o_proj, which reads the attention output, keeps a gather.
+
 ``EDGE_LLM_MERGE_PROJECTIONS=0`` switches merging off (``load_model(merge_projections=...)``
 overrides the variable).
 """
@@ -110,3 +116,46 @@ def fuse_projections(lm: CausalLM) -> int:
     logger.info("Merged q/k/v and gate/up projections in %d of %d layers (%d of %d groups)",
                 full, len(layers), merged, 2 * len(layers))
     return merged
+
+
+def _permute_outputs(lin: nn.Module, cols: torch.Tensor) -> None:
+    from edge_llm.quant import QuantLinear
+
+    if isinstance(lin, QuantLinear):
+        lin.permute_outputs(cols)
+        return
+    cols = cols.to(lin.weight.device)
+    lin.weight = nn.Parameter(lin.weight.index_select(0, cols), requires_grad=False)
+    if lin.bias is not None:
+        lin.bias = nn.Parameter(lin.bias.index_select(0, cols), requires_grad=False)
+
+
+def _act_order(lin: nn.Module | None) -> bool:
+    from edge_llm.quant import QuantLinear
+
+    return isinstance(lin, QuantLinear) and lin.perm is not None and not lin.input_permuted
+
+
+def fold_act_order(lm: CausalLM) -> int:
+    """Move act-order input gathers into their producers (see the module docstring): the
+    norms before merged q/k/v and gate/up, and gate/up's output columns for down_proj.
+    Returns how many gathers were removed (at most 3 per layer). Run after
+    ``fuse_projections``; the model computes the same function before and after."""
+    folded = 0
+    for layer in lm.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for norm, lin in ((layer.input_layernorm, attn.qkv_proj),
+                          (layer.post_attention_layernorm, mlp.gate_up_proj)):
+            if _act_order(lin) and norm.out_perm is None:
+                norm.out_perm = lin.perm
+                lin.take_permuted_input()
+                folded += 1
+        if _act_order(mlp.down_proj) and mlp.gate_up_proj is not None:
+            perm = mlp.down_proj.perm
+            _permute_outputs(mlp.gate_up_proj, torch.cat([perm, perm + perm.numel()]))
+            mlp.down_proj.take_permuted_input()
+            folded += 1
+    if folded:
+        logger.info("Act-order: %d input gathers folded into norms and gate/up columns",
+                    folded)
+    return folded

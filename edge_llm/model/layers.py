@@ -16,20 +16,24 @@ from .arch import ArchConfig
 
 
 class RMSNorm(nn.Module):
+    """``out_perm`` (int64 (dim,), None by default): the normed output's columns in that order,
+    set by model/fuse.py when the only reader is an act-order linear sorted the same way."""
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.register_buffer("out_perm", None, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # normalise in fp32 as transformers does, then scale in the input dtype
-        return rms_norm(x, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps, self.out_perm)
 
     def add_forward(
         self, x: torch.Tensor, residual: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``residual + x`` then normalise; returns (normed, new residual)."""
-        return add_rms_norm(x, residual, self.weight, self.eps)
+        return add_rms_norm(x, residual, self.weight, self.eps, self.out_perm)
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:

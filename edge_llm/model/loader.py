@@ -19,7 +19,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .arch import ArchConfig, parse_arch_config
-from .fuse import fuse_projections, merge_enabled
+from .fuse import fold_act_order, fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
 from .staged_read import fits_staged, iter_tensors_staged
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
@@ -115,6 +115,7 @@ def load_model(
         torch.cuda.empty_cache()  # the files' blobs, now converted
     if merge_enabled() if merge_projections is None else merge_projections:
         fuse_projections(lm)
+        fold_act_order(lm)
     lm.rotary.build_tables(dev)
     lm.eval()
     seconds = time.perf_counter() - start
