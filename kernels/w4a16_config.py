@@ -26,14 +26,15 @@ class W4A16Config:
     rows: int = 4  # "gemv16": activation rows per program (1..4)
     chain4: bool = False  # "gemv16": four fp16 products per partial sum (see w4a16_gemv.py)
     per_tile_scales: bool = True  # "gemv16": one scale row per K tile when tiles fit groups
-    waves: int = 2  # split_k=0: programs per multiprocessor to aim for (see auto_split)
+    waves: float = 2  # split_k=0: programs per multiprocessor to aim for (see auto_split)
     min_k_tiles: int = 4  # split_k=0: K tiles each split keeps at least
     fused_reduce: bool = True  # split K: the kernel's last program sums (kernels/splitk.py)
     fp16_planes: bool = False  # "dot", fp16 x: weight planes from PTX (w4a16_planes.py)
-    plane_major: bool = True  # fp16_planes without nibble_dots: tile rows in plane order
+    plane_major: bool = False  # fp16_planes without nibble_dots: tile rows in plane order
+    # (x read in that column order) instead of k order; measured slower (session 12)
 
 
-def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: int = 2,
+def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
                min_k_tiles: int = 4) -> int:
     """Split K until the grid covers about ``waves`` programs per multiprocessor, keeping at
     least ``min_k_tiles`` K tiles per split."""
@@ -54,12 +55,13 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     memory on sm_86/89 (tests/test_kernels_compile.py). ``half``: fp16/bf16 activations, which
     the fp16x2 "gemv16" path serves for M <= 4 (fp32 ones keep the fp32 kernels).
     """
-    if half and m <= 2:  # sweep run 2 (notes/kernels.md): 1.70x / 1.43x geomean
-        # split K summed in the kernel won at N <= 4,608 (o, down of Llama-2; q/k/v, o of
-        # Qwen2.5: 1.70 vs 1.58x, 1.77 vs 1.65x, ...) and lost at the merged N of 12,288 and
-        # more (q/k/v 1.55 vs 1.70x, gate/up 1.66 vs 1.91x): BENCHMARKS.md, session 11
+    if half and m <= 2:
+        # the per-shape sweep of session 12 (BENCHMARKS.md): the best split per shape gave
+        # about 2.5 programs per multiprocessor (q/k/v at N = 12,288 unsplit: 2.02x where 8
+        # waves' split gave 1.67x; o at N = 4,096 split 4: 1.76x). Split K summed in the
+        # kernel won at N <= 4,608 and lost at the merged N of 12,288 and more (session 11).
         return W4A16Config("gemv16", block_n=32, block_k=512, split_k=0, num_warps=4, rows=m,
-                           chain4=True, waves=8, min_k_tiles=2, fused_reduce=n <= 8192)
+                           chain4=True, waves=2.5, min_k_tiles=1, fused_reduce=n <= 8192)
     if half and m <= 4:  # 1.13x geomean at M = 4, the old nibble-plane dots 0.92x
         return W4A16Config("gemv16", block_n=32, block_k=256, split_k=0, num_warps=4, rows=m,
                            chain4=True, waves=2, min_k_tiles=2)
@@ -69,6 +71,10 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     if m <= 4:
         return W4A16Config("dot", 16, 64, 128, split_k=0, num_warps=4, nibble_dots=True)
     if m <= 64:  # split K summed in the kernel lost at 32-64 rows (o: 0.69 vs 0.84x at 32)
+        # fp16 x: the weight planes from PTX joined into one tile in k order (0.99 / 0.95 /
+        # 0.78 / 0.78x geomean at 8 / 16 / 32 / 64 rows against 0.88 / 0.86 / 0.79 / 0.69x
+        # for the fp32 unpacking, session 12); bf16 x keeps the fp32 unpacking
         return W4A16Config("dot", min(64, max(16, triton.next_power_of_2(m))), 128, 64,
-                           split_k=0, num_warps=4, num_stages=3, fused_reduce=m <= 16)
+                           split_k=0, num_warps=4, num_stages=3, fused_reduce=m <= 16,
+                           fp16_planes=half, plane_major=False)
     return W4A16Config("dequant")

@@ -152,7 +152,7 @@ def case_w4a16_small_m():
               W4A16Config("dot", 16, 32, 128, split_k=3, nibble_dots=True, fp16_planes=True))
     # fp16 planes joined into one dot: plane-major with a split, k order, a 32-wide tile
     _check_w4(16, 512, 64, 128, torch.float16,
-              W4A16Config("dot", 16, 64, 128, split_k=2, fp16_planes=True))
+              W4A16Config("dot", 16, 64, 128, split_k=2, fp16_planes=True, plane_major=True))
     _check_w4(9, 512, 96, 64, torch.float16,
               W4A16Config("dot", 16, 32, 64, fp16_planes=True, plane_major=False))
     _check_w4(33, 256, 64, 32, torch.float16, W4A16Config("dot", 64, 64, 64, fp16_planes=True))

@@ -77,6 +77,24 @@ def test_pick_config_buckets():
                 assert cfg.block_m >= min(m, 16) and (not cfg.nibble_dots or cfg.block_k >= 128)
             if cfg.kind == "gemv16":
                 assert cfg.rows == m  # one program row chunk holds every activation row
+            # fp16 x at 5-64 rows: the PTX planes joined in k order (bf16 x falls back to
+            # the fp32 unpacking inside the same config)
+            assert cfg.fp16_planes == (half and 5 <= m <= 64) and not cfg.plane_major
+
+
+def test_gemv_split_matches_the_measured_best():
+    """At 1-2 rows the split comes from ~2.5 programs per multiprocessor: on the 132-SM H200
+    of session 12's sweep that is the measured best split of every 7B shape (BENCHMARKS.md)."""
+    import triton
+
+    best = {(4096, 12288): 1, (4096, 4096): 4, (4096, 22016): 1, (11008, 4096): 4,
+            (3584, 4608): 4, (3584, 3584): 4, (3584, 37888): 1, (18944, 3584): 4}
+    for (k, n), split in best.items():
+        for m in (1, 2):
+            cfg = w4.pick_config(m, n, k, 128, 132)
+            got = w4.auto_split(triton.cdiv(n, cfg.block_n), k, cfg.block_k, 132, cfg.waves,
+                                cfg.min_k_tiles)
+            assert got == split, (k, n, m, got)
 
 
 def _naive_attention(q, kc, vc, table, qsl, sl, scale):
