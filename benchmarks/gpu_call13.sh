@@ -2,5 +2,5 @@
 # W4A16 dispatch and the act-order gathers folded into the norms and gate/up columns.
 set -u
 source benchmarks/gpu_setup.sh
-timeout 120 python3 benchmarks/decode_graphs.py --out $OUT/dg > $OUT/dg.log 2>&1; tail -4 $OUT/dg.log
+timeout 100 python3 benchmarks/decode_graphs.py --out $OUT/decode_graphs.json 2>&1 | tail -6
 timeout 330 python3 benchmarks/e2e.py --quick --budget-s 250 --out $OUT/e2e > $OUT/e2e.log 2>&1; grep -v "Warn\|Loading" $OUT/e2e.log | grep -A24 "headline"
