@@ -51,12 +51,12 @@ def variants(m: int, n: int):
             out[f"joined bn{bn} bk{bkk} w{warps} {'pm' if major else 'ko'}"] = C(
                 "dot", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
                 fp16_planes=True, plane_major=major, fused_reduce=m <= 16)
-    else:
+    else:  # k order (plane order lost everywhere in call 1 of session 12)
         for bm, bn, bkk, warps, stages in ((64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
-                                           (128, 256, 64, 8, 3), (128, 128, 128, 8, 3),
-                                           (64, 256, 64, 8, 4)):
+                                           (64, 256, 64, 8, 3), (128, 256, 64, 8, 3),
+                                           (128, 128, 32, 4, 4)):
             out[f"joined bm{bm} bn{bn} bk{bkk} w{warps} st{stages}"] = C(
-                "dot", bm, bn, bkk, split_k=1, num_warps=warps, num_stages=stages,
+                "dot", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
                 fp16_planes=True)
     return out
 
