@@ -45,12 +45,17 @@ def variants(m: int, n: int):
                         rows=m, chain4=True, fused_reduce=n <= 8192)
     elif m <= 64:
         bm = min(64, max(16, 1 << (m - 1).bit_length()))
-        for bn, bkk, warps, stages, major in ((128, 64, 4, 3, True), (128, 64, 4, 3, False),
-                                              (128, 128, 4, 3, True), (128, 128, 4, 3, False),
-                                              (64, 128, 4, 3, True), (256, 64, 8, 3, True)):
+        # (plane order, "pm", lost at every size in call 1 of session 12: k order only now)
+        for bn, bkk, warps, stages, major in ((128, 64, 4, 3, False), (128, 128, 4, 3, False),
+                                              (256, 64, 8, 3, False), (64, 64, 4, 3, False)):
             out[f"joined bn{bn} bk{bkk} w{warps} {'pm' if major else 'ko'}"] = C(
                 "dot", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
                 fp16_planes=True, plane_major=major, fused_reduce=m <= 16)
+        for small in (16, 32):  # row tiles below M: the W tile read once, the rest from L2
+            if small < bm:
+                out[f"joined bm{small} bn128 bk64 w4 ko"] = C(
+                    "dot", small, 128, 64, split_k=0, num_warps=4, num_stages=3,
+                    fp16_planes=True, fused_reduce=False)
     else:  # k order (plane order lost everywhere in call 1 of session 12)
         for bm, bn, bkk, warps, stages in ((64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
                                            (64, 256, 64, 8, 3), (128, 256, 64, 8, 3),
