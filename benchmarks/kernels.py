@@ -325,7 +325,15 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--skip-w4", action="store_true")
     ap.add_argument("--quick", action="store_true", help="dispatched configs only, no sweep")
+    ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"),
+                    help="no GPU: draw the W4A16 speed-ups of a saved kernels_bench.json")
     args = ap.parse_args()
+    if args.plot:
+        from kernel_report import plot_speedup
+
+        with open(args.plot[0]) as f:
+            plot_speedup(json.load(f), args.plot[1])
+        return 0
     dev = torch.device("cpu" if args.smoke else "cuda")
     out_dir = os.environ.get("OUT", "/tmp")
     lines: list[str] = []
