@@ -22,13 +22,15 @@ Runtime layout, G = ceil(K / group_size)::
 Paths, by the number of activation rows M (thresholds measured, notes/kernels.md):
   * fp16/bf16 activations, M <= 4: "gemv16" (kernels/w4a16_gemv.py), words turned into fp16
     pairs by inline PTX and shared by up to four activation rows per program (it serves any
-    M <= 16 when asked; measured slower than the dot path above M = 4).
+    M <= 16 when asked; measured slower than the dot path above M = 4). At 1-2 rows K is
+    split for about 2.5 programs per multiprocessor (the per-shape best on the H200).
   * fp32 activations (the interpreter's tests), M == 1, GEMV: no tensor cores; works on the
     packed [BK/8, BN] tile nibble by nibble (no reshape), accumulating in a 2-D fp32 register
     tile reduced once at the end.
   * fp32, M 2..4: tl.dot on each nibble plane (eight K = BK/8 dots), BLOCK_M 16.
   * M 5..64: the tile unpacked to [BK, BN] in k order, one tl.dot (BLOCK_K kept inside a
-    group so scales are one [1, BN] row).
+    group so scales are one [1, BN] row). fp16 activations: the unpacking is the inline-PTX
+    fp16 planes of w4a16_planes.py joined into that tile (fp32 unpacking for bf16 and fp32).
   * both split K over a third grid axis when the (M, N) tiles alone cannot fill the GPU; the
     fp32 partial sums [SPLIT, M, N] are added by a small reduce kernel.
   * M > 64: dequantize W to the activation dtype (one Triton pass) and torch.matmul (cuBLAS).
