@@ -48,6 +48,7 @@ from .device import num_sms
 from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, reduce_partials, release_tile, sum_partials
 from .w4a16_config import W4A16Config, auto_split, pick_config
+from .w4a16_dequant import _nibble_f32, dequantize_w4a16
 from .w4a16_gemv import launch_gemv16
 from .w4a16_planes import (
     join_planes,
@@ -66,16 +67,6 @@ from .w4a16_ref import (  # noqa: F401 - the references are part of this module'
 )
 
 # --------------------------------------------------------------------------- Triton kernels
-
-
-@triton.jit
-def _nibble_f32(packed, j: tl.constexpr):
-    """Nibble j of every int32 word as fp32, without an int->float conversion instruction.
-
-    (q | 0x4B000000) read as fp32 is 2**23 + q exactly; subtracting 2**23 leaves q.
-    """
-    bits = ((packed >> (4 * j)) & 0xF) | 0x4B000000
-    return bits.to(tl.float32, bitcast=True) - 8388608.0
 
 
 @triton.jit
@@ -283,26 +274,6 @@ def _w4a16_dot_kernel(
             release_tile(cnt_ptr, tile)
 
 
-@triton.jit
-def _dequant_kernel(
-    qw_ptr, s_ptr, z_ptr, w_ptr, N, K, group_size, stride_qk, stride_sg, stride_zg, stride_wk,
-    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """W[k, n] = (q[k, n] - zeros[g, n]) * scales[g, n] for one [BLOCK_K, BLOCK_N] tile."""
-    rows = tl.program_id(0) * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)  # (BK8,)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < K // 8) & (offs_n[None, :] < N)
-    packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
-    for j in tl.static_range(8):
-        k = rows * 8 + j
-        g = k[:, None] // group_size  # per row: any group size works here
-        s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=mask, other=0.0)
-        z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=mask, other=0.0)
-        w = (_nibble_f32(packed, j) - z.to(tl.float32)) * s.to(tl.float32)
-        tl.store(w_ptr + k[:, None] * stride_wk + offs_n[None, :],
-                 w.to(w_ptr.dtype.element_ty), mask=mask)
-
-
 # --------------------------------------------------------------------------- host side
 
 
@@ -397,22 +368,3 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1 and cnt is None:
         reduce_partials(target, out)
-
-
-def dequantize_w4a16(
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    group_size: int,
-    dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """W [K, N] in ``dtype`` (default: scales' dtype) from the runtime layout, one Triton pass."""
-    k = qweight.shape[0] * PACK
-    n = qweight.shape[1]
-    w = torch.empty((k, n), device=qweight.device, dtype=dtype or scales.dtype)
-    scales, zeros, qweight = scales.contiguous(), zeros.contiguous(), qweight.contiguous()
-    bk, bn = 64, 128
-    _dequant_kernel[(triton.cdiv(k, bk), triton.cdiv(n, bn))](
-        qweight, scales, zeros, w, n, k, group_size, qweight.stride(0), scales.stride(0),
-        zeros.stride(0), w.stride(0), BLOCK_K=bk, BLOCK_N=bn, num_warps=4)
-    return w

@@ -1,0 +1,56 @@
+"""W4A16 dequantization in one Triton pass: W [K, N] from the runtime layout (see w4a16.py),
+for the dequantize + cuBLAS path above 64 activation rows and for odd group sizes."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .w4a16_ref import PACK
+
+
+@triton.jit
+def _nibble_f32(packed, j: tl.constexpr):
+    """Nibble j of every int32 word as fp32 ((q | 0x4B000000) read as fp32 is 2**23 + q)."""
+    bits = ((packed >> (4 * j)) & 0xF) | 0x4B000000
+    return bits.to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _dequant_kernel(
+    qw_ptr, s_ptr, z_ptr, w_ptr, N, K, group_size, stride_qk, stride_sg, stride_zg, stride_wk,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """W[k, n] = (q[k, n] - zeros[g, n]) * scales[g, n] for one [BLOCK_K, BLOCK_N] tile."""
+    rows = tl.program_id(0) * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)  # (BK8,)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < K // 8) & (offs_n[None, :] < N)
+    packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
+    for j in tl.static_range(8):
+        k = rows * 8 + j
+        g = k[:, None] // group_size  # per row: any group size works here
+        s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=mask, other=0.0)
+        z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=mask, other=0.0)
+        w = (_nibble_f32(packed, j) - z.to(tl.float32)) * s.to(tl.float32)
+        tl.store(w_ptr + k[:, None] * stride_wk + offs_n[None, :],
+                 w.to(w_ptr.dtype.element_ty), mask=mask)
+
+
+def dequantize_w4a16(
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """W [K, N] in ``dtype`` (default: scales' dtype) from the runtime layout, one Triton pass."""
+    k = qweight.shape[0] * PACK
+    n = qweight.shape[1]
+    w = torch.empty((k, n), device=qweight.device, dtype=dtype or scales.dtype)
+    scales, zeros, qweight = scales.contiguous(), zeros.contiguous(), qweight.contiguous()
+    bk, bn = 64, 128
+    _dequant_kernel[(triton.cdiv(k, bk), triton.cdiv(n, bn))](
+        qweight, scales, zeros, w, n, k, group_size, qweight.stride(0), scales.stride(0),
+        zeros.stride(0), w.stride(0), BLOCK_K=bk, BLOCK_N=bn, num_warps=4)
+    return w
