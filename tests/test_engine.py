@@ -123,6 +123,17 @@ def test_too_long_prompt_is_refused_with_both_lengths(tiny_llm):
     _assert_idle(tiny_llm)
 
 
+def test_bad_prompt_token_ids_are_refused(tiny_llm):
+    vocab = tiny_llm.engine.loaded.arch.vocab_size
+    for bad in ([5, -1, 7], [5, vocab], [1.5, 2], ["3"], [None], [2**70]):
+        with pytest.raises(ValueError, match=f"integers in \\[0, {vocab}\\)"):
+            tiny_llm.generate([{"prompt_token_ids": bad}], use_tqdm=False)
+    _assert_idle(tiny_llm)
+    out = tiny_llm.generate([{"prompt_token_ids": [0, vocab - 1, True]}],
+                            SamplingParams(max_tokens=1, **GREEDY), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 1
+
+
 def test_abort_frees_blocks(tiny_llm):
     eng = tiny_llm.engine
     for i, p in enumerate(_prompts(4, seed=41)):
