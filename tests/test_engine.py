@@ -132,6 +132,8 @@ def test_bad_prompt_token_ids_are_refused(tiny_llm):
     out = tiny_llm.generate([{"prompt_token_ids": [0, vocab - 1, True]}],
                             SamplingParams(max_tokens=1, **GREEDY), use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 1
+    assert out[0].prompt_token_ids == [0, vocab - 1, 1]  # kept as plain ints
+    assert all(type(t) is int for t in out[0].prompt_token_ids)
 
 
 def test_abort_frees_blocks(tiny_llm):
