@@ -12,7 +12,8 @@ prefill and generation tok/s), prefix (TTFT with the prefix cache on / off), car
 card via kv_cache_memory), baseline (transformers fp16: batch 1 static cache, best static
 batch), serving (HTTP server at several concurrencies), formats (AWQ vs GPTQ vs GPTQ
 act-order decode). Per shape the run goes: AWQ engine in process (decode, offline, gen64,
-prefix, card24, the AWQ part of formats), transformers, the server, then the GPTQ engines.
+prefix, card24, the AWQ part of formats), transformers, the server, then formats: AWQ, GPTQ,
+GPTQ act-order and AWQ again, each ratio against the two AWQ runs around it.
 
 Output under --out: e2e.json (rewritten after each step), e2e.log, up to two PNGs; the
 headline table (ratios only) is printed at the end and stored in the JSON. A step that does
@@ -95,7 +96,8 @@ class Run:
                          lambda: ensure_checkpoint(shape, fmt, self.ckpt_dir),
                          self.est("build"), store=False)
 
-    def load(self, shape: str, path: Path, fmt: str):
+    def load(self, shape: str, path: Path, fmt: str, record: bool = True):
+        """The engine on ``path``; ``record``: store its load figures as ``load_<fmt>``."""
         from e2e_engine import load_llm
 
         def go():
@@ -104,6 +106,8 @@ class Run:
             seconds = time.perf_counter() - began
             self.load_s = seconds
             loaded = llm.engine.loaded
+            if not record:
+                return llm
             self.results.put(shape, f"load_{fmt}", {
                 "seconds": seconds, "loader_seconds": loaded.load_seconds,
                 "bytes": loaded.num_bytes, "loader_gb_s": loaded.num_bytes / 1e9
@@ -210,7 +214,10 @@ def run_serving(run: Run, shape: str, prompts: PromptMaker) -> None:
 
 
 def run_formats(run: Run, shape: str, prompts: PromptMaker) -> None:
-    """Phase 4: decode at batch 1 with the GPTQ and GPTQ act-order checkpoints."""
+    """Phase 4: decode at batch 1 with the AWQ, GPTQ and GPTQ act-order checkpoints in turn,
+    then AWQ again. Each ratio is taken against the mean of the two AWQ runs around it: on a
+    lent GPU the same checkpoint drifts by several percent over minutes, more than the 5%
+    target (BENCHMARKS.md, session 12). Without them, phase 1's AWQ figure is the reference."""
     from e2e_engine import EngineBench, decode_at
 
     if "formats" not in run.selected:
@@ -218,25 +225,32 @@ def run_formats(run: Run, shape: str, prompts: PromptMaker) -> None:
     p = run.p
     run.prebuilder.wait()
     formats = run.results.shape(shape).setdefault("formats", {})
-    for fmt in ("gptq", "gptq-act"):
+    for key, fmt in (("awq_before", "awq"), ("gptq", "gptq"), ("gptq-act", "gptq-act"),
+                     ("awq_after", "awq")):
         built = (run.ckpt_dir / f"{shape}-{fmt}-g128" / ".complete").is_file()
         if run.budget.refusal(run.est("build") * (not built) + run.load_s + run.est("formats")):
-            run.results.skip(shape, f"formats {fmt}", "budget")
+            run.results.skip(shape, f"formats {key}", "budget")
             continue
         path = run.checkpoint(shape, fmt)
-        llm = run.load(shape, path, fmt) if path is not None else None
+        # (AWQ's load figures are phase 1's, from its first load)
+        llm = run.load(shape, path, fmt, record=key == fmt) if path is not None else None
         if llm is None:
             continue
         bench = EngineBench(llm, p, p.device, prompts, run.copy_gbs)
-        r = run.step(shape, f"formats {fmt}", lambda b=bench: decode_at(
+        r = run.step(shape, f"formats {key}", lambda b=bench: decode_at(
             b, 1, p.decode_prompt, p.format_tokens), run.est("formats"), store=False)
         bench = llm = None  # free the weights before the next load
         free_device_memory(p.device)
         if r is not None:
-            formats[fmt] = r
-            if "awq" in formats:
-                formats[f"{fmt}_vs_awq"] = r["decode_tok_s"] / formats["awq"]["decode_tok_s"]
+            formats[key] = r
             run.results.save()
+    around = [formats[k]["decode_tok_s"] for k in ("awq_before", "awq_after") if k in formats]
+    if not around and "awq" in formats:
+        around = [formats["awq"]["decode_tok_s"]]
+    for fmt in ("gptq", "gptq-act"):
+        if fmt in formats and around:
+            formats[f"{fmt}_vs_awq"] = formats[fmt]["decode_tok_s"] / (sum(around) / len(around))
+    run.results.save()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

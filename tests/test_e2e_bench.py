@@ -4,6 +4,7 @@ tiny random model (CPU here; on the GPU machine with ``-m gpu``)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -128,7 +129,11 @@ def _check_smoke(data: dict, out: Path) -> None:
     assert card["preemptions"] == 0
     assert r["baseline"]["b1"]["tok_s"] > 0
     assert r["baseline"]["offline"]["best"]["batch"] in p.baseline_batches
-    assert set(r["formats"]) >= {"awq", "gptq", "gptq-act", "gptq_vs_awq", "gptq-act_vs_awq"}
+    f = r["formats"]
+    assert set(f) >= {"awq", "awq_before", "gptq", "gptq-act", "awq_after", "gptq_vs_awq",
+                      "gptq-act_vs_awq"}
+    around = (f["awq_before"]["decode_tok_s"] + f["awq_after"]["decode_tok_s"]) / 2
+    assert math.isclose(f["gptq_vs_awq"], f["gptq"]["decode_tok_s"] / around)
     levels = r["serving"]["levels"]
     assert sorted(map(int, levels)) == sorted(p.serve_levels)
     for level, v in levels.items():
