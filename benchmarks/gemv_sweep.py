@@ -178,29 +178,18 @@ DISPATCHED = {1: "g16 bn32 bk512 w4 v8", 2: "g16 bn32 bk512 w4 v8", 4: "g16 bn32
 def plot(json_path: Path, png: Path) -> None:
     """Speed-up over fp16 cuBLAS against activation rows, one line per shape: per M the
     ``DISPATCHED`` variant, else the run's own dispatched choice ("auto")."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from kernel_report import draw_speedup
 
     data = json.loads(json_path.read_text())
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    lines = {}
     for model, name, _k, _n in bk.SHAPES:
-        pts = sorted((r["m"], r["res"][DISPATCHED.get(r["m"], "auto")]["speedup"])
-                     for r in data["rows"] if r["model"] == model and r["shape"] == name
-                     and DISPATCHED.get(r["m"], "auto") in r["res"])
+        pts = [(r["m"], r["res"][DISPATCHED.get(r["m"], "auto")]["speedup"])
+               for r in data["rows"] if r["model"] == model and r["shape"] == name
+               and DISPATCHED.get(r["m"], "auto") in r["res"]]
         if pts:
-            ax.plot([m for m, _ in pts], [v for _, v in pts], marker="o",
-                    label=f"{model} {name}")
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.axhline(3.5, color="red", lw=0.8, ls="--", label="target at 1-16 rows")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("activation rows (tokens)")
-    ax.set_ylabel("speed-up over fp16 cuBLAS")
-    ax.set_title(f"W4A16 g128, dispatched path, H200 (copy {data['copy_bw'] / 1e12:.2f} TB/s)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+            lines[f"{model} {name}"] = pts
+    draw_speedup(lines, f"W4A16 g128, dispatched path, H200 (copy "
+                 f"{data['copy_bw'] / 1e12:.2f} TB/s)", png)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 W4A16 speed-ups over fp16 cuBLAS with one column per activation row count in ``ms`` ("-" where
 not measured), the worst W4A16 check error, the paged decode and prefill rows and the largest
 shared-memory use of the compiled kernels. ``plot_speedup(res, png)`` draws the dispatched
-W4A16 speed-up against activation rows, one line per shape. Neither measures anything.
+W4A16 speed-up against activation rows, one line per shape (``draw_speedup``, which
+gemv_sweep.py's plot shares). None of them measures anything.
 """
 
 from __future__ import annotations
@@ -46,28 +47,34 @@ def print_table(res: dict, ms: list[int]) -> None:
 def plot_speedup(res: dict, png) -> None:
     """The dispatched ("auto") W4A16 speed-up over fp16 cuBLAS against activation rows, one
     line per shape, with the issue's targets; ``res`` as kernels_bench.json holds it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     lines: dict[str, list[tuple[int, float]]] = {}
     for r in res.get("w4a16", []):
         if "auto_res" in r:
             lines.setdefault(f"{r['model']} {r['shape']}", []).append(
                 (r["m"], r["auto_res"]["speedup"]))
+    info = res.get("info", {})
+    draw_speedup(lines, f"W4A16 g128, dispatched path, {info.get('name', 'GPU')} "
+                 f"(copy {info.get('copy_GBps', 0) / 1e3:.2f} TB/s)", png)
+
+
+def draw_speedup(lines: dict[str, list[tuple[int, float]]], title: str, png) -> None:
+    """One line per name of (rows, speed-up over cuBLAS) points, log2 rows, the 1x line and
+    the 3.5x target; written to ``png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, pts in lines.items():
-        pts.sort()
+        pts = sorted(pts)
         ax.plot([m for m, _ in pts], [v for _, v in pts], marker="o", label=name)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.axhline(3.5, color="red", lw=0.8, ls="--", label="target at 1-16 rows")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("activation rows (tokens)")
     ax.set_ylabel("speed-up over fp16 cuBLAS")
-    info = res.get("info", {})
-    ax.set_title(f"W4A16 g128, dispatched path, {info.get('name', 'GPU')} "
-                 f"(copy {info.get('copy_GBps', 0) / 1e3:.2f} TB/s)")
+    ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)

@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_bench_script(name: str, tmp_path: Path, *args: str, timeout: float = 300):
+    """``python benchmarks/<name> *args`` with OUT=tmp_path and cwd tmp_path (the smoke runs
+    of the benchmark scripts); asserts exit code 0 and returns the finished process."""
+    env = dict(os.environ, OUT=str(tmp_path), OMP_WAIT_POLICY="PASSIVE")
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
 
 ARCH_CASES = {
     "LlamaForCausalLM": dict(

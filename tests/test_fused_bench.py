@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fused.py"
+from tests.helpers import run_bench_script
 
 
 def test_fused_benchmark_smoke(tmp_path):
-    env = dict(os.environ, OUT=str(tmp_path), OMP_WAIT_POLICY="PASSIVE")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_bench_script("fused.py", tmp_path, "--smoke")
     assert "==== fused kernels vs the torch ops they replace" in proc.stdout
     rows = json.loads((tmp_path / "fused_bench.json").read_text())["rows"]
     assert {(r["rows"], r["op"]) for r in rows} == {

@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kernels.py"
+from tests.helpers import run_bench_script
 
 
 def test_kernels_benchmark_smoke_and_plot(tmp_path):
-    env = dict(os.environ, OUT=str(tmp_path), OMP_WAIT_POLICY="PASSIVE")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_bench_script("kernels.py", tmp_path, "--smoke")
     assert "==== W4A16 speed-up vs fp16 cuBLAS" in proc.stdout
     res = json.loads((tmp_path / "kernels_bench.json").read_text())
     rows = res["w4a16"]
@@ -26,8 +19,6 @@ def test_kernels_benchmark_smoke_and_plot(tmp_path):
         assert r["auto_res"]["err"] < 1e-4 and math.isfinite(r["auto_res"]["speedup"]), r
     assert max(c["err"] for c in res["w4a16_checks"]) < 1e-4
     png = tmp_path / "speedup.png"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--plot",
-                           str(tmp_path / "kernels_bench.json"), str(png)], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_bench_script("kernels.py", tmp_path, "--plot", str(tmp_path / "kernels_bench.json"),
+                     str(png), timeout=120)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
