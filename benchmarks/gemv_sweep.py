@@ -30,9 +30,10 @@ MS = [1, 2, 8, 16, 32, 64, 128, 256]
 
 
 def variants(m: int, n: int):
-    """Session 12's question, per shape: which GEMV grid (tile, K tile, split) at 1-2 rows,
-    and whether the fp16 planes joined into one dot (w4a16_planes.join_planes) beat the
-    fp32-unpacked dot at 8-64 rows and dequantize + cuBLAS at 128-256."""
+    """Session 13's question, per shape: does the weights-left "swap" kernel
+    (kernels/w4a16_swap.py: dequantized planes as the MMA's left operand, which Hopper may
+    keep in registers) beat the dispatched choice at 4-256 rows? Joined into one dot or eight
+    plane dots; tiles of 64/128 weight columns. 1-2 rows: session 12's GEMV grid."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
@@ -43,26 +44,23 @@ def variants(m: int, n: int):
                     out[f"g16 bn{bn} bk{bkk} s{split}"] = C(
                         "gemv16", block_n=bn, block_k=bkk, split_k=split, num_warps=warps,
                         rows=m, chain4=True, fused_reduce=n <= 8192)
-    elif m <= 64:
-        bm = min(64, max(16, 1 << (m - 1).bit_length()))
-        # (plane order, "pm", lost at every size in call 1 of session 12: k order only now)
-        for bn, bkk, warps, stages, major in ((128, 64, 4, 3, False), (128, 128, 4, 3, False),
-                                              (256, 64, 8, 3, False), (64, 64, 4, 3, False)):
-            out[f"joined bn{bn} bk{bkk} w{warps} {'pm' if major else 'ko'}"] = C(
-                "dot", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
-                fp16_planes=True, plane_major=major, fused_reduce=m <= 16)
-        for small in (16, 32):  # row tiles below M: the W tile read once, the rest from L2
-            if small < bm:
-                out[f"joined bm{small} bn128 bk64 w4 ko"] = C(
-                    "dot", small, 128, 64, split_k=0, num_warps=4, num_stages=3,
-                    fp16_planes=True, fused_reduce=False)
-    else:  # k order (plane order lost everywhere in call 1 of session 12)
-        for bm, bn, bkk, warps, stages in ((64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
-                                           (64, 256, 64, 8, 3), (128, 256, 64, 8, 3),
-                                           (128, 128, 32, 4, 4)):
-            out[f"joined bm{bm} bn{bn} bk{bkk} w{warps} st{stages}"] = C(
-                "dot", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
-                fp16_planes=True)
+        return out
+    bms = (16,) if m <= 16 else (min(m, 64),) if m <= 64 else (64, 128)
+    for bm in bms:
+        for bn, bkk, warps, stages in ((64, 128, 4, 3), (128, 128, 8, 3), (64, 256, 4, 3),
+                                       (128, 64, 4, 4), (128, 128, 4, 3), (256, 64, 8, 3)):
+            if m > 64 and bkk > 128:
+                continue
+            out[f"swap bm{bm} bn{bn} bk{bkk} w{warps} st{stages}"] = C(
+                "swap", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
+                fp16_planes=True, fused_reduce=m <= 16)
+        for bn, bkk, warps in ((64, 128, 4), (128, 128, 8)):
+            out[f"swap8 bm{bm} bn{bn} bk{bkk} w{warps}"] = C(
+                "swap", bm, bn, bkk, split_k=0, num_warps=warps, nibble_dots=True,
+                fp16_planes=True, fused_reduce=m <= 16)
+    if m <= 16:  # the split rule, without splits
+        out["swap bm16 bn64 bk128 w4 nosplit"] = C("swap", 16, 64, 128, split_k=1,
+                                                    num_warps=4, fp16_planes=True)
     return out
 
 

@@ -198,7 +198,10 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> 
     cases = [(2, 40, 4, 2, 32, 8)] if smoke else [
         (32, 2048, 32, 8, 128, 16), (32, 2048, 32, 4, 128, 16), (4, 8192, 32, 8, 128, 16),
         (64, 1024, 28, 4, 128, 16)]
-    variants = [DecodeConfig()] if smoke or quick else [
+    # the default first; then the splits summed by a second launch, and fixed split counts
+    quick_set = [DecodeConfig(), DecodeConfig(fused_reduce=False), DecodeConfig(num_splits=2),
+                 DecodeConfig(num_splits=4)]
+    variants = [DecodeConfig()] if smoke else quick_set if quick else quick_set + [
         DecodeConfig(bn, sp, w, st) for bn, sp, w, st in (
             (64, 0, 4, 3), (64, 1, 4, 3), (32, 0, 4, 3), (128, 0, 4, 3), (128, 0, 8, 3),
             (64, 0, 4, 4), (64, 0, 4, 2), (64, 2, 4, 3), (64, 4, 4, 3), (128, 1, 8, 2),

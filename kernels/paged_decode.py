@@ -5,7 +5,9 @@ with a reduce kernel; the oracle is ``paged_attention_ref`` (kernels/paged_atten
     context tokens [s * P, min((s + 1) * P, seq_len)), P = partition size (a multiple of
     BLOCK_N). Each loaded K/V tile [BLOCK_N, D] serves all G heads through one tl.dot whose
     M rows are the heads (padded to 16). With S > 1 every program writes its normalised
-    partial output and log2-sum-exp; the reduce kernel weights the S partials per head.
+    partial output and log2-sum-exp, and the S partials per head are weighted by their
+    sum-exps: by the last of the S programs of (b, h) to finish (``FUSED_REDUCE``, the
+    counter scheme of kernels/splitk.py: no second launch), or by a reduce kernel.
 """
 
 from __future__ import annotations
@@ -17,16 +19,19 @@ import triton
 import triton.language as tl
 
 from .paged_common import LOG2E, check_cache, load_kv_tile, num_sms
+from .splitk import counters as splitk_counters
+from .splitk import last_of_tile, release_tile
 
 
 @triton.jit(do_not_specialize=["partition_size", "stride_bt"])
 def _paged_decode_kernel(
-    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr, cnt_ptr,
     scale_log2, partition_size,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -70,6 +75,39 @@ def _paged_decode_kernel(
         base = b * stride_pb + heads * stride_ph + split * stride_ps  # (G_PAD,)
         tl.store(part_out_ptr + base[:, None] * HEAD_DIM + offs_d[None, :], out, mask=o_mask)
         tl.store(part_lse_ptr + base, m_i + tl.log2(l_i), mask=g_mask)
+        if FUSED_REDUCE:
+            tile = b * tl.num_programs(1) + kvh
+            if last_of_tile(cnt_ptr, tile, tl.num_programs(2)):
+                _sum_splits(part_out_ptr, part_lse_ptr, out_ptr, b, heads, g_mask, offs_d,
+                            o_mask, tl.cdiv(seq_len, partition_size), stride_ps, stride_pb,
+                            stride_ph, stride_ot, stride_oh, HEAD_DIM)
+                release_tile(cnt_ptr, tile)
+
+
+@triton.jit
+def _sum_splits(part_out_ptr, part_lse_ptr, out_ptr, b, heads, g_mask, offs_d, o_mask,
+                num_valid, stride_ps, stride_pb, stride_ph, stride_ot, stride_oh,
+                HEAD_DIM: tl.constexpr):
+    """out[b, heads] = the partials of the num_valid non-empty splits weighted by 2^lse (as
+    ``_paged_decode_reduce_kernel``). Loads bypass L1: other programs wrote the partials."""
+    base = b * stride_pb + heads * stride_ph  # (G_PAD,)
+    m = tl.full(heads.shape, float("-inf"), dtype=tl.float32)
+    for s in range(0, num_valid):
+        m = tl.maximum(m, tl.load(part_lse_ptr + base + s * stride_ps, mask=g_mask,
+                                  other=float("-inf"), cache_modifier=".cg"))
+    m = tl.where(m == float("-inf"), 0.0, m)
+    acc = tl.zeros((heads.shape[0], offs_d.shape[0]), dtype=tl.float32)
+    den = tl.zeros(heads.shape, dtype=tl.float32)
+    for s in range(0, num_valid):
+        w = tl.exp2(tl.load(part_lse_ptr + base + s * stride_ps, mask=g_mask,
+                            other=float("-inf"), cache_modifier=".cg") - m)
+        part = tl.load(part_out_ptr + (base + s * stride_ps)[:, None] * HEAD_DIM
+                       + offs_d[None, :], mask=o_mask, other=0.0, cache_modifier=".cg")
+        acc += w[:, None] * part
+        den += w
+    out = acc / tl.where(den > 0, den, 1.0)[:, None]
+    tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=o_mask)
 
 
 @triton.jit
@@ -101,12 +139,14 @@ def _paged_decode_reduce_kernel(
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Decode launch knobs; num_splits 0 = choose from the GPU size and the longest context."""
+    """Decode launch knobs; num_splits 0 = choose from the GPU size and the longest context;
+    fused_reduce: the last program of each (sequence, kv head) sums the splits."""
 
     block_n: int = 64
     num_splits: int = 0
     num_warps: int = 4
     num_stages: int = 3
+    fused_reduce: bool = True
 
 
 def decode_split_plan(programs: int, max_context: int, sms: int, block_n: int,
@@ -149,20 +189,22 @@ def paged_decode(
                                           cfg.num_splits)
     d_pad = triton.next_power_of_2(d)
     part_out = part_lse = out  # placeholders, unused without a split
+    cnt = None
     if splits > 1:
         part_out = torch.empty((b, h, splits, d), device=q.device, dtype=torch.float32)
         part_lse = torch.empty((b, h, splits), device=q.device, dtype=torch.float32)
+        cnt = splitk_counters(q.device, b * hkv) if cfg.fused_reduce else None
     seq_lens = seq_lens.to(q.device)
     _paged_decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
-        scale * LOG2E, partition, q.stride(0), q.stride(1),
+        out if cnt is None else cnt, scale * LOG2E, partition, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1), h * splits, splits, 1,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if splits > 1:
+        FUSED_REDUCE=cnt is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, partition, h * splits, splits, 1,
             out.stride(0), out.stride(1), splits, HEAD_DIM=d, D_PAD=d_pad,

@@ -65,6 +65,7 @@ from .w4a16_ref import (  # noqa: F401 - the references are part of this module'
     pack_w4_ref,
     w4a16_matmul_ref,
 )
+from .w4a16_swap import launch_swap
 
 # --------------------------------------------------------------------------- Triton kernels
 
@@ -328,7 +329,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
     m, k = x2.shape
     n = out.shape[1]
     block_m = max(16, triton.next_power_of_2(cfg.block_m))
-    m_tiles = (triton.cdiv(m, block_m) if cfg.kind == "dot" else
+    m_tiles = (triton.cdiv(m, block_m) if cfg.kind in ("dot", "swap") else
                triton.cdiv(m, cfg.rows) if cfg.kind == "gemv16" else 1)
     n_tiles = triton.cdiv(n, cfg.block_n)
     split = cfg.split_k or auto_split(m_tiles * n_tiles, k, block_k, sms, cfg.waves,
@@ -347,6 +348,12 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                       block_k, k_per_split, split, cfg.num_warps, cfg.num_stages,
                       use_asm=not _interpreting(), per_tile_scales=cfg.per_tile_scales,
                       chain4=cfg.chain4, final=out if cnt is not None else None, counters=cnt)
+    elif cfg.kind == "swap":
+        launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,
+                    cfg.block_n, block_k, k_per_split, split, one_group,
+                    joined=not cfg.nibble_dots, planes=cfg.fp16_planes,
+                    use_asm=not _interpreting(), num_warps=cfg.num_warps,
+                    num_stages=cfg.num_stages)
     elif cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,

@@ -13,7 +13,9 @@ __all__ = ["W4A16Config", "auto_split", "pick_config"]
 @dataclass(frozen=True)
 class W4A16Config:
     """One launch configuration. ``kind`` is "gemv16" (fp16x2 pairs in PTX, M <= 16 in chunks
-    of ``rows`` <= 4 activation rows), "gemv" (M == 1 only), "dot" or "dequant"."""
+    of ``rows`` <= 4 activation rows), "gemv" (M == 1 only), "dot", "swap" (the weights as
+    the dot's left operand, kernels/w4a16_swap.py; ``nibble_dots`` there means eight plane
+    dots instead of one joined tile) or "dequant"."""
 
     kind: str
     block_m: int = 16

@@ -160,6 +160,24 @@ def case_w4a16_small_m():
     _check_w4(2, 256, 32, 128, torch.float16, lead=(3,))  # leading batch dims
 
 
+def case_w4a16_swap():
+    """The weights as the left operand (kernels/w4a16_swap.py): joined and plane-by-plane,
+    fp16 planes and fp32 unpacking, per-tile and per-row scales, ragged M and N, split K
+    summed in the kernel and by a second launch. (bf16 tl.dot is wrong under the interpreter
+    for every kernel here: tests/test_w4a16_swap_gpu.py covers bf16.)"""
+    import torch
+
+    from edge_llm.kernels.w4a16 import W4A16Config as C
+
+    _check_w4(16, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, fp16_planes=True))
+    _check_w4(21, 512, 80, 64, torch.float16, C("swap", 16, 32, 128, split_k=2,
+                                                nibble_dots=True, fp16_planes=True))
+    _check_w4(9, 1024, 96, 128, torch.float32, C("swap", 16, 32, 256, split_k=3))
+    _check_w4(40, 256, 64, 32, torch.float16, C("swap", 32, 64, 128, fp16_planes=True,
+                                                fused_reduce=False, split_k=2))
+    _check_w4(5, 256, 48, 64, torch.float32, C("swap", 16, 16, 128, nibble_dots=True))
+
+
 def case_w4a16_large_m_and_fallbacks():
     import torch
 
@@ -210,7 +228,9 @@ def case_decode_gqa_ratios():
 
     _check_attention([1] * 3, [1, 17, 40], 3, 3, 32, 8, torch.float32)  # GQA 1, odd heads
     _check_attention([1] * 2, [70, 33], 6, 3, 16, 16, torch.float32,
-                     DecodeConfig(block_n=16, num_splits=3))  # GQA 2
+                     DecodeConfig(block_n=16, num_splits=3))  # GQA 2, splits summed in-kernel
+    _check_attention([1] * 2, [70, 33], 6, 3, 16, 16, torch.float32,
+                     DecodeConfig(block_n=16, num_splits=3, fused_reduce=False))  # 2nd launch
     _check_attention([1] * 3, [33, 64, 5], 12, 3, 24, 16, torch.float16,
                      DecodeConfig(block_n=16, num_splits=2))  # GQA 4, head_dim 24 padded
     _check_attention([1] * 2, [100, 7], 8, 1, 32, 32, torch.float32,

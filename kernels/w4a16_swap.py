@@ -1,0 +1,157 @@
+"""W4A16 with the weights as the dot's left operand: out^T[n, m] = W^T[n, k] @ x^T[k, m].
+
+The "dot" kernel computes x [BM, BK] @ W [BK, BN], so the dequantized weights are the right
+operand. On Hopper the right operand of a warp-group MMA must sit in shared memory, so every
+dequantized tile makes a round trip through it; the left operand may come from registers,
+which is how mixed-input GEMMs (CUTLASS's, vLLM's Machete) keep dequantization next to the
+MMA. Here the packed tile is read as [BN, BK8] (N contiguous in memory), dequantized
+elementwise into planes (plane j of word r is W[k0 + 8r + j, n]) and either
+
+- joined into one [BN, BK] tile in k order for one dot (``JOINED``), or
+- consumed plane by plane: eight dots of K = BK8 with x[k0 + 8r + j, :] (BLOCK_K >= 128).
+
+The activation rows are the MMA's N side (BLOCK_M >= 16), the weight columns its M side
+(BLOCK_N, 64 per warp group on Hopper). Accumulation in fp32; ``PLANES`` (fp16 x) takes the
+fp16 planes from the PTX of w4a16_planes.py, otherwise fp32 unpacking (bf16, fp32).
+Split K as the other kernels: fp32 partials, summed by the last program of each tile
+(``REDUCE``, kernels/splitk.py) or by a second launch.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .splitk import last_of_tile, release_tile, sum_partials
+from .w4a16_planes import planes_asm, planes_emulated, scale_pairs
+
+
+@triton.jit
+def _scales_t(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg, stride_zg,
+              ONE_GROUP: tl.constexpr):
+    """Scales and zero * scale for the transposed tile: [BN, 1] (ONE_GROUP) or [BN, BK8]."""
+    if ONE_GROUP:
+        g = k0 // group_size
+        s = tl.load(s_ptr + g * stride_sg + offs_n[:, None], mask=n_mask[:, None], other=0.0)
+        z = tl.load(z_ptr + g * stride_zg + offs_n[:, None], mask=n_mask[:, None], other=0.0)
+    else:
+        g = (rows * 8) // group_size  # (BK8,)
+        mask = n_mask[:, None] & (rows[None, :] < K // 8)
+        s = tl.load(s_ptr + g[None, :] * stride_sg + offs_n[:, None], mask=mask, other=0.0)
+        z = tl.load(z_ptr + g[None, :] * stride_zg + offs_n[:, None], mask=mask, other=0.0)
+    s = s.to(tl.float32)
+    return s, z.to(tl.float32) * s
+
+
+@triton.jit
+def _plane_f32(packed, j: tl.constexpr, s, zs, dtype: tl.constexpr):
+    return (((packed >> (4 * j)) & 0xF).to(tl.float32) * s - zs).to(dtype)
+
+
+@triton.jit
+def _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Planes [BN, BK8] -> [BN, BK] with column 8 r + j = plane j's column r. Each join adds
+    a last axis; the three axes, slowest first, carry bits 4, 2 and 1 of j."""
+    a = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)),
+                tl.join(tl.join(w1, w5), tl.join(w3, w7)))  # [BN, BK8, 2, 2, 2]
+    return tl.reshape(a, (BLOCK_N, BLOCK_K))
+
+
+@triton.jit
+def _x_plane(x_ptr, offs_m, m_mask, rows, j: tl.constexpr, stride_xm, stride_xk, r_mask):
+    """x^T rows k = 8 rows + j: [BK8, BM]."""
+    return tl.load(x_ptr + offs_m[None, :] * stride_xm + (rows * 8 + j)[:, None] * stride_xk,
+                   mask=r_mask[:, None] & m_mask[None, :], other=0.0)
+
+
+@triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
+def _w4a16_swap_kernel(
+    x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
+    M, N, K, k_per_split, group_size, split,
+    stride_xm, stride_xk, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ONE_GROUP: tl.constexpr, JOINED: tl.constexpr, PLANES: tl.constexpr, USE_ASM: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
+):
+    pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(K, k_lo + k_per_split)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)  # (BK8,)
+        r_mask = rows < K // 8
+        packed = tl.load(qw_ptr + rows[None, :] * stride_qk + offs_n[:, None],
+                         mask=n_mask[:, None] & r_mask[None, :], other=0)  # (BN, BK8)
+        s, zs = _scales_t(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg,
+                          stride_zg, ONE_GROUP)
+        if PLANES:
+            ss, nzs = scale_pairs(s, zs)
+            if USE_ASM:
+                w0, w1, w2, w3, w4, w5, w6, w7 = planes_asm(packed, ss, nzs)
+            else:
+                w0, w1, w2, w3, w4, w5, w6, w7 = planes_emulated(packed, ss, nzs)
+        else:
+            dt = x_ptr.dtype.element_ty
+            w0 = _plane_f32(packed, 0, s, zs, dt)
+            w1 = _plane_f32(packed, 1, s, zs, dt)
+            w2 = _plane_f32(packed, 2, s, zs, dt)
+            w3 = _plane_f32(packed, 3, s, zs, dt)
+            w4 = _plane_f32(packed, 4, s, zs, dt)
+            w5 = _plane_f32(packed, 5, s, zs, dt)
+            w6 = _plane_f32(packed, 6, s, zs, dt)
+            w7 = _plane_f32(packed, 7, s, zs, dt)
+        if JOINED:
+            w = _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N, BLOCK_K)
+            cols = k0 + tl.arange(0, BLOCK_K)
+            xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
+                         mask=(cols[:, None] < K) & m_mask[None, :], other=0.0)  # (BK, BM)
+            acc = tl.dot(w, xt, acc, input_precision=DOT_PRECISION)
+        else:
+            a = (x_ptr, offs_m, m_mask, rows)
+            b = (stride_xm, stride_xk, r_mask)
+            acc = tl.dot(w0, _x_plane(*a, 0, *b), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w1, _x_plane(*a, 1, *b), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w2, _x_plane(*a, 2, *b), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w3, _x_plane(*a, 3, *b), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w4, _x_plane(*a, 4, *b), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w5, _x_plane(*a, 5, *b), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w6, _x_plane(*a, 6, *b), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w7, _x_plane(*a, 7, *b), acc, input_precision=DOT_PRECISION)
+    out = out_ptr + pid_k * stride_os + offs_m[None, :] * stride_om + offs_n[:, None]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
+    if REDUCE:
+        tile = pid_n * tl.num_programs(0) + pid_m
+        if last_of_tile(cnt_ptr, tile, split):
+            sum_partials(out_ptr, final_ptr, offs_m, offs_n,
+                         m_mask[:, None] & n_mask[None, :], split, stride_os, stride_om,
+                         stride_fm, SPLIT_P2)
+            release_tile(cnt_ptr, tile)
+
+
+def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size: int,
+                block_m: int, block_n: int, block_k: int, k_per_split: int, split: int,
+                one_group: bool, joined: bool, planes: bool, use_asm: bool, num_warps: int,
+                num_stages: int) -> None:
+    """Launch into ``target`` [SPLIT, M, N]; with ``counters`` the last program of each tile
+    also writes the sum of the partials to ``final`` [M, N]."""
+    m, k = x2.shape
+    n = qweight.shape[1]
+    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)
+    reduce = counters is not None
+    _w4a16_swap_kernel[grid](
+        x2, qweight, scales, zeros, target, final, target if counters is None else counters,
+        m, n, k, k_per_split, group_size, split,
+        x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
+        target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
+        BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, JOINED=joined,
+        PLANES=planes and x2.dtype == torch.float16, USE_ASM=use_asm,
+        DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
+        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
+        num_warps=num_warps, num_stages=num_stages)
