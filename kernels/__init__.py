@@ -3,7 +3,7 @@
 Callers use the dispatch functions below; each picks the Triton kernel when the tensors live on
 a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32). Kernels: W4A16 matmul
 (w4a16.py), paged attention and the K/V write (paged_attention.py), fused RMSNorm / residual
-add / SiLU-and-mul / rotary (fused.py).
+add / SiLU-and-mul / rotary (fused.py), the column gather of act-order inputs (gather.py).
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ import os
 import torch
 
 from . import fused as _fused
+from . import gather as _gather
 from . import paged_attention as _pa
 from . import w4a16 as _w4
 from .fused import add_rms_norm_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref
+from .gather import gather_columns_ref
 from .paged_attention import paged_attention_ref, write_kv_ref
 from .w4a16 import dequantize_w4a16_ref, pack_w4_ref, w4a16_matmul_ref
 
@@ -28,6 +30,7 @@ __all__ = [
     "add_rms_norm",
     "silu_and_mul",
     "rotary",
+    "gather_columns",
     "paged_attention_ref",
     "write_kv_ref",
     "w4a16_matmul_ref",
@@ -37,6 +40,7 @@ __all__ = [
     "add_rms_norm_ref",
     "silu_and_mul_ref",
     "rotary_ref",
+    "gather_columns_ref",
 ]
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -103,6 +107,13 @@ def w4a16_matmul(
     if x.is_cuda and x.dtype in _HALF and _TRITON:
         return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size)
     return w4a16_matmul_ref(x, qweight, scales, zeros, group_size)
+
+
+def gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """x[..., perm] (perm int64 on x's device): kernels/gather.py on CUDA fp16/bf16."""
+    if x.is_cuda and x.dtype in _HALF and _TRITON:
+        return _gather.gather_columns(x, perm)
+    return gather_columns_ref(x, perm)
 
 
 def _fused_ok(*tensors: torch.Tensor) -> bool:

@@ -20,17 +20,19 @@ Runtime layout, G = ceil(K / group_size)::
     every word lies in one group (group_size % 8 == 0, else the dequant path serves it).
 
 Paths, by the number of activation rows M (thresholds measured, notes/kernels.md):
-  * fp16/bf16 activations, M <= 4: "gemv16" (kernels/w4a16_gemv.py), words turned into fp16
-    pairs by inline PTX and shared by up to four activation rows per program (it serves any
-    M <= 16 when asked; measured slower than the dot path above M = 4). At 1-2 rows K is
-    split for about 2.5 programs per multiprocessor (the per-shape best on the H200).
+  * fp16 activations, M 3..64: "swap" (kernels/w4a16_swap.py), out^T = W^T x^T with the
+    dequantized PTX planes joined in registers as the MMA's left operand.
+  * fp16 activations at M <= 2, bf16 at M <= 4: "gemv16" (kernels/w4a16_gemv.py), words
+    turned into fp16 pairs by inline PTX and shared by up to four activation rows per
+    program (it serves any M <= 16 when asked). At 1-2 rows K is split for about 2.5
+    programs per multiprocessor (the per-shape best on the H200).
   * fp32 activations (the interpreter's tests), M == 1, GEMV: no tensor cores; works on the
     packed [BK/8, BN] tile nibble by nibble (no reshape), accumulating in a 2-D fp32 register
     tile reduced once at the end.
   * fp32, M 2..4: tl.dot on each nibble plane (eight K = BK/8 dots), BLOCK_M 16.
-  * M 5..64: the tile unpacked to [BK, BN] in k order, one tl.dot (BLOCK_K kept inside a
-    group so scales are one [1, BN] row). fp16 activations: the unpacking is the inline-PTX
-    fp16 planes of w4a16_planes.py joined into that tile (fp32 unpacking for bf16 and fp32).
+  * bf16 M 5..64 (fp16 when asked): the tile unpacked to [BK, BN] in k order, one tl.dot
+    (BLOCK_K kept inside a group so scales are one [1, BN] row); with fp16 activations the
+    unpacking can be the inline-PTX planes of w4a16_planes.py joined into that tile.
   * both split K over a third grid axis when the (M, N) tiles alone cannot fill the GPU; the
     fp32 partial sums [SPLIT, M, N] are added by a small reduce kernel.
   * M > 64: dequantize W to the activation dtype (one Triton pass) and torch.matmul (cuBLAS).
@@ -305,7 +307,8 @@ def w4a16_matmul(
     if m == 0:
         return out.reshape(*lead, n)
     sms = num_sms(x.device)
-    cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32)
+    cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32,
+                                fp16=x.dtype == torch.float16)
     block_k = cfg.block_k
     if cfg.kind == "dot" and not cfg.nibble_dots and group_size < k:
         # keep each K tile inside one group: per-row [BK, BN] scale tiles would be staged in

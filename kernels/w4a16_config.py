@@ -48,15 +48,18 @@ def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
 
 
 def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
-                half: bool = True) -> W4A16Config:
+                half: bool = True, fp16: bool | None = None) -> W4A16Config:
     """The tuned launch choice for an (M, N, K) problem.
 
     From the sweep in benchmarks/kernels.py on an H200 (notes/kernels.md): the best
     geometric-mean variant per M bucket over the eight Llama-2/Qwen2.5-7B shapes; above
     M = 64 dequantize + cuBLAS won every shape but one. Every config fits 99 KB of shared
     memory on sm_86/89 (tests/test_kernels_compile.py). ``half``: fp16/bf16 activations, which
-    the fp16x2 "gemv16" path serves for M <= 4 (fp32 ones keep the fp32 kernels).
+    the fp16x2 "gemv16" path serves for M <= 2 (fp32 ones keep the fp32 kernels). ``fp16``
+    (default: ``half``): fp16 rather than bf16 activations, which take the "swap" kernel at
+    3-64 rows (bf16 keeps the paths measured for it).
     """
+    fp16 = half if fp16 is None else fp16
     if half and m <= 2:
         # the per-shape sweep of session 12 (BENCHMARKS.md): the best split per shape gave
         # about 2.5 programs per multiprocessor (q/k/v at N = 12,288 unsplit: 2.02x where 8
@@ -64,6 +67,13 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         # kernel won at N <= 4,608 and lost at the merged N of 12,288 and more (session 11).
         return W4A16Config("gemv16", block_n=32, block_k=512, split_k=0, num_warps=4, rows=m,
                            chain4=True, waves=2.5, min_k_tiles=1, fused_reduce=n <= 8192)
+    if fp16 and m <= 64:
+        # the weights as the MMA's left operand, from registers (kernels/w4a16_swap.py):
+        # session 13's sweep, geomean over the eight 7B shapes against the paths it replaced:
+        # 1.26 vs 1.10x at 4 rows (gemv16), 1.23 vs 0.95x at 16, 0.85 vs 0.77x at 64 (dot)
+        bm = min(64, max(16, triton.next_power_of_2(m)))
+        return W4A16Config("swap", bm, 64, 128, split_k=0, num_warps=4, num_stages=3,
+                           fused_reduce=m <= 16, fp16_planes=True)
     if half and m <= 4:  # 1.13x geomean at M = 4, the old nibble-plane dots 0.92x
         return W4A16Config("gemv16", block_n=32, block_k=256, split_k=0, num_warps=4, rows=m,
                            chain4=True, waves=2, min_k_tiles=2)

@@ -29,18 +29,27 @@ from .packing import PACK, QuantizedWeight, pack_int4, sequential_g_idx, unpack_
 
 _UNSET = object()
 _kernel_fn: object = _UNSET
+_gather_fn: object = None  # edge_llm.kernels.gather_columns, set with _kernel_fn
 
 
 def _w4a16_kernel():
     """``edge_llm.kernels.w4a16_matmul`` when the kernels package provides it, else None."""
-    global _kernel_fn
+    global _kernel_fn, _gather_fn
     if _kernel_fn is _UNSET:
         try:
-            from edge_llm.kernels import w4a16_matmul
+            from edge_llm.kernels import gather_columns, w4a16_matmul
         except ImportError:
-            w4a16_matmul = None
-        _kernel_fn = w4a16_matmul
+            w4a16_matmul = gather_columns = None
+        _kernel_fn, _gather_fn = w4a16_matmul, gather_columns
     return _kernel_fn
+
+
+def _gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """x[..., perm]: the kernels package's gather (one Triton launch on CUDA) when present."""
+    _w4a16_kernel()
+    if _gather_fn is None:
+        return x.index_select(-1, perm)
+    return _gather_fn(x, perm)
 
 
 def quant_tensor_suffixes(spec: QuantSpec, bias: bool = False) -> tuple[tuple[str, ...], ...]:
@@ -283,7 +292,7 @@ class QuantLinear(nn.Module):
 
     def _forward_kernel(self, kernel, x: torch.Tensor) -> torch.Tensor:
         if self.perm is not None and not self.input_permuted:
-            x = x.index_select(-1, self.perm.long())
+            x = _gather_columns(x, self.perm.long())
         x2 = x.reshape(-1, self.in_features)  # (M, K)
         y = kernel(x2, self.qweight, self.scales, self.zeros, self.group_size)  # (M, N)
         if self.bias is not None:

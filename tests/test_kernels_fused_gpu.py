@@ -95,6 +95,15 @@ def test_norms_with_output_permutation(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_columns(dtype):
+    """The act-order input gather (kernels/gather.py) equals index_select, bit for bit."""
+    perm = torch.randperm(4096, device=DEV)
+    for m in ROWS:
+        x = torch.randn(m, 4096, device=DEV, dtype=dtype)
+        assert torch.equal(kernels.gather_columns(x, perm), x.index_select(-1, perm)), m
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_qk_norm_rows(dtype):
     """Qwen3's per-head norm: (T, H, 128) rows, several per program."""
     w = (torch.rand(128, device=DEV) + 0.5).to(dtype)

@@ -113,6 +113,29 @@ def case_add_rms_norm():
             _check(got, want, f"add-norm 3-D {dtype}")
 
 
+def case_gather_columns():
+    """kernels/gather.py: x[..., perm] for ragged widths (a partial last block), leading
+    dims and a strided view; bad permutations are refused."""
+    import torch
+
+    from edge_llm.kernels.gather import gather_columns
+
+    for shape in ((1, 4096), (5, 1100), (2, 3, 96)):
+        for dtype in _dtypes():
+            x = torch.randn(*shape).to(dtype)
+            perm = torch.randperm(shape[-1])
+            assert torch.equal(gather_columns(x, perm), x[..., perm]), (shape, dtype)
+    x = torch.randn(7, 300)[:, :200]  # rows strided
+    perm = torch.randperm(200)
+    assert torch.equal(gather_columns(x, perm), x[:, perm])
+    try:
+        gather_columns(x, perm.to(torch.int32))
+    except ValueError as exc:
+        assert "int64" in str(exc)
+    else:
+        raise AssertionError("an int32 perm was accepted")
+
+
 def case_norms_with_output_permutation():
     """``perm``: the normed columns come out in that order (one chunk and two), the residual
     unpermuted and bit-equal; a wrong perm is refused."""

@@ -67,12 +67,17 @@ def test_w4a16_input_errors_name_the_argument():
 
 
 def test_pick_config_buckets():
-    for half in (True, False):  # fp16/bf16 activations, fp32 (interpreter) activations
+    for half, fp16 in ((True, True), (True, False), (False, False)):  # fp16, bf16, fp32 x
         for m in (1, 2, 3, 4, 5, 16, 33, 64, 65, 1024):
-            cfg = w4.pick_config(m, 4096, 4096, 128, 82, half=half)
-            want = ("gemv16" if half and m <= 4 else "gemv" if m == 1 else
+            cfg = w4.pick_config(m, 4096, 4096, 128, 82, half=half, fp16=fp16)
+            want = ("gemv16" if half and m <= 2 else "swap" if fp16 and m <= 64 else
+                    "gemv16" if half and m <= 4 else "gemv" if m == 1 else
                     "dot" if m <= 64 else "dequant")
-            assert cfg.kind == want, (m, half, cfg)
+            assert cfg.kind == want, (m, half, fp16, cfg)
+            if cfg.kind == "swap":  # the MMA's N side (activation rows) covers M up to 64
+                assert cfg.block_m == min(64, max(16, 1 << (m - 1).bit_length()))
+                assert cfg.fp16_planes and cfg.block_k >= 128
+                continue
             if cfg.kind == "dot":
                 assert cfg.block_m >= min(m, 16) and (not cfg.nibble_dots or cfg.block_k >= 128)
             if cfg.kind == "gemv16":
