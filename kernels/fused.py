@@ -128,10 +128,10 @@ def _rms_norm_kernel(
     x rows: row r at ``r * stride_x`` (INNER_ROWS == 1), or at ``(r // INNER_ROWS) * stride_x
     + (r % INNER_ROWS) * stride_xi``: the heads of a (T, H, D) view into a merged qkv output.
 
-    PERM: output column j is column perm[j]. One chunk: the scaled row is permuted in
-    registers (tl.gather; the permutation is loaded with the inputs, so no load waits on
-    another). Several chunks: the scaling pass reads its inputs (and weight) at the permuted
-    columns and recomputes the same rounded sum, as the chunked pass 2 does."""
+    PERM: output column j is column perm[j]; the scaling pass reads its inputs (and weight) at
+    the permuted columns and recomputes the same rounded sum, as the chunked pass 2 does (one
+    chunk: the permutation is loaded with the first inputs, not after the sum). tl.gather of
+    the row in registers hung on the H200 (Triton 3.6, session 13)."""
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
@@ -142,18 +142,21 @@ def _rms_norm_kernel(
     if NUM_CHUNKS == 1:
         mask = row_ok[:, None] & (cols[None, :] < n_cols)
         if PERM:
-            src = tl.load(perm_ptr + cols, mask=cols < n_cols, other=0).to(tl.int32)
+            src = tl.load(perm_ptr + cols, mask=cols < n_cols, other=0)
         s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + cols[None, :],
                           rows[:, None] * stride_r + cols[None, :],
                           rows[:, None] * stride_ro + cols[None, :], mask, HAS_RESIDUAL, True)
-        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         inv = tl.math.rsqrt(tl.sum(s * s, axis=1) / n_cols + eps)  # (ROWS,)
-        normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
-        y = normed * w[None, :]
         if PERM:
-            y = tl.gather(y, tl.broadcast_to(src[None, :], (ROWS, BLOCK_N)), axis=1)
+            s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + src[None, :],
+                              rows[:, None] * stride_r + src[None, :], rows[:, None], mask,
+                              HAS_RESIDUAL, False)
+            w = tl.load(w_ptr + src, mask=cols < n_cols, other=0.0).to(tl.float32)
+        else:
+            w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
         tl.store(out_ptr + rows[:, None] * stride_o + cols[None, :],
-                 y.to(out_ptr.dtype.element_ty), mask=mask)
+                 (normed * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
         for c in range(NUM_CHUNKS):
