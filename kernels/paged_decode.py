@@ -137,10 +137,14 @@ def _paged_decode_reduce_kernel(
              mask=offs_d < HEAD_DIM)
 
 
+MAX_FUSED_SPLITS = 4
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Decode launch knobs; num_splits 0 = choose from the GPU size and the longest context;
-    fused_reduce: the last program of each (sequence, kv head) sums the splits."""
+    fused_reduce: the last program of each (sequence, kv head) sums the splits (when there
+    are at most MAX_FUSED_SPLITS of them)."""
 
     block_n: int = 64
     num_splits: int = 0
@@ -193,7 +197,10 @@ def paged_decode(
     if splits > 1:
         part_out = torch.empty((b, h, splits, d), device=q.device, dtype=torch.float32)
         part_lse = torch.empty((b, h, splits), device=q.device, dtype=torch.float32)
-        cnt = splitk_counters(q.device, b * hkv) if cfg.fused_reduce else None
+        # summed in the kernel up to 4 splits: it won or tied at 2-4 splits and lost 6% at 9
+        # (4 x 8,192 tokens) to the second launch, on the H200 (session 13, BENCHMARKS.md)
+        fused = cfg.fused_reduce and splits <= MAX_FUSED_SPLITS
+        cnt = splitk_counters(q.device, b * hkv) if fused else None
     seq_lens = seq_lens.to(q.device)
     _paged_decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
