@@ -33,7 +33,9 @@ def variants(m: int, n: int):
     """Session 13's question, per shape: does the weights-left "swap" kernel
     (kernels/w4a16_swap.py: dequantized planes as the MMA's left operand, which Hopper may
     keep in registers) beat the dispatched choice at 4-256 rows? Joined into one dot or eight
-    plane dots; tiles of 64/128 weight columns. 1-2 rows: session 12's GEMV grid."""
+    plane dots; tiles of 64/128 weight columns. Next (benchmarks/gpu_call20.sh): stage-4
+    pipelines at 128-256 rows, and ``--dtype bfloat16`` (fp32 unpacking; bf16 still takes
+    the old paths). 1-2 rows: session 12's GEMV grid."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
@@ -54,6 +56,11 @@ def variants(m: int, n: int):
             out[f"swap bm{bm} bn{bn} bk{bkk} w{warps} st{stages}"] = C(
                 "swap", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
                 fp16_planes=True, fused_reduce=m <= 16)
+        if m > 64:  # deeper pipelines for the bigger tiles (session 13 tried stage 3 only)
+            for bn, bkk, warps in ((64, 128, 4), (128, 128, 8), (128, 64, 8)):
+                out[f"swap bm{bm} bn{bn} bk{bkk} w{warps} st4"] = C(
+                    "swap", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=4,
+                    fp16_planes=True, fused_reduce=False)
         for bn, bkk, warps in ((64, 128, 4), (128, 128, 8)):
             out[f"swap8 bm{bm} bn{bn} bk{bkk} w{warps}"] = C(
                 "swap", bm, bn, bkk, split_k=0, num_warps=warps, nibble_dots=True,
@@ -68,6 +75,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
+    ap.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16",
+                    help="activations (the cuBLAS reference runs in the same dtype)")
     ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"),
                     help="no GPU: draw the dispatched speed-ups of a saved run and exit")
     args = ap.parse_args()
@@ -94,7 +103,7 @@ def main() -> int:
     log(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
     ms = [int(v) for v in args.ms.split(",")]
     rows = []
-    dt = torch.float16
+    dt = getattr(torch, args.dtype)
     gs = 128
     for model, name, k, n in bk.SHAPES:
         g = k // gs
@@ -115,7 +124,8 @@ def main() -> int:
             us_cublas = bk.time_op(lambda i, xs=xs, w=w_half: torch.matmul(xs[i], w[i]),
                                    n_rot_h, False)
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
-                       auto=str(pick_config(m, n, k, gs, 132)), res={})
+                       auto=str(pick_config(m, n, k, gs, 132, fp16=dt == torch.float16)),
+                       res={})
             for vname, cfg in [("auto", None)] + list(variants(m, n).items()):
                 def run(i, cfg=cfg, xs=xs, sets=sets):
                     qw, s, z = sets[i]
@@ -133,7 +143,7 @@ def main() -> int:
             rows.append(row)
     (out_dir / "gemv_sweep.json").write_text(json.dumps(dict(copy_bw=copy_bw, rows=rows)))
     # geometric means per M and variant (only variants with err < 1e-2 everywhere)
-    print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s; speed-up vs fp16 cuBLAS, geomean of 8 "
+    print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s; speed-up vs {args.dtype} cuBLAS, geomean of 8 "
           "shapes (max rel err)")
     for m in ms:
         sub = [r for r in rows if r["m"] == m]
