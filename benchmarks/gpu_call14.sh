@@ -3,13 +3,7 @@
 # AWQ vs act-order were cut: the device time left did not cover them.)
 set -u
 source benchmarks/gpu_setup.sh
-python3 -c "
-import sys; sys.path.insert(0, 'benchmarks')
-from pathlib import Path
-from random_checkpoint import make_random_checkpoint
-for f in ('awq', 'gptq', 'gptq-act'):
-    make_random_checkpoint('llama2-7b', f, Path('/tmp/ck-' + f), 128, 'cuda')
-" > $OUT/build.log 2>&1 || tail -5 $OUT/build.log
+build_checkpoints $OUT/build.log awq gptq gptq-act
 for round in 1 2; do for f in awq gptq gptq-act; do
   timeout 90 python3 benchmarks/decode_graphs.py --graphs-only --reps 3 --ckpt /tmp/ck-$f --out $OUT/dg-$f-$round.json 2>&1 | grep -A3 "batch" | tail -3 | sed "s/^/$f r$round /"
 done; done

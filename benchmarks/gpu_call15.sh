@@ -4,13 +4,7 @@
 # offline scenario at 256 requests (#7's 10x target).
 set -u
 source benchmarks/gpu_setup.sh
-python3 -c "
-import sys; sys.path.insert(0, 'benchmarks')
-from pathlib import Path
-from random_checkpoint import make_random_checkpoint
-for f in ('awq', 'gptq-act'):
-    make_random_checkpoint('llama2-7b', f, Path('/tmp/ck-' + f), 128, 'cuda')
-" > $OUT/build.log 2>&1 || tail -5 $OUT/build.log
+build_checkpoints $OUT/build.log awq gptq-act
 for f in awq gptq-act; do
   timeout 90 python3 benchmarks/profile_kernels.py --ckpt /tmp/ck-$f --batches 1 --out $OUT/prof-$f > $OUT/prof-$f.log 2>&1; grep -v "Warn\|INFO" $OUT/prof-$f.log | tail -16
 done

@@ -8,13 +8,7 @@ source benchmarks/gpu_setup.sh
 timeout 60 python3 benchmarks/swap_ir.py > $OUT/swap_ir.txt 2>&1; cut -c1-330 $OUT/swap_ir.txt
 timeout 100 python3 benchmarks/kernels.py --quick --skip-w4 > $OUT/kq.txt 2>&1; grep "decode B" $OUT/kq.txt; cp /tmp/kernels_bench.json $OUT/ 2>/dev/null
 timeout 260 python3 benchmarks/gemv_sweep.py --ms 4,16,64,256 --out $OUT/sweep > $OUT/sweep.txt 2>&1; head -n 40 $OUT/sweep.txt
-python3 -c "
-import sys; sys.path.insert(0, 'benchmarks')
-from pathlib import Path
-from random_checkpoint import make_random_checkpoint
-for f in ('awq', 'gptq-act'):
-    make_random_checkpoint('llama2-7b', f, Path('/tmp/ck-' + f), 128, 'cuda')
-" > $OUT/build.log 2>&1 || tail -5 $OUT/build.log
+build_checkpoints $OUT/build.log awq gptq-act
 for f in awq gptq-act; do
   timeout 90 python3 benchmarks/profile_kernels.py --ckpt /tmp/ck-$f --batches 1 --out $OUT/prof-$f > $OUT/prof-$f.log 2>&1; grep -v "Warn\|INFO\|Loading\|warn" $OUT/prof-$f.log | tail -14
 done

@@ -5,13 +5,7 @@ set -u
 source benchmarks/gpu_setup.sh
 (cd /tmp/checks && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_w4a16_swap_gpu.py tests/test_kernels_gpu.py tests/test_kernels_fused_gpu.py tests/test_splitk_gpu.py tests/test_fuse_gpu.py tests/test_cuda_graphs_gpu.py tests/test_w4a16_planes_gpu.py > $OUT/tests.txt 2>&1)
 timeout 190 python3 benchmarks/kernels.py --quick > $OUT/kq.txt 2>&1; tail -n 30 $OUT/kq.txt
-python3 -c "
-import sys; sys.path.insert(0, 'benchmarks')
-from pathlib import Path
-from random_checkpoint import make_random_checkpoint
-for f in ('awq', 'gptq-act'):
-    make_random_checkpoint('llama2-7b', f, Path('/tmp/ck-' + f), 128, 'cuda')
-" > $OUT/build.txt 2>&1 || tail -5 $OUT/build.txt
+build_checkpoints $OUT/build.txt awq gptq-act
 for f in awq gptq-act awq; do
   timeout 80 python3 benchmarks/decode_graphs.py --graphs-only --reps 3 --ckpt /tmp/ck-$f --out $OUT/dg-$f.json 2>&1 | grep -A3 "batch" | tail -3 | sed "s/^/$f /"
 done

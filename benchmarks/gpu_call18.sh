@@ -3,13 +3,7 @@
 # tests of the swap kernel, the fused norms (permuted), the gather kernel and the fold.
 set -u
 source benchmarks/gpu_setup.sh
-python3 -c "
-import sys; sys.path.insert(0, 'benchmarks')
-from pathlib import Path
-from random_checkpoint import make_random_checkpoint
-for f in ('awq', 'gptq-act'):
-    make_random_checkpoint('llama2-7b', f, Path('/tmp/ck-' + f), 128, 'cuda')
-" > $OUT/build.txt 2>&1 || tail -5 $OUT/build.txt
+build_checkpoints $OUT/build.txt awq gptq-act
 for f in awq gptq-act awq; do
   timeout 70 python3 benchmarks/decode_graphs.py --graphs-only --reps 3 --ckpt /tmp/ck-$f --out $OUT/dg-$f.json > $OUT/dg-$f.txt 2>&1; grep -A3 "batch" $OUT/dg-$f.txt | tail -3 | sed "s/^/$f /"
 done

@@ -6,3 +6,15 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 python3 -m pip install -q --no-deps --no-build-isolation . || exit 1
 export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
 rm -rf /tmp/checks && mkdir -p /tmp/checks && cp -r tests benchmarks /tmp/checks/
+# build_checkpoints LOG FORMAT...: random Llama-2-7B g128 checkpoints in /tmp/ck-FORMAT, built
+# in one process (benchmarks/random_checkpoint.py); the log's tail is shown on failure.
+build_checkpoints() {
+  local log=$1; shift
+  python3 - "$@" > "$log" 2>&1 <<'PY' || tail -5 "$log"
+import sys; sys.path.insert(0, 'benchmarks')
+from pathlib import Path
+from random_checkpoint import make_random_checkpoint
+for f in sys.argv[1:]:
+    make_random_checkpoint('llama2-7b', f, Path('/tmp/ck-' + f), 128, 'cuda')
+PY
+}

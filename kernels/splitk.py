@@ -77,6 +77,17 @@ def sum_partials(part_ptr, out_ptr, offs_m, offs_n, mask, split, stride_ps, stri
              acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def sum_if_last(cnt_ptr, tile, split, part_ptr, out_ptr, offs_m, offs_n, mask, stride_ps,
+                stride_pm, stride_om, SPLIT_P2: tl.constexpr):
+    """The in-kernel reduction of one tile, called after this program's partial stores: the
+    program that completes ``tile`` sums the partials into ``out`` and resets the counter."""
+    if last_of_tile(cnt_ptr, tile, split):
+        sum_partials(part_ptr, out_ptr, offs_m, offs_n, mask, split, stride_ps, stride_pm,
+                     stride_om, SPLIT_P2)
+        release_tile(cnt_ptr, tile)
+
+
 @triton.jit(do_not_specialize=["numel"])
 def _splitk_reduce_kernel(part_ptr, out_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     """out[i] = sum_s part[s, i] for the flat [SPLIT, numel] fp32 partial sums."""

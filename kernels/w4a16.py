@@ -48,7 +48,7 @@ import triton.language as tl
 
 from .device import num_sms
 from .splitk import counters as splitk_counters
-from .splitk import last_of_tile, reduce_partials, release_tile, sum_partials
+from .splitk import reduce_partials, sum_if_last
 from .w4a16_config import W4A16Config, auto_split, pick_config
 from .w4a16_dequant import _nibble_f32, dequantize_w4a16
 from .w4a16_gemv import launch_gemv16
@@ -270,11 +270,8 @@ def _w4a16_dot_kernel(
     mask = m_mask[:, None] & n_mask[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
     if REDUCE:
-        tile = pid_n * tl.num_programs(0) + pid_m
-        if last_of_tile(cnt_ptr, tile, split):
-            sum_partials(out_ptr, final_ptr, offs_m, offs_n, mask, split, stride_os,
-                         stride_om, stride_fm, SPLIT_P2)
-            release_tile(cnt_ptr, tile)
+        sum_if_last(cnt_ptr, pid_n * tl.num_programs(0) + pid_m, split, out_ptr, final_ptr,
+                    offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
 # --------------------------------------------------------------------------- host side

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .splitk import last_of_tile, release_tile, sum_partials
+from .splitk import sum_if_last
 
 
 def _asm_text(rows: int, chain4: bool = False) -> str:
@@ -305,13 +305,10 @@ def _w4a16_gemv16_kernel(
     if ROWS >= 4:
         _store_row(out, acc3, m0 + 3, M, N, offs_n, stride_om)
     if REDUCE:
-        tile = tl.program_id(2) * tl.num_programs(0) + pid_n
-        if last_of_tile(cnt_ptr, tile, split):
-            offs_m = m0 + tl.arange(0, 4)
-            mask = ((offs_m < M) & (offs_m < m0 + ROWS))[:, None] & n_mask[None, :]
-            sum_partials(out_ptr, final_ptr, offs_m, offs_n, mask, split, stride_os,
-                         stride_om, stride_fm, SPLIT_P2)
-            release_tile(cnt_ptr, tile)
+        offs_m = m0 + tl.arange(0, 4)
+        mask = ((offs_m < M) & (offs_m < m0 + ROWS))[:, None] & n_mask[None, :]
+        sum_if_last(cnt_ptr, tl.program_id(2) * tl.num_programs(0) + pid_n, split, out_ptr,
+                    final_ptr, offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
 def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,

@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .splitk import last_of_tile, release_tile, sum_partials
+from .splitk import sum_if_last
+from .w4a16_dequant import _nibble_f32
 from .w4a16_planes import planes_asm, planes_emulated, scale_pairs
 
 
@@ -46,7 +47,7 @@ def _scales_t(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg, 
 
 @triton.jit
 def _plane_f32(packed, j: tl.constexpr, s, zs, dtype: tl.constexpr):
-    return (((packed >> (4 * j)) & 0xF).to(tl.float32) * s - zs).to(dtype)
+    return (_nibble_f32(packed, j) * s - zs).to(dtype)
 
 
 @triton.jit
@@ -127,12 +128,9 @@ def _w4a16_swap_kernel(
     out = out_ptr + pid_k * stride_os + offs_m[None, :] * stride_om + offs_n[:, None]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
     if REDUCE:
-        tile = pid_n * tl.num_programs(0) + pid_m
-        if last_of_tile(cnt_ptr, tile, split):
-            sum_partials(out_ptr, final_ptr, offs_m, offs_n,
-                         m_mask[:, None] & n_mask[None, :], split, stride_os, stride_om,
-                         stride_fm, SPLIT_P2)
-            release_tile(cnt_ptr, tile)
+        sum_if_last(cnt_ptr, pid_n * tl.num_programs(0) + pid_m, split, out_ptr, final_ptr,
+                    offs_m, offs_n, m_mask[:, None] & n_mask[None, :], stride_os, stride_om,
+                    stride_fm, SPLIT_P2)
 
 
 def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size: int,
