@@ -2,8 +2,12 @@
 with a reduce kernel; the oracle is ``paged_attention_ref`` (kernels/paged_attention.py).
 
     grid (B, Hkv, S): program (b, h, s) owns the G = H / Hkv query heads of kv head h and
-    context tokens [s * P, min((s + 1) * P, seq_len)), P = partition size (a multiple of
-    BLOCK_N). Each loaded K/V tile [BLOCK_N, D] serves all G heads through one tl.dot whose
+    context tokens [s * P, min((s + 1) * P, seq_len)). The partition P = ceil(seq_len / S)
+    rounded up to BLOCK_N is per sequence, read from seq_lens on the device: the grid S is
+    sized for the longest context the launch allows (a CUDA graph's max_model_len), and a
+    short context still spreads over the S programs instead of leaving all but the first
+    partition empty (session 14: at batch 1 one program per head walked the whole context
+    while seven idled). Each loaded K/V tile [BLOCK_N, D] serves all G heads through one tl.dot whose
     M rows are the heads (padded to 16). With S > 1 every program writes its normalised
     partial output and log2-sum-exp, and the S partials per head are weighted by their
     sum-exps: by the last of the S programs of (b, h) to finish (``FUSED_REDUCE``, the
@@ -23,10 +27,17 @@ from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, release_tile
 
 
-@triton.jit(do_not_specialize=["partition_size", "stride_bt"])
+@triton.jit
+def _partition(seq_len, num_splits, BLOCK_N: tl.constexpr):
+    """Tokens per context split of one sequence: ceil(seq_len / num_splits), a multiple of
+    BLOCK_N (at least BLOCK_N)."""
+    return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), 1) * BLOCK_N
+
+
+@triton.jit(do_not_specialize=["stride_bt"])
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr, cnt_ptr,
-    scale_log2, partition_size,
+    scale_log2,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
@@ -37,6 +48,7 @@ def _paged_decode_kernel(
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b)
+    partition_size = _partition(seq_len, tl.num_programs(2), BLOCK_N)
     start = split * partition_size
     end = tl.minimum(seq_len, start + partition_size)
     offs_g = tl.arange(0, GROUP_PAD)
@@ -112,15 +124,16 @@ def _sum_splits(part_out_ptr, part_lse_ptr, out_ptr, b, heads, g_mask, offs_d, o
 
 @triton.jit
 def _paged_decode_reduce_kernel(
-    part_out_ptr, part_lse_ptr, seq_lens_ptr, out_ptr, partition_size,
+    part_out_ptr, part_lse_ptr, seq_lens_ptr, out_ptr,
     stride_pb, stride_ph, stride_ps, stride_ot, stride_oh,
     num_splits, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """out[b, h] = sum_s w_s * part[b, h, s] with w_s = 2^lse_s / sum 2^lse (valid splits)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + b)
-    num_valid = tl.cdiv(seq_len, partition_size)
+    num_valid = tl.cdiv(seq_len, _partition(seq_len, num_splits, BLOCK_N))
     offs_s = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, D_PAD)
     s_mask = (offs_s < num_valid) & (offs_s < num_splits)
@@ -144,19 +157,21 @@ MAX_FUSED_SPLITS = 4
 class DecodeConfig:
     """Decode launch knobs; num_splits 0 = choose from the GPU size and the longest context;
     fused_reduce: the last program of each (sequence, kv head) sums the splits (when there
-    are at most MAX_FUSED_SPLITS of them)."""
+    are at most ``max_fused_splits`` of them)."""
 
     block_n: int = 64
     num_splits: int = 0
     num_warps: int = 4
     num_stages: int = 3
     fused_reduce: bool = True
+    max_fused_splits: int = MAX_FUSED_SPLITS
 
 
 def decode_split_plan(programs: int, max_context: int, sms: int, block_n: int,
                       num_splits: int = 0) -> tuple[int, int]:
-    """(num_splits, partition_size): split contexts until about 2 programs per multiprocessor,
-    keeping partitions >= 256 tokens; the partition is a multiple of block_n."""
+    """(num_splits, partition_size) at ``max_context``: split contexts until about 2 programs
+    per multiprocessor, keeping partitions >= 256 tokens; the partition is a multiple of
+    block_n. The kernel re-derives each sequence's partition from its own length."""
     max_context = max(max_context, 1)
     if num_splits <= 0:
         num_splits = min(triton.cdiv(2 * sms, max(programs, 1)),
@@ -189,8 +204,8 @@ def paged_decode(
     if b == 0:
         return out
     max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
-    splits, partition = decode_split_plan(b * hkv, max_ctx, num_sms(q.device), cfg.block_n,
-                                          cfg.num_splits)
+    splits, _ = decode_split_plan(b * hkv, max_ctx, num_sms(q.device), cfg.block_n,
+                                  cfg.num_splits)
     d_pad = triton.next_power_of_2(d)
     part_out = part_lse = out  # placeholders, unused without a split
     cnt = None
@@ -199,12 +214,12 @@ def paged_decode(
         part_lse = torch.empty((b, h, splits), device=q.device, dtype=torch.float32)
         # summed in the kernel up to 4 splits: it won or tied at 2-4 splits and lost 6% at 9
         # (4 x 8,192 tokens) to the second launch, on the H200 (session 13, BENCHMARKS.md)
-        fused = cfg.fused_reduce and splits <= MAX_FUSED_SPLITS
+        fused = cfg.fused_reduce and splits <= cfg.max_fused_splits
         cnt = splitk_counters(q.device, b * hkv) if fused else None
     seq_lens = seq_lens.to(q.device)
     _paged_decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
-        out if cnt is None else cnt, scale * LOG2E, partition, q.stride(0), q.stride(1),
+        out if cnt is None else cnt, scale * LOG2E, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1), h * splits, splits, 1,
@@ -213,7 +228,7 @@ def paged_decode(
         FUSED_REDUCE=cnt is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
-            part_out, part_lse, seq_lens, out, partition, h * splits, splits, 1,
+            part_out, part_lse, seq_lens, out, h * splits, splits, 1,
             out.stride(0), out.stride(1), splits, HEAD_DIM=d, D_PAD=d_pad,
-            SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+            SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_N=cfg.block_n, num_warps=4)
     return out
