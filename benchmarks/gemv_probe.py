@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-
 from kernel_timing import copy_bandwidth, rotations, time_op
 
 SHAPES = {"qkv": (4096, 12288), "o": (4096, 4096), "gate_up": (4096, 22016),
@@ -96,7 +95,8 @@ def probe_gemv(dev, copy_bw: float, log) -> list[dict]:
                 for _ in range(n_rot)]
         xs = [torch.randn(1, k, device=dev, dtype=torch.float16) for _ in range(n_rot)]
         row = dict(shape=name, k=k, n=n)
-        us = time_op(lambda i: w4a16_matmul(xs[i], *sets[i], 128), n_rot, False)
+        us = time_op(lambda i, xs=xs, sets=sets: w4a16_matmul(xs[i], *sets[i], 128), n_rot,
+                     False)
         row["auto"] = all_bytes / (us * 1e-6) / copy_bw
         rows_total = k // 8
         for bn, r in ((32, 64), (64, 32), (128, 16), (256, 8), (32, 128), (64, 64)):
@@ -106,7 +106,8 @@ def probe_gemv(dev, copy_bw: float, log) -> list[dict]:
             split = triton.cdiv(rows_total, per)
             res = torch.empty(split, n, device=dev, dtype=torch.int32)
 
-            def loads(i, bn=bn, r=r, per=per, split=split, res=res):
+            def loads(i, bn=bn, r=r, per=per, split=split, res=res, sets=sets, n=n,
+                      rows_total=rows_total):
                 _loads_kernel[(triton.cdiv(n, bn), split)](sets[i][0], res, n, per, rows_total,
                                                            BN=bn, R=r, num_warps=4)
             us = time_op(loads, n_rot, False)
@@ -117,7 +118,7 @@ def probe_gemv(dev, copy_bw: float, log) -> list[dict]:
             grid = triton.cdiv(total, per)
             res = torch.empty(grid, device=dev, dtype=torch.int32)
 
-            def stream(i, per=per, grid=grid, block=block, res=res):
+            def stream(i, per=per, grid=grid, block=block, res=res, sets=sets, total=total):
                 _stream_kernel[(grid,)](sets[i][0], res, per, total, BLOCK=block, num_warps=4)
             us = time_op(stream, n_rot, False)
             row[f"stream p{grid} b{block}"] = word_bytes / (us * 1e-6) / copy_bw
@@ -152,9 +153,9 @@ def probe_decode(dev, copy_bw: float, log) -> list[dict]:
         ref = paged_attention_ref(qs[0], *sets[0][:2], sets[0][2], qsl, sl, d ** -0.5)
         row = dict(b=b, ctx=ctx, h=h, hkv=hkv, max_len=max_len)
         for key, cfg in configs.items():
-            def run(i, cfg=cfg):
+            def run(i, cfg=cfg, sets=sets, qs=qs, sl=sl, scale=d ** -0.5, max_len=max_len):
                 kc, vc, table = sets[i]
-                return paged_decode(qs[i], kc, vc, table, sl, d ** -0.5, max_len, cfg)
+                return paged_decode(qs[i], kc, vc, table, sl, scale, max_len, cfg)
             err = float((run(0).float() - ref.float()).norm() / ref.float().norm())
             assert err < 1e-2, (key, err)
             us = time_op(run, n_rot, False)

@@ -3,7 +3,8 @@
 Callers use the dispatch functions below; each picks the Triton kernel when the tensors live on
 a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32). Kernels: W4A16 matmul
 (w4a16.py), paged attention and the K/V write (paged_attention.py), fused RMSNorm / residual
-add / SiLU-and-mul / rotary (fused.py), the column gather of act-order inputs (gather.py).
+add / SiLU-and-mul / rotary (fused.py), rotary with the K/V cache write (rotary_kv.py), the
+column gather of act-order inputs (gather.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from . import fused as _fused
 from . import gather as _gather
 from . import paged_attention as _pa
+from . import rotary_kv as _rkv
 from . import w4a16 as _w4
 from .fused import add_rms_norm_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref
 from .gather import gather_columns_ref
@@ -30,6 +32,7 @@ __all__ = [
     "add_rms_norm",
     "silu_and_mul",
     "rotary",
+    "rotary_write_kv",
     "gather_columns",
     "paged_attention_ref",
     "write_kv_ref",
@@ -162,3 +165,24 @@ def rotary(
     if _fused_ok(q, k):
         return _fused.rotary(q, k, cos, sin, positions)
     return rotary_ref(q, k, cos, sin, positions)
+
+
+def rotary_write_kv(
+    q: torch.Tensor,  # (T, H, D)
+    k: torch.Tensor,  # (T, Hkv, D)
+    v: torch.Tensor,  # (T, Hkv, D)
+    cos: torch.Tensor,  # (max_positions, D/2)
+    sin: torch.Tensor,
+    positions: torch.Tensor,  # (T,)
+    k_cache: torch.Tensor,  # (num_blocks, block_size, Hkv, D)
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # (T,) int64, < 0 = skip
+) -> torch.Tensor:
+    """``rotary`` of q and k, then ``write_kv`` of the rotated k and v; returns the rotated q.
+    One Triton launch on CUDA fp16/bf16 (kernels/rotary_kv.py)."""
+    if _fused_ok(q, k, v) and k_cache.is_cuda:
+        return _rkv.rotary_write_kv(q, k, v, cos, sin, positions, k_cache, v_cache,
+                                    slot_mapping)
+    q, k = rotary(q, k, cos, sin, positions)
+    write_kv(k, v, k_cache, v_cache, slot_mapping)
+    return q

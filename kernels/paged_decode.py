@@ -7,10 +7,10 @@ with a reduce kernel; the oracle is ``paged_attention_ref`` (kernels/paged_atten
     sized for the longest context the launch allows (a CUDA graph's max_model_len), and a
     short context still spreads over the S programs instead of leaving all but the first
     partition empty (session 14: at batch 1 one program per head walked the whole context
-    while seven idled). Each loaded K/V tile [BLOCK_N, D] serves all G heads through one tl.dot whose
-    M rows are the heads (padded to 16). With S > 1 every program writes its normalised
-    partial output and log2-sum-exp, and the S partials per head are weighted by their
-    sum-exps: by the last of the S programs of (b, h) to finish (``FUSED_REDUCE``, the
+    while the others idled). Each loaded K/V tile [BLOCK_N, D] serves all G heads through
+    one tl.dot whose M rows are the heads (padded to 16). With S > 1 every program writes
+    its normalised partial output and log2-sum-exp, and the S partials per head are weighted
+    by their sum-exps: by the last of the S programs of (b, h) to finish (``FUSED_REDUCE``, the
     counter scheme of kernels/splitk.py: no second launch), or by a reduce kernel.
 """
 

@@ -109,6 +109,47 @@ def case_rotary_and_write_kv_on_views():
                     f"write_kv d={d} T={t} {dtype}"
 
 
+def case_rotary_write_kv_one_launch():
+    """kernels/rotary_kv.py on the merged views: the rotated q equals rotary_ref's, and the
+    cache equals rotary_ref + write_kv_ref's (rotated k, v copied), padding slots untouched,
+    the other slots' previous contents kept; the dispatcher's CPU fallback agrees."""
+    import torch
+
+    from edge_llm.kernels import rotary_write_kv as dispatched
+    from edge_llm.kernels.fused import rotary_ref
+    from edge_llm.kernels.paged_attention import write_kv_ref
+    from edge_llm.kernels.rotary_kv import rotary_write_kv
+
+    for dtype in _dtypes():
+        for d, h, hkv in SHAPES:
+            inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+            freqs = torch.outer(torch.arange(512, dtype=torch.float32), inv_freq)
+            cos, sin = freqs.cos(), freqs.sin()
+            for t in TOKENS:
+                q, k, v = _split_qkv(t, h, hkv, d, dtype)
+                pos = torch.randint(0, 512, (t,))
+                bs = 8
+                kc, vc = torch.randn(2, 6, bs, hkv, d).to(dtype)
+                caches = [(kc.clone(), vc.clone()) for _ in range(3)]
+                slots = torch.randperm(6 * bs)[:t]
+                if t > 1:
+                    slots[1] = -1  # a padding token: nothing stored
+                qr = rotary_write_kv(q, k, v, cos, sin, pos, *caches[0], slots)
+                q_ref, k_ref = rotary_ref(q, k, cos, sin, pos)
+                write_kv_ref(k_ref, v, *caches[1], slots)
+                what = f"d={d} H={h}/{hkv} T={t} {dtype}"
+                _check(qr, q_ref, f"rotary_write_kv q {what}")
+                assert qr.is_contiguous()
+                _check(caches[0][0], caches[1][0], f"k cache {what}")
+                assert torch.equal(caches[0][1], caches[1][1]), f"v cache {what}"
+                untouched = torch.ones(6 * bs, dtype=torch.bool)
+                untouched[slots[slots >= 0]] = False
+                assert torch.equal(caches[0][0].view(6 * bs, hkv, d)[untouched],
+                                   kc.view(6 * bs, hkv, d)[untouched]), f"other slots {what}"
+                q_cpu = dispatched(q, k, v, cos, sin, pos, *caches[2], slots)  # references
+                assert torch.equal(q_cpu, q_ref) and torch.equal(caches[2][0], caches[1][0])
+
+
 def case_silu_and_mul_on_merged_gate_up():
     """silu_and_mul of a merged (T, 2I) output, and of its two halves passed as views."""
     import torch

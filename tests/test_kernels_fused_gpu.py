@@ -139,6 +139,31 @@ def test_rotary_full_size(h, hkv, d, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("h,hkv,d", [(32, 32, 128), (28, 4, 128), (9, 3, 64)])
+def test_rotary_write_kv_full_size(h, hkv, d, dtype):
+    """kernels/rotary_kv.py against rotary_ref + write_kv_ref: q, the cache (k rotated, v
+    copied), padding slots (-1) not stored."""
+    from edge_llm.kernels.paged_attention import write_kv_ref
+
+    cos, sin = cos_sin(32768, d)
+    bs, blocks = 16, 300
+    for t in ROWS + [2048]:
+        q, k, v = torch.randn(t, h + 2 * hkv, d, device=DEV, dtype=dtype).split(
+            (h, hkv, hkv), dim=1)
+        pos = torch.randint(0, 32768, (t,), device=DEV)
+        slots = torch.randperm(blocks * bs, device=DEV)[:t]
+        slots[::7] = -1
+        kc, vc = torch.randn(2, blocks, bs, hkv, d, device=DEV, dtype=dtype)
+        kc_ref, vc_ref = kc.clone(), vc.clone()
+        got = kernels.rotary_write_kv(q, k, v, cos, sin, pos, kc, vc, slots)
+        q_ref, k_ref = fu.rotary_ref(q, k, cos, sin, pos)
+        write_kv_ref(k_ref, v, kc_ref, vc_ref, slots)
+        check(got, q_ref, f"rotary_write_kv q T={t}")
+        check(kc, kc_ref, f"rotary_write_kv k cache T={t}")
+        assert torch.equal(vc, vc_ref), f"v cache T={t}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_fused_ops_replay_in_a_cuda_graph(dtype):
     """Captured once on static buffers, replayed on new inputs copied in."""
     m, hidden, inter, h, hkv, d = 24, 4096, 11008, 32, 8, 128

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from edge_llm.kernels import paged_attention, silu_and_mul, write_kv
+from edge_llm.kernels import paged_attention, rotary_write_kv, silu_and_mul
 
 from .arch import ArchConfig
 from .attention_metadata import AttentionMetadata
@@ -62,9 +62,10 @@ class Attention(nn.Module):
             v = self.v_proj(x).view(t, hkv, d)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self._rotary[0](positions, q, k)
         k_cache, v_cache = kv
-        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        rot = self._rotary[0]  # q rotated; k rotated and v stored at their cache slots
+        q = rotary_write_kv(q, k, v, rot.cos, rot.sin, positions, k_cache, v_cache,
+                            meta.slot_mapping)
         o = paged_attention(
             q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
             self.scale, meta.max_query_len, meta.max_seq_len,

@@ -1,0 +1,110 @@
+"""Rotary embedding of q and k with k and v stored straight into their paged-cache slots: one
+launch per layer where rotary (kernels/fused.py) and write_kv (kernels/paged_attention.py) took
+two, and the rotated k never goes through global memory outside the cache.
+
+The reference is the composition ``rotary_ref`` then ``write_kv_ref`` (kernels/__init__.py's
+``rotary_write_kv`` falls back to it); the rotated q is returned, k and v land in the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .fused import _rotate_heads
+
+
+@triton.jit
+def _copy_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, keep,
+                NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+                D_PAD: tl.constexpr):
+    h = tl.arange(0, H_PAD)
+    d = tl.arange(0, D_PAD)
+    mask = (h[:, None] < NUM_HEADS) & (d[None, :] < HEAD_DIM) & keep
+    x = tl.load(src_ptr + h[:, None] * stride_src_h + d[None, :], mask=mask)
+    tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :],
+             x.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rotary_write_kv_kernel(
+    q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, qo_ptr, kc_ptr, vc_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_qot, stride_qoh,
+    stride_cos, stride_sin, stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs,
+    stride_vch,
+    NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr, HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+):
+    """One program per token: q rotated into qo; k rotated and v copied into cache slot
+    slot_mapping[t] (slot < 0: padding, nothing stored)."""
+    t = tl.program_id(0).to(tl.int64)
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    offs = tl.arange(0, HALF_PAD)
+    d_ok = offs < HALF
+    cos = tl.load(cos_ptr + pos * stride_cos + offs, mask=d_ok, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + pos * stride_sin + offs, mask=d_ok, other=0.0).to(tl.float32)
+    _rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
+                  cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
+    blk = tl.maximum(slot, 0) // BLOCK_SIZE
+    off = tl.maximum(slot, 0) % BLOCK_SIZE
+    keep_k = offs * 0 + slot >= 0  # a tensor: the interpreter cannot AND a scalar bool
+    _rotate_heads(k_ptr + t * stride_kt, kc_ptr + blk * stride_kcb + off * stride_kcs,
+                  stride_kh, stride_kch, cos, sin, offs, d_ok & keep_k, NUM_KV_HEADS, HK_PAD,
+                  HALF)
+    keep_v = tl.arange(0, D_PAD)[None, :] * 0 + slot >= 0
+    _copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs,
+                stride_vh, stride_vch, keep_v, NUM_KV_HEADS, HK_PAD, HEAD_DIM, D_PAD)
+
+
+def rotary_write_kv(
+    q: torch.Tensor,  # (T, H, D)
+    k: torch.Tensor,  # (T, Hkv, D)
+    v: torch.Tensor,  # (T, Hkv, D)
+    cos: torch.Tensor,  # (max_positions, D/2)
+    sin: torch.Tensor,
+    positions: torch.Tensor,  # (T,) int
+    k_cache: torch.Tensor,  # (num_blocks, bs, Hkv, D)
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # (T,) int64; < 0 skipped
+) -> torch.Tensor:
+    """Triton ``rotary_ref`` + ``write_kv_ref`` in one launch; returns the rotated q (a new
+    contiguous tensor). Positions are not range-checked on the device (no host sync)."""
+    if q.dim() != 3 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        raise ValueError(f"q, k: expected (T, H, D) and (T, Hkv, D), got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}")
+    t, h, d = q.shape
+    hkv = k.shape[1]
+    if v.shape != k.shape or k_cache.shape[2:] != (hkv, d) or v_cache.shape != k_cache.shape:
+        raise ValueError(f"k, v, k_cache, v_cache: shapes {tuple(k.shape)}, {tuple(v.shape)}, "
+                         f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not agree")
+    if d % 2 or cos.dim() != 2 or cos.shape[1] != d // 2 or sin.shape != cos.shape:
+        raise ValueError(f"cos, sin: expected (max_positions, {d // 2}) tables for an even "
+                         f"head dim {d}, got {tuple(cos.shape)}, {tuple(sin.shape)}")
+    if positions.shape != (t,) or positions.is_floating_point():
+        raise ValueError(f"positions: expected ({t},) integers, got {tuple(positions.shape)} "
+                         f"{positions.dtype}")
+    if slot_mapping.shape != (t,):
+        raise ValueError(f"slot_mapping: expected shape ({t},), got {tuple(slot_mapping.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v: one dtype expected, got {q.dtype}, {k.dtype}, {v.dtype}")
+    q, k, v = (x if x.stride(2) == 1 else x.contiguous() for x in (q, k, v))
+    cos = cos if cos.stride(1) == 1 else cos.contiguous()
+    sin = sin if sin.stride(1) == 1 else sin.contiguous()
+    q_out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if t == 0:
+        return q_out
+    half_pad = triton.next_power_of_2(d // 2)
+    hq_pad, hk_pad = triton.next_power_of_2(h), triton.next_power_of_2(hkv)
+    _rotary_write_kv_kernel[(t,)](
+        q, k, v, cos, sin, positions, slot_mapping, q_out, k_cache, v_cache,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        q_out.stride(0), q_out.stride(1), cos.stride(0), sin.stride(0),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=d // 2, HALF_PAD=half_pad, HQ_PAD=hq_pad,
+        HK_PAD=hk_pad, HEAD_DIM=d, D_PAD=triton.next_power_of_2(d),
+        BLOCK_SIZE=k_cache.shape[1], num_warps=max(1, min(8, hq_pad * half_pad // 512)))
+    return q_out
