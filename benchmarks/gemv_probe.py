@@ -14,8 +14,9 @@ If ``loads 32x64`` is near ``stream`` and far above ``auto``, the arithmetic is 
 if it sits near ``auto``, the access pattern is.
 
 Question 2 (#7): decode attention at batch 1-4 with a short context under a CUDA graph's
-split grid (sized for max_model_len 4,096), as a fraction of copy bandwidth, for the split
-summed in the kernel, by a second launch, and one split.
+split grid (sized for max_model_len 4,096), as a fraction of copy bandwidth: the default,
+V loaded with K (``early_v``), the split summed in the kernel up to 64 splits, by a second
+launch, and one split.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def probe_decode(dev, copy_bw: float, log) -> list[dict]:
     bk = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bk)
     out = []
-    configs = {"fused<=4": DecodeConfig(), "fused<=64": DecodeConfig(max_fused_splits=64),
+    configs = {"default": DecodeConfig(), "early V": DecodeConfig(early_v=True),
+               "fused<=64": DecodeConfig(max_fused_splits=64),
                "2nd launch": DecodeConfig(fused_reduce=False),
                "1 split": DecodeConfig(num_splits=1)}
     for b, ctx, h, hkv, max_len in ((1, 300, 32, 32, 4096), (4, 300, 32, 32, 4096),

@@ -35,17 +35,23 @@ def variants(m: int, n: int):
     keep in registers) beat the dispatched choice at 4-256 rows? Joined into one dot or eight
     plane dots; tiles of 64/128 weight columns. Next (benchmarks/gpu_call20.sh): stage-4
     pipelines at 128-256 rows, and ``--dtype bfloat16`` (fp32 unpacking; bf16 still takes
-    the old paths). 1-2 rows: session 12's GEMV grid."""
+    the old paths). 1-2 rows (session 14): tiles of 256-1024 K with one scale row per
+    quantization group, 32/64 columns, the automatic split or none."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
-    if m <= 2:
-        for bn, warps in ((16, 2), (32, 4)):
-            for bkk in (128, 256, 512):
-                for split in (1, 2, 4, 8, 16):
-                    out[f"g16 bn{bn} bk{bkk} s{split}"] = C(
-                        "gemv16", block_n=bn, block_k=bkk, split_k=split, num_warps=warps,
-                        rows=m, chain4=True, fused_reduce=n <= 8192)
+    if m <= 2:  # session 14: groups per K tile take one scale row each (tile_groups)
+        for bn in (32, 64):
+            for bkk in (256, 512, 1024):
+                for split in (0, 1):
+                    out[f"g16 bn{bn} bk{bkk} s{split or 'auto'}"] = C(
+                        "gemv16", block_n=bn, block_k=bkk, split_k=split, num_warps=4,
+                        rows=m, chain4=True, waves=2.5, min_k_tiles=1,
+                        fused_reduce=n <= 8192)
+        for split in (2, 4):
+            out[f"g16 bn32 bk512 s{split}"] = C(
+                "gemv16", block_n=32, block_k=512, split_k=split, num_warps=4, rows=m,
+                chain4=True, fused_reduce=n <= 8192)
         return out
     bms = (16,) if m <= 16 else (min(m, 64),) if m <= 64 else (64, 128)
     for bm in bms:

@@ -42,7 +42,7 @@ def _paged_decode_kernel(
     stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    FUSED_REDUCE: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr, EARLY_V: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -66,6 +66,9 @@ def _paged_decode_kernel(
     for n0 in range(start, end, BLOCK_N):
         tok = n0 + offs_n
         t_mask = tok < end
+        if EARLY_V:  # V requested with K: one memory round trip less per tile
+            v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
         k = load_kv_tile(k_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
                           stride_kb, stride_ks, stride_kh, BLOCK_SIZE)  # (BLOCK_N, D_PAD)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
@@ -74,8 +77,9 @@ def _paged_decode_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
-                          stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
+        if not EARLY_V:
+            v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros
@@ -165,6 +169,7 @@ class DecodeConfig:
     num_stages: int = 3
     fused_reduce: bool = True
     max_fused_splits: int = MAX_FUSED_SPLITS
+    early_v: bool = False  # load each V tile before the Q.K dot, not after the softmax
 
 
 def decode_split_plan(programs: int, max_context: int, sms: int, block_n: int,
@@ -225,7 +230,8 @@ def paged_decode(
         block_tables.stride(0), out.stride(0), out.stride(1), h * splits, splits, 1,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
-        FUSED_REDUCE=cnt is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        FUSED_REDUCE=cnt is not None, EARLY_V=cfg.early_v, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,

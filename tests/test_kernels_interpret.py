@@ -133,6 +133,11 @@ def case_w4a16_gemv16():
     _check_w4(5, 1024, 96, 1024, torch.float16, C("gemv16", block_n=64, block_k=256,
                                                   split_k=0, rows=4, chain4=True, waves=8,
                                                   min_k_tiles=1))
+    # several groups per K tile (kernels/w4a16_gemv.tile_groups): 4 groups of 64 with a
+    # ragged last tile (K = 17 groups, split 2), and 16 groups of 32 in one 512 tile
+    _check_w4(2, 1088, 80, 64, torch.float16, C("gemv16", block_n=32, block_k=256, split_k=2,
+                                                rows=2))
+    _check_w4(1, 512, 64, 32, torch.float16, C("gemv16", block_n=32, block_k=512, rows=1))
 
 
 def case_w4a16_small_m():
@@ -237,6 +242,8 @@ def case_decode_gqa_ratios():
                      DecodeConfig(block_n=16, num_splits=2))  # GQA 4, head_dim 24 padded
     _check_attention([1] * 2, [100, 7], 8, 1, 32, 32, torch.float32,
                      DecodeConfig(block_n=32, num_splits=0))  # GQA 8
+    _check_attention([1] * 3, [70, 33, 5], 6, 3, 16, 16, torch.float16,
+                     DecodeConfig(block_n=16, num_splits=3, early_v=True))  # V with K
 
 
 def case_prefill_chunked_and_mixed():
