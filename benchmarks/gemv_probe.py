@@ -15,8 +15,8 @@ if it sits near ``auto``, the access pattern is.
 
 Question 2 (#7): decode attention at batch 1-4 with a short context under a CUDA graph's
 split grid (sized for max_model_len 4,096), as a fraction of copy bandwidth: the default,
-V loaded with K (``early_v``), the split summed in the kernel up to 64 splits, by a second
-launch, and one split.
+V loaded with K (``early_v``), the split summed in the kernel up to 16 splits (unrolled),
+both, the split summed by a second launch, and one split.
 """
 
 from __future__ import annotations
@@ -139,12 +139,13 @@ def probe_decode(dev, copy_bw: float, log) -> list[dict]:
     spec.loader.exec_module(bk)
     out = []
     configs = {"default": DecodeConfig(), "early V": DecodeConfig(early_v=True),
-               "fused<=64": DecodeConfig(max_fused_splits=64),
+               "fused<=16": DecodeConfig(max_fused_splits=16),
+               "both": DecodeConfig(max_fused_splits=16, early_v=True),
                "2nd launch": DecodeConfig(fused_reduce=False),
                "1 split": DecodeConfig(num_splits=1)}
     for b, ctx, h, hkv, max_len in ((1, 300, 32, 32, 4096), (4, 300, 32, 32, 4096),
                                     (1, 1200, 32, 32, 4096), (16, 300, 32, 32, 4096),
-                                    (32, 2048, 32, 4, 2048)):
+                                    (32, 2048, 32, 4, 2048), (4, 8192, 32, 8, 8192)):
         d, bs = 128, 16
         kv_bytes = 2 * b * ctx * hkv * d * 2
         n_rot = rotations(kv_bytes)

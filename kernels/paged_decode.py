@@ -42,7 +42,7 @@ def _paged_decode_kernel(
     stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    FUSED_REDUCE: tl.constexpr, EARLY_V: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr, EARLY_V: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -96,31 +96,35 @@ def _paged_decode_kernel(
             if last_of_tile(cnt_ptr, tile, tl.num_programs(2)):
                 _sum_splits(part_out_ptr, part_lse_ptr, out_ptr, b, heads, g_mask, offs_d,
                             o_mask, tl.cdiv(seq_len, partition_size), stride_ps, stride_pb,
-                            stride_ph, stride_ot, stride_oh, HEAD_DIM)
+                            stride_ph, stride_ot, stride_oh, HEAD_DIM, SPLITS_PAD)
                 release_tile(cnt_ptr, tile)
 
 
 @triton.jit
 def _sum_splits(part_out_ptr, part_lse_ptr, out_ptr, b, heads, g_mask, offs_d, o_mask,
                 num_valid, stride_ps, stride_pb, stride_ph, stride_ot, stride_oh,
-                HEAD_DIM: tl.constexpr):
+                HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr):
     """out[b, heads] = the partials of the num_valid non-empty splits weighted by 2^lse (as
-    ``_paged_decode_reduce_kernel``). Loads bypass L1: other programs wrote the partials."""
+    ``_paged_decode_reduce_kernel``). The sum-exps come in one [G, SPLITS_PAD] load and the
+    partials in an unrolled loop, so every load is in flight at once (a runtime loop waited
+    for each in turn: two round trips per split). Loads bypass L1: other programs wrote the
+    partials."""
     base = b * stride_pb + heads * stride_ph  # (G_PAD,)
-    m = tl.full(heads.shape, float("-inf"), dtype=tl.float32)
-    for s in range(0, num_valid):
-        m = tl.maximum(m, tl.load(part_lse_ptr + base + s * stride_ps, mask=g_mask,
-                                  other=float("-inf"), cache_modifier=".cg"))
+    offs_s = tl.arange(0, SPLITS_PAD)
+    lse = tl.load(part_lse_ptr + base[:, None] + offs_s[None, :] * stride_ps,
+                  mask=g_mask[:, None] & (offs_s[None, :] < num_valid), other=float("-inf"),
+                  cache_modifier=".cg")  # (G_PAD, SPLITS_PAD)
+    m = tl.max(lse, axis=1)
     m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse - m[:, None])
+    den = tl.sum(w, axis=1)
     acc = tl.zeros((heads.shape[0], offs_d.shape[0]), dtype=tl.float32)
-    den = tl.zeros(heads.shape, dtype=tl.float32)
-    for s in range(0, num_valid):
-        w = tl.exp2(tl.load(part_lse_ptr + base + s * stride_ps, mask=g_mask,
-                            other=float("-inf"), cache_modifier=".cg") - m)
+    for s in tl.static_range(SPLITS_PAD):
+        w_s = tl.sum(tl.where(offs_s[None, :] == s, w, 0.0), axis=1)
+        live = offs_d[None, :] * 0 + s < num_valid  # a tensor: the interpreter cannot AND
         part = tl.load(part_out_ptr + (base + s * stride_ps)[:, None] * HEAD_DIM
-                       + offs_d[None, :], mask=o_mask, other=0.0, cache_modifier=".cg")
-        acc += w[:, None] * part
-        den += w
+                       + offs_d[None, :], mask=o_mask & live, other=0.0, cache_modifier=".cg")
+        acc += w_s[:, None] * part
     out = acc / tl.where(den > 0, den, 1.0)[:, None]
     tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=o_mask)
@@ -230,7 +234,9 @@ def paged_decode(
         block_tables.stride(0), out.stride(0), out.stride(1), h * splits, splits, 1,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
-        FUSED_REDUCE=cnt is not None, EARLY_V=cfg.early_v, num_warps=cfg.num_warps,
+        FUSED_REDUCE=cnt is not None, EARLY_V=cfg.early_v,
+        SPLITS_PAD=triton.next_power_of_2(splits) if cnt is not None else 1,
+        num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](

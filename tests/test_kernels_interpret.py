@@ -238,6 +238,8 @@ def case_decode_gqa_ratios():
                      DecodeConfig(block_n=16, num_splits=3, fused_reduce=False))  # 2nd launch
     _check_attention([1] * 2, [100, 40], 6, 3, 16, 16, torch.float32,
                      DecodeConfig(block_n=16, num_splits=6))  # > 4 splits: 2nd launch too
+    _check_attention([1] * 3, [100, 40, 3], 6, 3, 16, 16, torch.float16,
+                     DecodeConfig(block_n=16, num_splits=6, max_fused_splits=16))  # 6 summed
     _check_attention([1] * 3, [33, 64, 5], 12, 3, 24, 16, torch.float16,
                      DecodeConfig(block_n=16, num_splits=2))  # GQA 4, head_dim 24 padded
     _check_attention([1] * 2, [100, 7], 8, 1, 32, 32, torch.float32,
