@@ -35,12 +35,13 @@ def variants(m: int, n: int):
     keep in registers) beat the dispatched choice at 4-256 rows? Joined into one dot or eight
     plane dots; tiles of 64/128 weight columns. Next (benchmarks/gpu_call20.sh): stage-4
     pipelines at 128-256 rows, and ``--dtype bfloat16`` (fp32 unpacking; bf16 still takes
-    the old paths). 1-2 rows (session 14): tiles of 256-1024 K with one scale row per
-    quantization group, 32/64 columns, the automatic split or none."""
+    the old paths). 1-4 rows (session 14): tiles of 256-1024 K with one scale row per
+    quantization group, 32/64 columns, the automatic split or none (at 3-4 rows against the
+    dispatched swap tile)."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
-    if m <= 2:  # session 14: groups per K tile take one scale row each (tile_groups)
+    if m <= 4:  # session 14: groups per K tile take one scale row each (tile_groups)
         for bn in (32, 64):
             for bkk in (256, 512, 1024):
                 for split in (0, 1):
@@ -52,6 +53,10 @@ def variants(m: int, n: int):
             out[f"g16 bn32 bk512 s{split}"] = C(
                 "gemv16", block_n=32, block_k=512, split_k=split, num_warps=4, rows=m,
                 chain4=True, fused_reduce=n <= 8192)
+        if m > 2:  # the dispatched swap tile, beside the GEMV with four rows per program
+            out["swap bm16 bn64 bk128 w4 st3"] = C("swap", 16, 64, 128, split_k=0,
+                                                   num_warps=4, num_stages=3,
+                                                   fp16_planes=True, fused_reduce=True)
         return out
     bms = (16,) if m <= 16 else (min(m, 64),) if m <= 64 else (64, 128)
     for bm in bms:
