@@ -37,7 +37,8 @@ def variants(m: int, n: int):
     pipelines at 128-256 rows, and ``--dtype bfloat16`` (fp32 unpacking; bf16 still takes
     the old paths). 1-4 rows (session 14): tiles of 256-1024 K with one scale row per
     quantization group, 32/64 columns, the automatic split or none (at 3-4 rows against the
-    dispatched swap tile)."""
+    dispatched swap tile). Above 64 rows: dequantize + cuBLAS in column chunks whose fp16
+    buffer can stay in L2 (``W4A16Config.chunk_n``)."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
@@ -72,10 +73,13 @@ def variants(m: int, n: int):
                 out[f"swap bm{bm} bn{bn} bk{bkk} w{warps} st4"] = C(
                     "swap", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=4,
                     fp16_planes=True, fused_reduce=False)
-        for bn, bkk, warps in ((64, 128, 4), (128, 128, 8)):
+        for bn, bkk, warps in ((64, 128, 4), (128, 128, 8)) if m <= 64 else ():
             out[f"swap8 bm{bm} bn{bn} bk{bkk} w{warps}"] = C(
                 "swap", bm, bn, bkk, split_k=0, num_warps=warps, nibble_dots=True,
                 fp16_planes=True, fused_reduce=m <= 16)
+    if m > 64:  # session 14: dequantized in L2-sized column chunks, each multiplied at once
+        for chunk in (1024, 2048, 4096, 8192):
+            out[f"dequant chunk{chunk}"] = C("dequant", chunk_n=chunk)
     if m <= 16:  # the split rule, without splits
         out["swap bm16 bn64 bk128 w4 nosplit"] = C("swap", 16, 64, 128, split_k=1,
                                                     num_warps=4, fp16_planes=True)

@@ -9,11 +9,15 @@ adds four fp16x2 multiply-adds and a short fp32 sum (the FasterTransformer/Marli
 
 Per word (runtime layout, nibble j of word r = k 8r + j) and activation row m::
 
-    t0 = (q0, q4)   t1 = (q1, q5)   t2 = (q2, q6)   t3 = (q3, q7)          fp16 pairs, exact
+    t0 = (q0 - z, q4 - z)   t1 = (q1 - z, q5 - z)   ...   t3 = (q3 - z, q7 - z)   fp16, exact
     part[m] = f32(t0*(x0,x4) + t1*(x1,x5)) + f32(t2*(x2,x6) + t3*(x3,x7))  two products per half
                                                                            in fp16, then fp32
-    y[m, n] += s[g, n] * part[m] - z[g, n] * s[g, n] * sum_j x[m, 8r + j]  fp32 accumulation
+    y[m, n] += s[g, n] * part[m]                                           fp32 accumulation
 
+The zero point is folded into the constants that remove the exponent bias: (1024 + q) -
+(1024 + z) and (1024 + 16 q) / 16 - (64 + z) give q - z in one instruction per pair, exact for
+integer z in [0, 64) (the runtime layout's zero points are integers, quant/linear.py); session
+14's probe (BENCHMARKS.md) found this kernel bound by its per-weight arithmetic.
 Each fp16 partial holds two products q*x (q <= 15), so it overflows only for |x| > ~2,000.
 ``USE_ASM=False`` computes the same pairs in plain Triton (the interpreter has no PTX): the CPU
 tests check the pairing and epilogue logic that way, the GPU tests the PTX.
@@ -186,7 +190,7 @@ def _tile_loads(qw_ptr, s_ptr, z_ptr, first, rows, r_end, offs_n, N, group_size,
     w = tl.load(qw_ptr + rows * stride_qk + n3, mask=(rows < r_end) & n_ok, other=0)
     g = (first * 8) // group_size
     g_ok = (first < r_end) & n_ok
-    s = tl.load(s_ptr + g * stride_sg + n3, mask=g_ok, other=0.0)
+    s = tl.load(s_ptr + g * stride_sg + n3, mask=g_ok, other=0.0)  # [NG, 1, BN]
     z = tl.load(z_ptr + g * stride_zg + n3, mask=g_ok, other=0.0)
     return w, s, z
 

@@ -192,6 +192,9 @@ def case_w4a16_large_m_and_fallbacks():
     _check_w4(40, 256, 96, 128, torch.float32, W4A16Config("dot", 64, 32, 64))
     _check_w4(70, 256, 48, 64, torch.float32)  # dequantize + matmul
     _check_w4(3, 256, 64, 20, torch.float32)  # words straddle groups: dequant path
+    # dequantized in column chunks into one reused buffer (a ragged last chunk of 32)
+    _check_w4(70, 256, 96, 64, torch.float16, W4A16Config("dequant", chunk_n=64))
+    _check_w4(65, 512, 96, 128, torch.float32, W4A16Config("dequant", chunk_n=32))
 
 
 def case_w4a16_splitk_in_kernel():
