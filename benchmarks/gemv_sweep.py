@@ -90,6 +90,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
+    ap.add_argument("--only", default="",
+                    help="comma-separated name prefixes: time only those variants (and auto)")
     ap.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16",
                     help="activations (the cuBLAS reference runs in the same dtype)")
     ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"),
@@ -141,7 +143,9 @@ def main() -> int:
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
                        auto=str(pick_config(m, n, k, gs, 132, fp16=dt == torch.float16)),
                        res={})
-            for vname, cfg in [("auto", None)] + list(variants(m, n).items()):
+            chosen = [(v, c) for v, c in variants(m, n).items()
+                      if not args.only or v.startswith(tuple(args.only.split(",")))]
+            for vname, cfg in [("auto", None)] + chosen:
                 def run(i, cfg=cfg, xs=xs, sets=sets):
                     qw, s, z = sets[i]
                     return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
