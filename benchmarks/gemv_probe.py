@@ -14,9 +14,9 @@ If ``loads 32x64`` is near ``stream`` and far above ``auto``, the arithmetic is 
 if it sits near ``auto``, the access pattern is.
 
 Question 2 (#7): decode attention at batch 1-4 with a short context under a CUDA graph's
-split grid (sized for max_model_len 4,096), as a fraction of copy bandwidth: the default,
-V loaded with K (``early_v``), the split summed in the kernel up to 16 splits (unrolled),
-both, the split summed by a second launch, and one split.
+split grid (sized for max_model_len 4,096), as a fraction of copy bandwidth: the default
+(splits summed in the kernel, unrolled, up to 16), in the kernel up to 4, by a second launch,
+and one split. (Session 14 also tried loading each V tile with its K tile: no change.)
 """
 
 from __future__ import annotations
@@ -138,9 +138,7 @@ def probe_decode(dev, copy_bw: float, log) -> list[dict]:
     bk = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bk)
     out = []
-    configs = {"default": DecodeConfig(), "early V": DecodeConfig(early_v=True),
-               "fused<=16": DecodeConfig(max_fused_splits=16),
-               "both": DecodeConfig(max_fused_splits=16, early_v=True),
+    configs = {"default": DecodeConfig(), "fused<=4": DecodeConfig(max_fused_splits=4),
                "2nd launch": DecodeConfig(fused_reduce=False),
                "1 split": DecodeConfig(num_splits=1)}
     for b, ctx, h, hkv, max_len in ((1, 300, 32, 32, 4096), (4, 300, 32, 32, 4096),

@@ -35,14 +35,12 @@ def variants(m: int, n: int):
     keep in registers) beat the dispatched choice at 4-256 rows? Joined into one dot or eight
     plane dots; tiles of 64/128 weight columns. Next (benchmarks/gpu_call20.sh): stage-4
     pipelines at 128-256 rows, and ``--dtype bfloat16`` (fp32 unpacking; bf16 still takes
-    the old paths). 1-4 rows (session 14): tiles of 256-1024 K with one scale row per
-    quantization group, 32/64 columns, the automatic split or none (at 3-4 rows against the
-    dispatched swap tile). Above 64 rows: dequantize + cuBLAS in column chunks whose fp16
-    buffer can stay in L2 (``W4A16Config.chunk_n``)."""
+    the old paths). 1-4 rows (session 14): GEMV tiles of 256-1024 K, 32/64 columns, the
+    automatic split or none (at 3-4 rows against the dispatched swap tile)."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
-    if m <= 4:  # session 14: groups per K tile take one scale row each (tile_groups)
+    if m <= 4:  # session 14's GEMV grid
         for bn in (32, 64):
             for bkk in (256, 512, 1024):
                 for split in (0, 1):
@@ -77,9 +75,6 @@ def variants(m: int, n: int):
             out[f"swap8 bm{bm} bn{bn} bk{bkk} w{warps}"] = C(
                 "swap", bm, bn, bkk, split_k=0, num_warps=warps, nibble_dots=True,
                 fp16_planes=True, fused_reduce=m <= 16)
-    if m > 64:  # session 14: dequantized in L2-sized column chunks, each multiplied at once
-        for chunk in (1024, 2048, 4096, 8192):
-            out[f"dequant chunk{chunk}"] = C("dequant", chunk_n=chunk)
     if m <= 16:  # the split rule, without splits
         out["swap bm16 bn64 bk128 w4 nosplit"] = C("swap", 16, 64, 128, split_k=1,
                                                     num_warps=4, fp16_planes=True)

@@ -42,7 +42,7 @@ def _paged_decode_kernel(
     stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    FUSED_REDUCE: tl.constexpr, EARLY_V: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -66,9 +66,6 @@ def _paged_decode_kernel(
     for n0 in range(start, end, BLOCK_N):
         tok = n0 + offs_n
         t_mask = tok < end
-        if EARLY_V:  # V requested with K: one memory round trip less per tile
-            v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
-                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
         k = load_kv_tile(k_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
                           stride_kb, stride_ks, stride_kh, BLOCK_SIZE)  # (BLOCK_N, D_PAD)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
@@ -77,9 +74,8 @@ def _paged_decode_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if not EARLY_V:
-            v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
-                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
+        v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
+                          stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros
@@ -158,7 +154,7 @@ def _paged_decode_reduce_kernel(
              mask=offs_d < HEAD_DIM)
 
 
-MAX_FUSED_SPLITS = 4
+MAX_FUSED_SPLITS = 16
 
 
 @dataclass(frozen=True)
@@ -173,7 +169,6 @@ class DecodeConfig:
     num_stages: int = 3
     fused_reduce: bool = True
     max_fused_splits: int = MAX_FUSED_SPLITS
-    early_v: bool = False  # load each V tile before the Q.K dot, not after the softmax
 
 
 def decode_split_plan(programs: int, max_context: int, sms: int, block_n: int,
@@ -221,8 +216,9 @@ def paged_decode(
     if splits > 1:
         part_out = torch.empty((b, h, splits, d), device=q.device, dtype=torch.float32)
         part_lse = torch.empty((b, h, splits), device=q.device, dtype=torch.float32)
-        # summed in the kernel up to 4 splits: it won or tied at 2-4 splits and lost 6% at 9
-        # (4 x 8,192 tokens) to the second launch, on the H200 (session 13, BENCHMARKS.md)
+        # summed in the kernel up to 16 splits: with the unrolled sum it won or tied against
+        # the second launch at 1-9 splits on the H200 (session 14, BENCHMARKS.md; the
+        # runtime-loop sum of session 13 had lost 6% at 9)
         fused = cfg.fused_reduce and splits <= cfg.max_fused_splits
         cnt = splitk_counters(q.device, b * hkv) if fused else None
     seq_lens = seq_lens.to(q.device)
@@ -234,7 +230,7 @@ def paged_decode(
         block_tables.stride(0), out.stride(0), out.stride(1), h * splits, splits, 1,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
-        FUSED_REDUCE=cnt is not None, EARLY_V=cfg.early_v,
+        FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=triton.next_power_of_2(splits) if cnt is not None else 1,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)

@@ -294,9 +294,7 @@ def w4a16_matmul(
     fp32 accumulation; returns x's dtype, shape [..., N]. ``config`` overrides the tuned
     choice (benchmarks use it). Any group_size works: one not a multiple of 8 (a word would
     straddle two groups), or not of 16 on the plain "dot" path, is served by dequantize +
-    torch.matmul. "dot" with nibble_dots needs block_k >= 128. ``zeros`` hold integers, as
-    the runtime layout defines them (quant/linear.py): the "gemv16" path folds them into
-    fp16 constants, exact for integer zero points in [0, 64); the other paths take any.
+    torch.matmul. "dot" with nibble_dots needs block_k >= 128.
     """
     k, n = _check_inputs(x, qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
@@ -318,29 +316,11 @@ def w4a16_matmul(
     odd_groups = cfg.kind == "dot" and not cfg.nibble_dots and not one_group
     if cfg.kind == "dequant" or group_size % PACK or odd_groups or (
             cfg.kind == "gemv" and m != 1):
-        if cfg.kind == "dequant" and 0 < cfg.chunk_n < n:
-            _dequant_matmul_chunked(x2, qweight, scales, zeros, group_size, cfg.chunk_n, out)
-            return out.reshape(*lead, n)
         w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype)
         return torch.matmul(x2, w).reshape(*lead, n)
     _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
                   group_size, cfg, block_k, one_group, sms)
     return out.reshape(*lead, n)
-
-
-def _dequant_matmul_chunked(x2, qweight, scales, zeros, group_size: int, chunk_n: int,
-                            out: torch.Tensor) -> None:
-    """out = x2 @ W, W dequantized ``chunk_n`` columns at a time into one [K, chunk_n] buffer:
-    the buffer is rewritten in place, so its lines can stay in L2 from the dequantization to
-    the matmul that reads them (the whole fp16 W would go through DRAM twice)."""
-    k, n = x2.shape[1], out.shape[1]
-    buf = torch.empty((k, chunk_n), device=x2.device, dtype=x2.dtype)
-    for n0 in range(0, n, chunk_n):
-        n1 = min(n, n0 + chunk_n)
-        w = buf[:, :n1 - n0]
-        dequantize_w4a16(qweight[:, n0:n1], scales[:, n0:n1], zeros[:, n0:n1], group_size,
-                         out=w)
-        torch.mm(x2, w, out=out[:, n0:n1])
 
 
 def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Config,

@@ -34,8 +34,6 @@ class W4A16Config:
     fp16_planes: bool = False  # "dot", fp16 x: weight planes from PTX (w4a16_planes.py)
     plane_major: bool = False  # fp16_planes without nibble_dots: tile rows in plane order
     # (x read in that column order) instead of k order; measured slower (session 12)
-    chunk_n: int = 0  # "dequant": W dequantized and multiplied chunk_n columns at a time into
-    # one reused buffer, small enough to stay in L2 between the two launches (0: all at once)
 
 
 def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,

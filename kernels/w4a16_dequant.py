@@ -43,22 +43,12 @@ def dequantize_w4a16(
     zeros: torch.Tensor,
     group_size: int,
     dtype: torch.dtype | None = None,
-    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """W [K, N] in ``dtype`` (default: scales' dtype) from the runtime layout, one Triton pass.
-
-    Column slices of the inputs (unit stride along N) are read in place; ``out`` (a [K, N]
-    tensor or column slice with unit stride along N) receives W instead of a new tensor."""
+    """W [K, N] in ``dtype`` (default: scales' dtype) from the runtime layout, one Triton pass."""
     k = qweight.shape[0] * PACK
     n = qweight.shape[1]
-    if out is None:
-        out = torch.empty((k, n), device=qweight.device, dtype=dtype or scales.dtype)
-    elif out.shape != (k, n) or out.stride(1) != 1:
-        raise ValueError(f"out: expected ({k}, {n}) with unit column stride, got "
-                         f"{tuple(out.shape)} strides {out.stride()}")
-    w = out
-    scales, zeros, qweight = (t if t.stride(1) == 1 else t.contiguous()
-                              for t in (scales, zeros, qweight))
+    w = torch.empty((k, n), device=qweight.device, dtype=dtype or scales.dtype)
+    scales, zeros, qweight = scales.contiguous(), zeros.contiguous(), qweight.contiguous()
     bk, bn = 64, 128
     _dequant_kernel[(triton.cdiv(k, bk), triton.cdiv(n, bn))](
         qweight, scales, zeros, w, n, k, group_size, qweight.stride(0), scales.stride(0),

@@ -9,15 +9,11 @@ adds four fp16x2 multiply-adds and a short fp32 sum (the FasterTransformer/Marli
 
 Per word (runtime layout, nibble j of word r = k 8r + j) and activation row m::
 
-    t0 = (q0 - z, q4 - z)   t1 = (q1 - z, q5 - z)   ...   t3 = (q3 - z, q7 - z)   fp16, exact
+    t0 = (q0, q4)   t1 = (q1, q5)   t2 = (q2, q6)   t3 = (q3, q7)          fp16 pairs, exact
     part[m] = f32(t0*(x0,x4) + t1*(x1,x5)) + f32(t2*(x2,x6) + t3*(x3,x7))  two products per half
                                                                            in fp16, then fp32
-    y[m, n] += s[g, n] * part[m]                                           fp32 accumulation
+    y[m, n] += s[g, n] * part[m] - z[g, n] * s[g, n] * sum_j x[m, 8r + j]  fp32 accumulation
 
-The zero point is folded into the constants that remove the exponent bias: (1024 + q) -
-(1024 + z) and (1024 + 16 q) / 16 - (64 + z) give q - z in one instruction per pair, exact for
-integer z in [0, 64) (the runtime layout's zero points are integers, quant/linear.py); session
-14's probe (BENCHMARKS.md) found this kernel bound by its per-weight arithmetic.
 Each fp16 partial holds two products q*x (q <= 15), so it overflows only for |x| > ~2,000.
 ``USE_ASM=False`` computes the same pairs in plain Triton (the interpreter has no PTX): the CPU
 tests check the pairing and epilogue logic that way, the GPU tests the PTX.
@@ -34,30 +30,34 @@ from .splitk import sum_if_last
 
 def _asm_text(rows: int, chain4: bool = False) -> str:
     """PTX for one word and ``rows`` activation rows: outputs $0..$rows-1 (fp32 bits), inputs
-    $rows = the word, $rows+1 = (1024 + z, 1024 + z) and $rows+2 = (-64 - z, -64 - z) as fp16x2
-    (the zero point folded into the constants that remove the exponent bias: one instruction
-    per pair gives q - z, exact for integer zero points), then four fp16x2 x pairs per row.
+    $rows = the word, $rows+1 = (z, z) as fp16x2, then four fp16x2 x pairs per row.
     ``chain4``: all four products per half summed in fp16 before one conversion (fewer
     instructions; overflows for |x| above ~1,000 instead of ~2,000)."""
-    w, za, zb = f"${rows}", f"${rows + 1}", f"${rows + 2}"
+    w, zz = f"${rows}", f"${rows + 1}"
     lines = [
         "{",
-        ".reg .b32 t0, t1, t2, t3, s8, c16, p0, p1;",
+        ".reg .b32 t0, t1, t2, t3, s8, c1024, c16, cm64, p0, p1;",
         ".reg .f16 h0, h1, h2, h3;",
         ".reg .f32 f0, f1, f2, f3;",
+        "mov.b32 c1024, 0x64006400;",  # (1024, 1024)
         "mov.b32 c16, 0x2C002C00;",  # (1/16, 1/16)
-        f"lop3.b32 t0, {w}, 0x000F000F, 0x64006400, 0xEA;",  # (a & b) | c: (1024 + q, ...)
-        f"lop3.b32 t1, {w}, 0x00F000F0, 0x64006400, 0xEA;",  # (1024 + 16 q, ...)
+        "mov.b32 cm64, 0xD400D400;",  # (-64, -64)
+        f"lop3.b32 t0, {w}, 0x000F000F, 0x64006400, 0xEA;",  # (a & b) | c
+        f"lop3.b32 t1, {w}, 0x00F000F0, 0x64006400, 0xEA;",
         f"shr.u32 s8, {w}, 8;",
         "lop3.b32 t2, s8, 0x000F000F, 0x64006400, 0xEA;",
         "lop3.b32 t3, s8, 0x00F000F0, 0x64006400, 0xEA;",
-        f"sub.f16x2 t0, t0, {za};",  # (1024 + q) - (1024 + z) = q - z
-        f"fma.rn.f16x2 t1, t1, c16, {zb};",  # (1024 + 16 q) / 16 - 64 - z = q - z
-        f"sub.f16x2 t2, t2, {za};",
-        f"fma.rn.f16x2 t3, t3, c16, {zb};",
+        "sub.f16x2 t0, t0, c1024;",  # 1024 + q - 1024 = q
+        "fma.rn.f16x2 t1, t1, c16, cm64;",  # (1024 + 16 q) / 16 - 64 = q
+        "sub.f16x2 t2, t2, c1024;",
+        "fma.rn.f16x2 t3, t3, c16, cm64;",
+        f"sub.f16x2 t0, t0, {zz};",  # q - z (exact for integer zero points)
+        f"sub.f16x2 t1, t1, {zz};",
+        f"sub.f16x2 t2, t2, {zz};",
+        f"sub.f16x2 t3, t3, {zz};",
     ]
     for m in range(rows):
-        xa, xb, xc, xd = (f"${rows + 3 + 4 * m + i}" for i in range(4))
+        xa, xb, xc, xd = (f"${rows + 2 + 4 * m + i}" for i in range(4))
         if chain4:
             lines += [
                 f"mul.rn.f16x2 p0, t0, {xa};",
@@ -90,7 +90,7 @@ def _asm_text(rows: int, chain4: bool = False) -> str:
 
 
 def _constraints(rows: int) -> str:
-    return ",".join(["=r"] * rows + ["r"] * (3 + 4 * rows))
+    return ",".join(["=r"] * rows + ["r"] * (2 + 4 * rows))
 
 
 _ASM1 = tl.constexpr(_asm_text(1))
@@ -121,10 +121,9 @@ def _bits_half(b):
 
 @triton.jit
 def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr):
-    """For word rows ``rows`` (any shape) of one activation row: the four fp16x2 pairs
-    (x0, x4), (x1, x5), (x2, x6), (x3, x7) as int32 in that shape. fp16 activations are read
-    as int32 words (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and
-    convert."""
+    """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
+    (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
+    (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert."""
     if X_FP16:
         base = xi_ptr + rows * 4
         x01 = tl.load(base + 0, mask=r_mask, other=0)
@@ -145,7 +144,7 @@ def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr):
               | (_half_bits(tl.load(base + 6, mask=r_mask, other=0.0)) << 16))
         xd = (_half_bits(tl.load(base + 3, mask=r_mask, other=0.0))
               | (_half_bits(tl.load(base + 7, mask=r_mask, other=0.0)) << 16))
-    return xa, xb, xc, xd
+    return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
 
 
 @triton.jit
@@ -174,30 +173,28 @@ def _f32(bits):
 
 
 @triton.jit
-def _pair(v):
-    """fp32 values as (v, v) fp16x2 bits."""
-    b = _half_bits(v)
-    return b | (b << 16)
-
-
-@triton.jit
-def _tile_loads(qw_ptr, s_ptr, z_ptr, first, rows, r_end, offs_n, N, group_size,
-                stride_qk, stride_sg, stride_zg):
-    """Words [NG, RPG, BN] of word rows ``rows`` (>= r_end masked off), and one scale and
-    zero row [NG, 1, BN] per group of RPG word rows (``first``: each group's first row)."""
-    n3 = offs_n[None, None, :]
-    n_ok = n3 < N
-    w = tl.load(qw_ptr + rows * stride_qk + n3, mask=(rows < r_end) & n_ok, other=0)
-    g = (first * 8) // group_size
-    g_ok = (first < r_end) & n_ok
-    s = tl.load(s_ptr + g * stride_sg + n3, mask=g_ok, other=0.0)  # [NG, 1, BN]
-    z = tl.load(z_ptr + g * stride_zg + n3, mask=g_ok, other=0.0)
+def _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k0, group_size,
+                stride_qk, stride_sg, stride_zg, ONE_GROUP: tl.constexpr):
+    """Words [BK8, BN] of word rows ``rows`` (rows >= r_end masked off), and their scales and
+    zeros: one [1, BN] row (ONE_GROUP) or one per word row [BK8, BN]."""
+    r_mask = rows < r_end
+    mask = r_mask[:, None] & n_mask[None, :]
+    w = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
+    if ONE_GROUP:
+        g = k0 // group_size
+        sz_mask = offs_n[None, :] < N * tl.minimum(tl.maximum(r_end * 8 - k0, 0), 1)
+        s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=sz_mask, other=0.0)
+        z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=sz_mask, other=0.0)
+    else:
+        g = (rows * 8) // group_size
+        s = tl.load(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask=mask, other=0.0)
+        z = tl.load(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask=mask, other=0.0)
     return w, s, z
 
 
 @triton.jit
 def _store_row(out, acc, m, M, N, offs_n, stride_om):
-    tl.store(out + m * stride_om, tl.sum(tl.sum(acc, axis=0), axis=0).to(out.dtype.element_ty),
+    tl.store(out + m * stride_om, tl.sum(acc, axis=0).to(out.dtype.element_ty),
              mask=offs_n < N * _live(M, m))
 
 
@@ -206,20 +203,18 @@ def _w4a16_gemv16_kernel(
     x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
     M, N, K, k_per_split, group_size, split,
     stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, NG: tl.constexpr, RPG: tl.constexpr,
-    USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
     CHAIN4: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
-    Grid (n tiles, K splits, row chunks). A K tile is NG groups of RPG word rows (BLOCK_K =
-    8 NG RPG): each group takes one scale/zero row [1, BN], so the per-weight work is the
-    PTX alone (NG = 1: the tile lies in one quantization group; RPG = 1: any group size, one
-    scale row per word row). 3-D fp32 accumulators [NG, RPG, BN] per row, reduced once at the
-    end. REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
+    Grid (n tiles, K splits, row chunks). 2-D fp32 accumulators [BK8, BN] per row, reduced
+    once at the end. ONE_GROUP (every K tile inside one group): scales and zeros are one
+    [1, BN] row per tile; else one per word row ([BK8, BN] loads, any group size % 8 == 0).
+    REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
     writes their sum to ``final`` (kernels/splitk.py).
     """
-    BK8: tl.constexpr = NG * RPG
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     m0 = tl.program_id(2) * ROWS
@@ -228,23 +223,24 @@ def _w4a16_gemv16_kernel(
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
     r_end = k_hi // 8
-    acc0 = tl.zeros((NG, RPG, BLOCK_N), dtype=tl.float32)
-    acc1 = tl.zeros((NG, RPG, BLOCK_N), dtype=tl.float32)
-    acc2 = tl.zeros((NG, RPG, BLOCK_N), dtype=tl.float32)
-    acc3 = tl.zeros((NG, RPG, BLOCK_N), dtype=tl.float32)
-    first = k_lo // 8 + tl.arange(0, NG)[:, None, None] * RPG  # [NG, 1, 1]
-    rows = first + tl.arange(0, RPG)[None, :, None]  # [NG, RPG, 1]
-    w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, first, rows, r_end, offs_n, N,
-                                group_size, stride_qk, stride_sg, stride_zg)
-    for _ in range(k_lo, k_hi, 8 * BK8):
+    acc0 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
+    w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k_lo,
+                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         # the next tile's words and scales are requested before this one is computed
         # (register double buffering: Triton pipelines only loads that feed a tl.dot)
         w, s, z = w_n, s_n, z_n
-        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, first + BK8, rows + BK8, r_end,
-                                    offs_n, N, group_size, stride_qk, stride_sg, stride_zg)
+        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + BLOCK_K // 8, r_end, offs_n,
+                                    n_mask, N, k0 + BLOCK_K, group_size, stride_qk, stride_sg,
+                                    stride_zg, ONE_GROUP)
         r_mask = rows < r_end
         s = s.to(tl.float32)
-        zf = z.to(tl.float32)
+        zb = _half_bits(z)
+        zz = zb | (zb << 16)  # (z, z) as fp16x2
         xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
                                       r_mask, X_FP16)
         if ROWS >= 2:
@@ -260,33 +256,31 @@ def _w4a16_gemv16_kernel(
                                           xi_ptr + (m0 + 3) * stride_xim, rows,
                                           rows < r_end * _live(M, m0 + 3), X_FP16)
         if USE_ASM:
-            za = _pair(zf + 1024.0)  # per (group, column): exact for integer zero points
-            zb = _pair(-64.0 - zf)
             if ROWS == 1:
                 p0 = _f32(tl.inline_asm_elementwise(
-                    _ASM1C if CHAIN4 else _ASM1, _CON1, [w, za, zb, xa0, xb0, xc0, xd0],
+                    _ASM1C if CHAIN4 else _ASM1, _CON1, [w, zz, xa0, xb0, xc0, xd0],
                     dtype=tl.int32, is_pure=True, pack=1))
             elif ROWS == 2:
                 p0, p1 = tl.inline_asm_elementwise(
                     _ASM2C if CHAIN4 else _ASM2, _CON2,
-                    [w, za, zb, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1 = _f32(p0), _f32(p1)
             elif ROWS == 3:
                 p0, p1, p2 = tl.inline_asm_elementwise(
                     _ASM3C if CHAIN4 else _ASM3, _CON3,
-                    [w, za, zb, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
                     dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
             else:
                 p0, p1, p2, p3 = tl.inline_asm_elementwise(
                     _ASM4C if CHAIN4 else _ASM4, _CON4,
-                    [w, za, zb, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
+                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
                      xa3, xb3, xc3, xd3],
                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
         else:
-            zf = zf.to(tl.float16).to(tl.float32)
+            zf = z.to(tl.float16).to(tl.float32)
             p0 = _dot8_emulated(w, zf, xa0, xb0, xc0, xd0)
             if ROWS >= 2:
                 p1 = _dot8_emulated(w, zf, xa1, xb1, xc1, xd1)
@@ -301,8 +295,7 @@ def _w4a16_gemv16_kernel(
             acc2 += p2 * s
         if ROWS >= 4:
             acc3 += p3 * s
-        first += BK8
-        rows += BK8
+        rows += BLOCK_K // 8
     out = out_ptr + pid_k * stride_os + offs_n
     _store_row(out, acc0, m0, M, N, offs_n, stride_om)
     if ROWS >= 2:
@@ -318,22 +311,6 @@ def _w4a16_gemv16_kernel(
                     final_ptr, offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
-def tile_groups(group_size: int, block_k: int, k_per_split: int,
-                per_tile_scales: bool = True) -> tuple[int, int]:
-    """(NG, RPG): a K tile of ``block_k`` as NG quantization groups of RPG word rows. One
-    group when the tile lies inside one (group_size a multiple of block_k), block_k /
-    group_size when groups tile it (both powers of two, every tile starting on a group
-    boundary); else one scale row per word row. ``per_tile_scales=False`` forces the last."""
-    bk8 = block_k // 8
-    aligned = per_tile_scales and k_per_split % block_k == 0
-    if aligned and group_size % block_k == 0:
-        return 1, bk8
-    if (aligned and block_k % group_size == 0 and group_size % 8 == 0
-            and group_size & (group_size - 1) == 0):
-        return block_k // group_size, group_size // 8
-    return bk8, 1
-
-
 def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,
                   block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
@@ -341,17 +318,17 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
                   counters: torch.Tensor | None = None) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
-    ``per_tile_scales`` (default) takes one scale row per quantization group of a K tile
-    (``tile_groups``); False forces per-word-row scales (benchmarks compare the two).
-    ``final`` [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials
-    into ``final`` (no second launch)."""
+    ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
+    one group; False forces per-word-row scales (benchmarks compare the two). ``final``
+    [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
+    ``final`` (no second launch)."""
     m, k = x2.shape
     n = qweight.shape[1]
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     fp16 = x2.dtype == torch.float16
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
-    ng, rpg = tile_groups(group_size, block_k, k_per_split, per_tile_scales)
+    one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
     grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, rows))
     reduce = final is not None and counters is not None
     if not reduce:
@@ -360,6 +337,6 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         x2, xi, qweight, scales, zeros, target, final, counters, m, n, k, k_per_split,
         group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
         zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
-        BLOCK_N=block_n, NG=ng, RPG=rpg, USE_ASM=use_asm, X_FP16=fp16,
+        BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
         CHAIN4=chain4, REDUCE=reduce, SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
         num_warps=num_warps, num_stages=num_stages)

@@ -81,17 +81,13 @@ def test_w4a16_group_sizes_and_splits(gs):
     qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=DEV))
     g = -(-k // gs)
     s = (torch.rand(g, n, device=DEV) * 0.02 + 0.001).half()
-    # the runtime layout's zero points are integers (quant/linear.py), and the gemv16 path
-    # folds them into fp16 constants that are exact only for integers; the other kernels
-    # also take non-integer ones
-    z_any = (torch.rand(g, n, device=DEV) * 15).half()
-    z_int = z_any.round()
+    z = (torch.rand(g, n, device=DEV) * 15).half()  # non-integer zero points too
+    w = w4.dequantize_w4a16_ref(qw, s, z, gs)
     for m, cfg in [(1, None), (1, w4.W4A16Config("gemv", split_k=3)), (5, None),
                    (16, w4.W4A16Config("dot", 16, 64, 128, split_k=5)),
                    (9, w4.W4A16Config("dot", 16, 64, 256, split_k=3, nibble_dots=True)),
                    (200, None),
                    (64, w4.W4A16Config("dequant")),
-                   (150, w4.W4A16Config("dequant", chunk_n=1024)),
                    (3, w4.W4A16Config("gemv16", block_n=128, block_k=128, split_k=3, rows=2)),
                    (7, w4.W4A16Config("gemv16", block_n=64, block_k=256, rows=4, chain4=True)),
                    (13, w4.W4A16Config("gemv16", block_n=64, block_k=128, rows=3,
@@ -99,11 +95,8 @@ def test_w4a16_group_sizes_and_splits(gs):
                    (1, w4.W4A16Config("gemv16", block_n=32, block_k=128, split_k=0, rows=1,
                                       chain4=True))]:
         x = torch.randn(m, k, device=DEV, dtype=torch.float16)
-        gemv16 = cfg.kind == "gemv16" if cfg else m <= 2
-        for z in (z_int,) if gemv16 else (z_int, z_any):
-            w = w4.dequantize_w4a16_ref(qw, s, z, gs)
-            err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
-            assert err < 1e-2, f"gs={gs} M={m} {cfg} {z is z_int=} rel err {err:.2e}"
+        err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
+        assert err < 1e-2, f"gs={gs} M={m} {cfg}: rel err {err:.2e}"
 
 
 def _paged(b, ctx_lens, hkv, d, bs, dtype):

@@ -133,8 +133,8 @@ def case_w4a16_gemv16():
     _check_w4(5, 1024, 96, 1024, torch.float16, C("gemv16", block_n=64, block_k=256,
                                                   split_k=0, rows=4, chain4=True, waves=8,
                                                   min_k_tiles=1))
-    # several groups per K tile (kernels/w4a16_gemv.tile_groups): 4 groups of 64 with a
-    # ragged last tile (K = 17 groups, split 2), and 16 groups of 32 in one 512 tile
+    # several groups per K tile (per-word-row scales): 4 groups of 64 with a ragged last
+    # tile (K = 17 groups, split 2), and 16 groups of 32 in one 512 tile
     _check_w4(2, 1088, 80, 64, torch.float16, C("gemv16", block_n=32, block_k=256, split_k=2,
                                                 rows=2))
     _check_w4(1, 512, 64, 32, torch.float16, C("gemv16", block_n=32, block_k=512, rows=1))
@@ -192,9 +192,6 @@ def case_w4a16_large_m_and_fallbacks():
     _check_w4(40, 256, 96, 128, torch.float32, W4A16Config("dot", 64, 32, 64))
     _check_w4(70, 256, 48, 64, torch.float32)  # dequantize + matmul
     _check_w4(3, 256, 64, 20, torch.float32)  # words straddle groups: dequant path
-    # dequantized in column chunks into one reused buffer (a ragged last chunk of 32)
-    _check_w4(70, 256, 96, 64, torch.float16, W4A16Config("dequant", chunk_n=64))
-    _check_w4(65, 512, 96, 128, torch.float32, W4A16Config("dequant", chunk_n=32))
 
 
 def case_w4a16_splitk_in_kernel():
@@ -240,15 +237,13 @@ def case_decode_gqa_ratios():
     _check_attention([1] * 2, [70, 33], 6, 3, 16, 16, torch.float32,
                      DecodeConfig(block_n=16, num_splits=3, fused_reduce=False))  # 2nd launch
     _check_attention([1] * 2, [100, 40], 6, 3, 16, 16, torch.float32,
-                     DecodeConfig(block_n=16, num_splits=6))  # > 4 splits: 2nd launch too
+                     DecodeConfig(block_n=16, num_splits=6, max_fused_splits=4))  # 2nd launch
     _check_attention([1] * 3, [100, 40, 3], 6, 3, 16, 16, torch.float16,
                      DecodeConfig(block_n=16, num_splits=6, max_fused_splits=16))  # 6 summed
     _check_attention([1] * 3, [33, 64, 5], 12, 3, 24, 16, torch.float16,
                      DecodeConfig(block_n=16, num_splits=2))  # GQA 4, head_dim 24 padded
     _check_attention([1] * 2, [100, 7], 8, 1, 32, 32, torch.float32,
                      DecodeConfig(block_n=32, num_splits=0))  # GQA 8
-    _check_attention([1] * 3, [70, 33, 5], 6, 3, 16, 16, torch.float16,
-                     DecodeConfig(block_n=16, num_splits=3, early_v=True))  # V with K
 
 
 def case_prefill_chunked_and_mixed():

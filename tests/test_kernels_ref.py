@@ -160,17 +160,6 @@ def test_cpu_dispatch_uses_references():
     assert torch.equal(kc.view(-1, 2, 16)[30], k[2]) and torch.equal(vc.view(-1, 2, 16)[5], v[0])
 
 
-def test_gemv_tile_groups():
-    from edge_llm.kernels.w4a16_gemv import tile_groups
-
-    assert tile_groups(128, 512, 4096) == (4, 16)  # the dispatched one-row tile
-    assert tile_groups(128, 128, 1024) == (1, 16) and tile_groups(4096, 512, 4096) == (1, 64)
-    assert tile_groups(32, 256, 512) == (8, 4)
-    assert tile_groups(128, 512, 4096, per_tile_scales=False) == (64, 1)
-    assert tile_groups(96, 256, 512) == (32, 1)  # groups that do not tile it: per word row
-    assert tile_groups(128, 512, 640) == (64, 1)  # splits not on tile boundaries
-
-
 def test_decode_split_plan():
     for programs, ctx, sms, block_n in [(256, 2048, 132, 64), (4, 8192, 132, 64), (8, 100, 82, 32),
                                         (1, 1, 8, 16), (1000, 32768, 128, 128)]:
