@@ -232,8 +232,7 @@ def paged_decode(
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
         FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=triton.next_power_of_2(splits) if cnt is not None else 1,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,
