@@ -22,6 +22,7 @@ and one split. (Session 14 also tried loading each V tile with its K tile: no ch
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -30,6 +31,12 @@ import torch
 import triton
 import triton.language as tl
 from kernel_timing import copy_bandwidth, rotations, time_op
+
+# benchmarks/kernels.py (make_paged), loaded by path as gemv_sweep.py does
+_spec = importlib.util.spec_from_file_location(
+    "bench_kernels", Path(__file__).with_name("kernels.py"))
+bk = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bk)
 
 SHAPES = {"qkv": (4096, 12288), "o": (4096, 4096), "gate_up": (4096, 22016),
           "down": (11008, 4096)}
@@ -132,11 +139,6 @@ def probe_gemv(dev, copy_bw: float, log) -> list[dict]:
 def probe_decode(dev, copy_bw: float, log) -> list[dict]:
     from edge_llm.kernels.paged_attention import DecodeConfig, paged_attention_ref, paged_decode
 
-    sys_path_bench = Path(__file__).with_name("kernels.py")
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("bench_kernels", sys_path_bench)
-    bk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bk)
     out = []
     configs = {"default": DecodeConfig(), "fused<=4": DecodeConfig(max_fused_splits=4),
                "2nd launch": DecodeConfig(fused_reduce=False),

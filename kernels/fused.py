@@ -212,6 +212,15 @@ def _rotate_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, cos, sin, offs, 
 
 
 @triton.jit
+def _cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok):
+    """Token t's cos and sin rows (fp32 [HALF_PAD]) at its position."""
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    cos = tl.load(cos_ptr + pos * stride_cos + offs, mask=d_ok, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + pos * stride_sin + offs, mask=d_ok, other=0.0).to(tl.float32)
+    return cos, sin
+
+
+@triton.jit
 def _rotary_kernel(
     q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_qot, stride_qoh, stride_kot, stride_koh,
@@ -221,11 +230,9 @@ def _rotary_kernel(
 ):
     """One program per token: its cos/sin row is read once and applied to q and k."""
     t = tl.program_id(0).to(tl.int64)
-    pos = tl.load(pos_ptr + t).to(tl.int64)
     offs = tl.arange(0, HALF_PAD)
     d_ok = offs < HALF
-    cos = tl.load(cos_ptr + pos * stride_cos + offs, mask=d_ok, other=0.0).to(tl.float32)
-    sin = tl.load(sin_ptr + pos * stride_sin + offs, mask=d_ok, other=0.0).to(tl.float32)
+    cos, sin = _cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
     _rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
                   cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
     _rotate_heads(k_ptr + t * stride_kt, ko_ptr + t * stride_kot, stride_kh, stride_koh,
@@ -332,6 +339,21 @@ def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Te
     return out
 
 
+def check_rotary(q, k, cos, sin, positions) -> tuple[int, int, int, int]:
+    """(T, H, Hkv, D) of a rotary call's arguments; ValueError naming what does not fit."""
+    if q.dim() != 3 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        raise ValueError(f"q, k: expected (T, H, D) and (T, Hkv, D), got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}")
+    t, h, d = q.shape
+    if d % 2 or cos.dim() != 2 or cos.shape[1] != d // 2 or sin.shape != cos.shape:
+        raise ValueError(f"cos, sin: expected (max_positions, {d // 2}) tables for an even "
+                         f"head dim {d}, got {tuple(cos.shape)}, {tuple(sin.shape)}")
+    if positions.shape != (t,) or positions.is_floating_point():
+        raise ValueError(f"positions: expected ({t},) integers, got {tuple(positions.shape)} "
+                         f"{positions.dtype}")
+    return t, h, k.shape[1], d
+
+
 def rotary(
     q: torch.Tensor,  # (T, H, D)
     k: torch.Tensor,  # (T, Hkv, D)
@@ -344,17 +366,7 @@ def rotary(
     Positions are not range-checked on the device (that would need a host sync): a position
     outside the tables reads out of bounds, where the reference raises an IndexError.
     """
-    if q.dim() != 3 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
-        raise ValueError(f"q, k: expected (T, H, D) and (T, Hkv, D), got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}")
-    t, h, d = q.shape
-    hkv = k.shape[1]
-    if d % 2 or cos.dim() != 2 or cos.shape[1] != d // 2 or sin.shape != cos.shape:
-        raise ValueError(f"cos, sin: expected (max_positions, {d // 2}) tables for an even "
-                         f"head dim {d}, got {tuple(cos.shape)}, {tuple(sin.shape)}")
-    if positions.shape != (t,) or positions.is_floating_point():
-        raise ValueError(f"positions: expected ({t},) integers, got {tuple(positions.shape)} "
-                         f"{positions.dtype}")
+    t, h, hkv, d = check_rotary(q, k, cos, sin, positions)
     if q.dtype != k.dtype:
         raise ValueError(f"q, k: one dtype expected, got {q.dtype} and {k.dtype}")
     q = q if q.stride(2) == 1 else q.contiguous()

@@ -131,6 +131,20 @@ def _decode_ref(
 
 
 @triton.jit
+def copy_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, keep,
+               NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+               D_PAD: tl.constexpr):
+    """One token's heads [NUM_HEADS, HEAD_DIM] from src to dst (cast to dst's dtype) where
+    ``keep`` ([1, D_PAD] bools) holds."""
+    h = tl.arange(0, H_PAD)
+    d = tl.arange(0, D_PAD)
+    mask = (h[:, None] < NUM_HEADS) & (d[None, :] < HEAD_DIM) & keep
+    x = tl.load(src_ptr + h[:, None] * stride_src_h + d[None, :], mask=mask)
+    tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :],
+             x.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _write_kv_kernel(
     k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh,
@@ -141,18 +155,14 @@ def _write_kv_kernel(
     """Copy token t's K and V (Hkv, D) into cache slot slot_mapping[t]; slot < 0 is skipped."""
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
-    offs_h = tl.arange(0, H_PAD)
-    offs_d = tl.arange(0, D_PAD)
-    keep = offs_d[None, :] * 0 + slot >= 0  # a tensor: the interpreter cannot AND a scalar bool
-    mask = (offs_h[:, None] < NUM_KV_HEADS) & (offs_d[None, :] < HEAD_DIM) & keep
+    # a tensor, not a scalar bool: the interpreter cannot AND those
+    keep = tl.arange(0, D_PAD)[None, :] * 0 + slot >= 0
     blk = slot // BLOCK_SIZE
     off = slot % BLOCK_SIZE
-    k = tl.load(k_ptr + t * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
-    v = tl.load(v_ptr + t * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
-    tl.store(kc_ptr + blk * stride_kcb + off * stride_kcs + offs_h[:, None] * stride_kch
-             + offs_d[None, :], k.to(kc_ptr.dtype.element_ty), mask=mask)
-    tl.store(vc_ptr + blk * stride_vcb + off * stride_vcs + offs_h[:, None] * stride_vch
-             + offs_d[None, :], v.to(vc_ptr.dtype.element_ty), mask=mask)
+    copy_heads(k_ptr + t * stride_kt, kc_ptr + blk * stride_kcb + off * stride_kcs, stride_kh,
+               stride_kch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD)
+    copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs, stride_vh,
+               stride_vch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD)
 
 
 def paged_attention_triton(
@@ -184,6 +194,17 @@ def paged_attention_triton(
     return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale)
 
 
+def check_kv_write(k, v, k_cache, v_cache, slot_mapping) -> int:
+    """T of a K/V cache write's arguments; ValueError naming what does not fit."""
+    t, hkv, d = k.shape
+    if v.shape != k.shape or k_cache.shape[2:] != (hkv, d) or v_cache.shape != k_cache.shape:
+        raise ValueError(f"k, v, k_cache, v_cache: shapes {tuple(k.shape)}, {tuple(v.shape)}, "
+                         f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not agree")
+    if slot_mapping.shape != (t,):
+        raise ValueError(f"slot_mapping: expected shape ({t},), got {tuple(slot_mapping.shape)}")
+    return t
+
+
 def write_kv(
     k: torch.Tensor,  # (T, Hkv, D)
     v: torch.Tensor,
@@ -192,14 +213,10 @@ def write_kv(
     slot_mapping: torch.Tensor,  # (T,) int64; < 0 skipped
 ) -> None:
     """Triton version of ``write_kv_ref`` (same contract); one program per token."""
-    t, hkv, d = k.shape
-    if v.shape != k.shape or k_cache.shape[2:] != (hkv, d) or v_cache.shape != k_cache.shape:
-        raise ValueError(f"k, v, k_cache, v_cache: shapes {tuple(k.shape)}, {tuple(v.shape)}, "
-                         f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not agree")
-    if slot_mapping.shape != (t,):
-        raise ValueError(f"slot_mapping: expected shape ({t},), got {tuple(slot_mapping.shape)}")
+    t = check_kv_write(k, v, k_cache, v_cache, slot_mapping)
     if t == 0:
         return
+    hkv, d = k.shape[1:]
     if k.stride(2) != 1 or v.stride(2) != 1:
         k, v = k.contiguous(), v.contiguous()
     _write_kv_kernel[(t,)](

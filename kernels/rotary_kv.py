@@ -12,19 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused import _rotate_heads
-
-
-@triton.jit
-def _copy_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, keep,
-                NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-                D_PAD: tl.constexpr):
-    h = tl.arange(0, H_PAD)
-    d = tl.arange(0, D_PAD)
-    mask = (h[:, None] < NUM_HEADS) & (d[None, :] < HEAD_DIM) & keep
-    x = tl.load(src_ptr + h[:, None] * stride_src_h + d[None, :], mask=mask)
-    tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :],
-             x.to(dst_ptr.dtype.element_ty), mask=mask)
+from .fused import _cos_sin, _rotate_heads, check_rotary
+from .paged_attention import check_kv_write, copy_heads
 
 
 @triton.jit
@@ -40,12 +29,10 @@ def _rotary_write_kv_kernel(
     """One program per token: q rotated into qo; k rotated and v copied into cache slot
     slot_mapping[t] (slot < 0: padding, nothing stored)."""
     t = tl.program_id(0).to(tl.int64)
-    pos = tl.load(pos_ptr + t).to(tl.int64)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     offs = tl.arange(0, HALF_PAD)
     d_ok = offs < HALF
-    cos = tl.load(cos_ptr + pos * stride_cos + offs, mask=d_ok, other=0.0).to(tl.float32)
-    sin = tl.load(sin_ptr + pos * stride_sin + offs, mask=d_ok, other=0.0).to(tl.float32)
+    cos, sin = _cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
     _rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
                   cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
     blk = tl.maximum(slot, 0) // BLOCK_SIZE
@@ -55,8 +42,8 @@ def _rotary_write_kv_kernel(
                   stride_kh, stride_kch, cos, sin, offs, d_ok & keep_k, NUM_KV_HEADS, HK_PAD,
                   HALF)
     keep_v = tl.arange(0, D_PAD)[None, :] * 0 + slot >= 0
-    _copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs,
-                stride_vh, stride_vch, keep_v, NUM_KV_HEADS, HK_PAD, HEAD_DIM, D_PAD)
+    copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs,
+               stride_vh, stride_vch, keep_v, NUM_KV_HEADS, HK_PAD, HEAD_DIM, D_PAD)
 
 
 def rotary_write_kv(
@@ -72,22 +59,8 @@ def rotary_write_kv(
 ) -> torch.Tensor:
     """Triton ``rotary_ref`` + ``write_kv_ref`` in one launch; returns the rotated q (a new
     contiguous tensor). Positions are not range-checked on the device (no host sync)."""
-    if q.dim() != 3 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
-        raise ValueError(f"q, k: expected (T, H, D) and (T, Hkv, D), got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}")
-    t, h, d = q.shape
-    hkv = k.shape[1]
-    if v.shape != k.shape or k_cache.shape[2:] != (hkv, d) or v_cache.shape != k_cache.shape:
-        raise ValueError(f"k, v, k_cache, v_cache: shapes {tuple(k.shape)}, {tuple(v.shape)}, "
-                         f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not agree")
-    if d % 2 or cos.dim() != 2 or cos.shape[1] != d // 2 or sin.shape != cos.shape:
-        raise ValueError(f"cos, sin: expected (max_positions, {d // 2}) tables for an even "
-                         f"head dim {d}, got {tuple(cos.shape)}, {tuple(sin.shape)}")
-    if positions.shape != (t,) or positions.is_floating_point():
-        raise ValueError(f"positions: expected ({t},) integers, got {tuple(positions.shape)} "
-                         f"{positions.dtype}")
-    if slot_mapping.shape != (t,):
-        raise ValueError(f"slot_mapping: expected shape ({t},), got {tuple(slot_mapping.shape)}")
+    t, h, hkv, d = check_rotary(q, k, cos, sin, positions)
+    check_kv_write(k, v, k_cache, v_cache, slot_mapping)
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v: one dtype expected, got {q.dtype}, {k.dtype}, {v.dtype}")
     q, k, v = (x if x.stride(2) == 1 else x.contiguous() for x in (q, k, v))
