@@ -266,12 +266,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help=f"random checkpoints are built (or reused) here [{DEFAULT_CKPT_DIR}]")
     ap.add_argument("--budget-s", type=float, default=None, help="wall-clock budget in seconds")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: the profile's)")
+    ap.add_argument("--baseline-batches", default=None,
+                    help="comma-separated static batch sizes for transformers' offline run "
+                         "(default: the profile's; the best one is the baseline)")
     args = ap.parse_args(argv)
     chosen = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = sorted(set(chosen) - set(SCENARIOS))
     if unknown or not chosen:
         ap.error(f"unknown scenarios {unknown}; choose from {','.join(SCENARIOS)}")
     args.selected = chosen
+    if args.baseline_batches is not None:
+        try:
+            args.baseline_batches = tuple(int(b) for b in args.baseline_batches.split(","))
+        except ValueError:
+            ap.error(f"--baseline-batches: integers expected, got {args.baseline_batches!r}")
+        if not args.baseline_batches or min(args.baseline_batches) < 1:
+            ap.error("--baseline-batches: positive batch sizes expected")
     args.out, args.ckpt_dir = args.out.resolve(), args.ckpt_dir.resolve()  # subprocess cwd
     return args
 
@@ -281,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     p = PROFILES["smoke" if args.smoke else "quick" if args.quick else "full"]
     p = replace(p, device=args.device or p.device,
                 budget_s=args.budget_s if args.budget_s is not None else p.budget_s,
-                shapes=tuple(args.shapes.split(",")) if args.shapes else p.shapes)
+                shapes=tuple(args.shapes.split(",")) if args.shapes else p.shapes,
+                baseline_batches=args.baseline_batches or p.baseline_batches)
     if p.device.startswith("cuda"):
         import torch
 

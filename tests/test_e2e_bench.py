@@ -164,3 +164,14 @@ def test_smoke_run_on_gpu(tmp_path):
     _check_smoke(data, tmp_path / "out")
     card = data["shapes"]["tiny-llama"]["card24"]
     assert card["peak_allocated_bytes"] > 0 and card["peak_plus_context_ok"] is not None
+
+
+def test_baseline_batches_option(tmp_path: Path):
+    from e2e import parse_args
+
+    args = parse_args(["--out", str(tmp_path), "--baseline-batches", "64,128"])
+    assert args.baseline_batches == (64, 128)
+    assert parse_args(["--out", str(tmp_path)]).baseline_batches is None
+    for bad in ("0", "a,4", ""):
+        with pytest.raises(SystemExit):
+            parse_args(["--out", str(tmp_path), "--baseline-batches", bad])
