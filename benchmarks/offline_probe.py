@@ -1,0 +1,136 @@
+"""Where the offline scenario's time goes (issue #7): the 256-request workload of
+``e2e.py``'s full profile on one loaded engine, once per (KV cache size, token budget), with
+every step timed and classified.
+
+    python benchmarks/offline_probe.py --ckpt DIR --kv-gib 40,80 --batched 2048,8192 --out F
+
+Per configuration: output tok/s, preemptions, the steps that decoded only (count, mean rows,
+share of the time, tokens per second in them) and the mixed / prefill steps (count, prompt
+tokens, share of the time), and the mean number of running sequences. A step's time is the
+wall time of ``LLMEngine.step`` (the runner returns sampled ids on the host, so it includes
+the device work). One table; JSON with ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from e2e_common import GiB, PROFILES, offline_workload, shape_config  # noqa: E402
+from e2e_engine import greedy, resize_kv_cache  # noqa: E402
+
+
+def set_budget(llm, batched: int) -> None:
+    """A new scheduler with ``max_num_batched_tokens = batched`` (engine idle)."""
+    from edge_llm.engine.scheduler import Scheduler
+
+    engine = llm.engine
+    sched_cfg = replace(engine.config.scheduler, max_num_batched_tokens=batched)
+    engine.config = replace(engine.config, scheduler=sched_cfg)
+    plan = engine.runner.plan
+    engine.scheduler = Scheduler(sched_cfg, engine.config.cache, plan.num_gpu_blocks,
+                                 plan.num_cpu_blocks)
+
+
+def traced_run(llm, work) -> dict:
+    """Run the workload step by step, timing and classifying each step."""
+    engine = llm.engine
+    for i, (ids, n) in enumerate(work):
+        engine.add_request(f"r{i}", {"prompt_token_ids": ids}, greedy(n))
+    before = engine.stats()["num_preemptions"]
+    schedule = engine.scheduler.schedule
+    seen: list = []
+
+    def spy():
+        out = schedule()
+        seen.append(out)
+        return out
+
+    engine.scheduler.schedule = spy
+    steps = []
+    began = time.perf_counter()
+    try:
+        while engine.has_unfinished():
+            t0 = time.perf_counter()
+            engine.step()
+            dt = time.perf_counter() - t0
+            out = seen[-1]
+            rows = out.scheduled
+            decodes = sum(1 for r in rows if r.num_scheduled_tokens == 1
+                          and r.start_pos >= r.seq.num_prompt_tokens)
+            steps.append((dt, len(rows), decodes, out.num_batched_tokens - decodes,
+                          len(engine.scheduler.running)))
+    finally:
+        engine.scheduler.schedule = schedule
+    seconds = time.perf_counter() - began
+    out_tokens = sum(n for _, n in work)
+    dec = [s for s in steps if s[3] == 0]
+    mix = [s for s in steps if s[3] > 0]
+    t_dec = sum(s[0] for s in dec)
+    t_mix = sum(s[0] for s in mix)
+    return {
+        "seconds": seconds, "output_tok_s": out_tokens / seconds,
+        "preemptions": engine.stats()["num_preemptions"] - before,
+        "steps": len(steps),
+        "decode_steps": len(dec), "decode_share": t_dec / seconds,
+        "decode_rows_mean": sum(s[2] for s in dec) / max(1, len(dec)),
+        "decode_tok_s": sum(s[2] for s in dec) / max(t_dec, 1e-9),
+        "mixed_steps": len(mix), "mixed_share": t_mix / seconds,
+        "mixed_prompt_tokens": sum(s[3] for s in mix),
+        "mixed_decode_rows": sum(s[2] for s in mix),
+        "running_mean": sum(s[4] for s in steps) / max(1, len(steps)),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ckpt", type=Path, required=True, help="a checkpoint of --shape")
+    ap.add_argument("--kv-gib", default="40,80")
+    ap.add_argument("--batched", default="2048,8192")
+    ap.add_argument("--requests", type=int, default=None, help="default: the full profile's")
+    ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
+    ap.add_argument("--shape", default="llama2-7b")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    from edge_llm import LLM
+
+    p = PROFILES[args.profile]
+    if args.requests:
+        p = replace(p, offline_requests=args.requests)
+    work = offline_workload(p, shape_config(args.shape)["vocab_size"])
+    kvs = [float(v) for v in args.kv_gib.split(",")]
+    budgets = [int(v) for v in args.batched.split(",")]
+    llm = LLM(str(args.ckpt), device=p.device, max_model_len=p.max_model_len,
+              kv_cache_memory=int(kvs[0] * GiB),
+              swap_space=4.0 if p.device == "cuda" else 0.0625)
+    llm.generate([{"prompt_token_ids": w[0]} for w in work[:8]], greedy(4), use_tqdm=False)
+    results = []
+    print("kv GiB | budget | out tok/s | preempt | steps | decode: n, rows, time share, "
+          "tok/s | mixed: n, prompt tok, time share | running", flush=True)
+    for kv in kvs:
+        if int(kv * GiB) != llm.engine.config.cache.kv_cache_memory:
+            resize_kv_cache(llm, int(kv * GiB))
+        for b in budgets:
+            set_budget(llm, b)
+            r = traced_run(llm, work)
+            r.update(kv_gib=kv, batched=b, gpu_blocks=llm.engine.runner.plan.num_gpu_blocks)
+            results.append(r)
+            print(f"{kv:6.1f} | {b:6d} | {r['output_tok_s']:9.0f} | {r['preemptions']:7d} | "
+                  f"{r['steps']:5d} | {r['decode_steps']:5d}, {r['decode_rows_mean']:5.1f}, "
+                  f"{r['decode_share']:.2f}, {r['decode_tok_s']:6.0f} | {r['mixed_steps']:5d}, "
+                  f"{r['mixed_prompt_tokens']:6d}, {r['mixed_share']:.2f} | "
+                  f"{r['running_mean']:5.1f}", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
