@@ -36,7 +36,10 @@ class Profile:
     shapes: tuple[str, ...]
     device: str = "cuda"
     max_model_len: int = 4096
-    kv_cache_memory: int = 40 * GiB  # the in-process engine and the served one
+    # the in-process engine and the served one; None: the engine's own sizing (90% of the
+    # GPU's memory, as a user runs it). Session 15: a 40 GiB cache cost the 256-request
+    # offline run 73 preemptions and 44% of its speed (benchmarks/offline_probe.py)
+    kv_cache_memory: int | None = None
     decode_prompt: int = 128
     decode_tokens: int = 256
     decode_batches: tuple[int, ...] = (1, 4, 16)

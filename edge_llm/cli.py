@@ -98,6 +98,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     _bool_flag("--enable-prefix-caching", True, "reuse KV blocks of shared prompt prefixes"),
     Option("--max-num-seqs", int, 256, "most sequences per step"),
     Option("--max-num-batched-tokens", int, 2048, "most tokens per step"),
+    Option("--growth-reserve", int, 256, "admit a request only while the KV cache keeps room "
+           "for this many more tokens of every running one (0: off)"),
     Option("--seed", int, 0, "random seed"),
     _bool_flag("--enforce-eager", False, "no CUDA graphs"),
     Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),
@@ -200,7 +202,8 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
                               kv_cache_memory=args.kv_cache_memory, swap_space=args.swap_space,
                               enable_prefix_caching=args.enable_prefix_caching),
             scheduler=SchedulerConfig(max_num_seqs=args.max_num_seqs,
-                                      max_num_batched_tokens=args.max_num_batched_tokens),
+                                      max_num_batched_tokens=args.max_num_batched_tokens,
+                                      growth_reserve=args.growth_reserve),
             enforce_eager=args.enforce_eager,
         )
         server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,

@@ -63,8 +63,14 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int = 2048  # resolved from ModelConfig and the model files
     enable_chunked_prefill: bool = True
+    # A new sequence is admitted only if the cache keeps room for every running sequence's
+    # next ``growth_reserve`` tokens (capped at what each may still generate), so admissions
+    # do not fill the cache and force preemptions a few steps later; 0: no reserve.
+    growth_reserve: int = 256
 
     def __post_init__(self) -> None:
+        if self.growth_reserve < 0:
+            raise ValueError(f"growth_reserve must be >= 0 tokens, got {self.growth_reserve}.")
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}.")
         if self.max_num_batched_tokens < 1:

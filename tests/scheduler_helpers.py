@@ -54,11 +54,15 @@ def make(
     max_num_seqs: int = 8,
     budget: int = 64,
     max_model_len: int = 256,
+    growth_reserve: int = 0,
     **cache: bool,
 ) -> Scheduler:
+    """A scheduler over a tiny pool. ``growth_reserve`` defaults to 0 here so that memory
+    pressure reaches the preemption paths these tests exercise."""
     return Scheduler(
         SchedulerConfig(
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
+            growth_reserve=growth_reserve,
         ),
         CacheConfig(block_size=block_size, **cache),
         num_gpu_blocks,

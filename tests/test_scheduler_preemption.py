@@ -145,3 +145,55 @@ def test_slots_freed_by_swap_in_are_not_reused_in_the_same_step(rng: random.Rand
     sched.update_from_output(out, {r.seq.seq_id: 1 for r in out.scheduled if r.do_sample})
     sched.check_integrity()
     drain(sched, kv)
+
+
+def test_growth_reserve_holds_back_admissions(rng: random.Random) -> None:
+    # 12 blocks of 8: a and b need 4 blocks each at the end (12-token prompt + 20 outputs).
+    # With no reserve both start at once (2 + 2 blocks) and one is preempted as they grow;
+    # a reserve of 20 tokens keeps b waiting until a's 4 blocks plus b's fit, and nothing
+    # is preempted.
+    reqs = [(r, rand_prompt(rng, 12), SamplingParams(max_tokens=20, ignore_eos=True), t)
+            for r, t in (("a", 0.0), ("b", 1.0), ("c", 2.0))]
+    outs = {}
+    for reserve in (0, 20):
+        sched = make(10, budget=64, growth_reserve=reserve)
+        kv = FakeKV(sched)
+        for r in reqs:
+            sched.add_request(*r)
+        first, _ = step(sched, kv)
+        admitted = sorted(s.seq.request_id for s in first.scheduled)
+        seqs = []
+        while sched.has_unfinished():
+            seqs += step(sched, kv)[1]
+        outs[reserve] = (admitted, sched.num_preemptions, outputs_of(seqs))
+    assert outs[0][0] == ["a", "b", "c"] and outs[0][1] > 0
+    # a: 2 blocks now + 2 of growth; b would add 2 + 2 more: 8 of 10 fit, c's 4 more do not
+    assert outs[20][0] == ["a", "b"] and outs[20][1] == 0
+    assert outs[20][2] == outs[0][2] == reference_outputs(reqs)
+
+
+def test_growth_reserve_is_capped_by_max_tokens_and_waived_when_idle(rng) -> None:
+    # max_tokens 4: the reserve of 1,000 tokens counts only 4 more per sequence
+    reqs = [(r, rand_prompt(rng, 16), SamplingParams(max_tokens=4, ignore_eos=True), t)
+            for r, t in (("a", 0.0), ("b", 1.0))]
+    sched = make(6, budget=64, growth_reserve=1000)
+    kv = FakeKV(sched)
+    for r in reqs:
+        sched.add_request(*r)
+    out, _ = step(sched, kv)
+    assert sorted(s.seq.request_id for s in out.scheduled) == ["a", "b"]  # 3 + 3 blocks
+    drain(sched, kv)
+    # one request whose own reserve exceeds the free blocks still starts on an idle engine
+    sched = make(5, budget=64, growth_reserve=1000)
+    kv = FakeKV(sched)
+    sched.add_request("x", rand_prompt(rng, 16), SamplingParams(max_tokens=24), 0.0)
+    out, _ = step(sched, kv)
+    assert [s.seq.request_id for s in out.scheduled] == ["x"]
+    drain(sched, kv)
+
+
+def test_growth_reserve_must_not_be_negative() -> None:
+    from edge_llm.config import SchedulerConfig
+
+    with pytest.raises(ValueError, match="growth_reserve"):
+        SchedulerConfig(growth_reserve=-1)

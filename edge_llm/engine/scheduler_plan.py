@@ -10,7 +10,10 @@ planner lives for one step: the token budget and the CPU slots released by swap-
     1. running decodes, oldest first (1 token each): decodes never stall behind a prefill
     2. swapped sequences come back (swap-in), oldest first; skipped in a step that preempted
     3. running prefill chunks (chunked prefill: a long prompt spreads over several steps)
-    4. waiting requests, FIFO; only when nothing is swapped and nothing was preempted
+    4. waiting requests, FIFO; only when nothing is swapped and nothing was preempted, and
+       only while the free blocks also cover every running sequence's growth reserve
+       (``SchedulerConfig.growth_reserve`` more tokens each, capped at its remaining
+       ``max_output_tokens``), the admitted ones included
 
 A sequence that needs a new block when none is free preempts the most recently arrived
 running sequence not yet scheduled in this step; a decode with no such victim preempts
@@ -195,6 +198,8 @@ class StepPlanner:
             return
         bs, pool, chunked = sched.block_size, sched.pool, sched.config.enable_chunked_prefill
         used = sched.seq_slots_in_use()
+        horizon = sched.config.growth_reserve
+        reserve = sum(self._growth_blocks(s, horizon) for s in sched.running)
         while sched.waiting and self.budget > 0:
             seq = sched.waiting[0]
             if used + 1 + seq.num_pending_forks > sched.config.max_num_seqs:
@@ -206,8 +211,12 @@ class StepPlanner:
             if k < target - cached and not chunked:
                 return
             need = cdiv(cached + k, bs) - len(hits)
-            if need > pool.num_free_blocks - pool.num_evictable(hits):
+            own = self._growth_blocks(seq, horizon, cdiv(cached + k, bs))
+            free = pool.num_free_blocks - pool.num_evictable(hits)
+            # with nothing running, the reserve is waived so that the queue always moves
+            if need > free or (sched.running and need + reserve + own > free):
                 return
+            reserve += own
             sched.waiting.popleft()
             pool.touch(hits)
             if seq.num_preemptions == 0:  # first admission: what the client sees as cached
@@ -219,6 +228,16 @@ class StepPlanner:
             self._start_running(seq)
             used += 1 + seq.num_pending_forks
             self._emit(seq, k)
+
+    def _growth_blocks(self, seq: Sequence, horizon: int, held: int | None = None) -> int:
+        """Blocks beyond the ``held`` ones (default: its table) that ``seq`` needs for all its
+        tokens plus ``horizon`` more outputs, capped at its ``max_output_tokens``."""
+        if horizon == 0:
+            return 0
+        left = seq.max_output_tokens - len(seq.output_token_ids)
+        end = seq.num_tokens + min(horizon, max(left, 0))
+        held = len(seq.block_table) if held is None else held
+        return max(0, cdiv(end, self.sched.block_size) - held) * (1 + seq.num_pending_forks)
 
     def _lookup_prefix(self, seq: Sequence, target: int) -> list[int]:
         """Cached full blocks of the prefix, leaving at least one position to compute."""
