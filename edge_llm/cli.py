@@ -98,7 +98,7 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     _bool_flag("--enable-prefix-caching", True, "reuse KV blocks of shared prompt prefixes"),
     Option("--max-num-seqs", int, 256, "most sequences per step"),
     Option("--max-num-batched-tokens", int, 2048, "most tokens per step"),
-    Option("--growth-reserve", int, 256, "admit a request only while the KV cache keeps room "
+    Option("--growth-reserve", int, 128, "admit a request only while the KV cache keeps room "
            "for this many more tokens of every running one (0: off)"),
     Option("--seed", int, 0, "random seed"),
     _bool_flag("--enforce-eager", False, "no CUDA graphs"),

@@ -66,7 +66,7 @@ class SchedulerConfig:
     # A new sequence is admitted only if the cache keeps room for every running sequence's
     # next ``growth_reserve`` tokens (capped at what each may still generate), so admissions
     # do not fill the cache and force preemptions a few steps later; 0: no reserve.
-    growth_reserve: int = 256
+    growth_reserve: int = 128
 
     def __post_init__(self) -> None:
         if self.growth_reserve < 0:

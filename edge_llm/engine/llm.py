@@ -39,7 +39,7 @@ class LLM:
         kv_cache_memory: int | None = None,
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
-        growth_reserve: int = 256,
+        growth_reserve: int = 128,
         seed: int = 0,
         revision: str | None = None,
         chat_template: str | None = None,
