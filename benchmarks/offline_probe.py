@@ -2,7 +2,8 @@
 ``e2e.py``'s full profile on one loaded engine, once per (KV cache size, token budget), with
 every step timed and classified.
 
-    python benchmarks/offline_probe.py --ckpt DIR --kv-gib 40,80 --batched 2048,8192 --out F
+    python benchmarks/offline_probe.py --ckpt DIR --kv-gib 40,80 --batched 2048,8192 \
+        [--reserves 0,128] [--modes default,recompute,swap] [--out F]
 
 Per configuration: output tok/s, preemptions, the steps that decoded only (count, mean rows,
 share of the time, tokens per second in them) and the mixed / prefill steps (count, prompt
@@ -23,22 +24,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from e2e_common import GiB, PROFILES, offline_workload, shape_config  # noqa: E402
+from e2e_common import PROFILES, GiB, offline_workload, shape_config  # noqa: E402
 from e2e_engine import greedy, resize_kv_cache  # noqa: E402
 
 
-def set_scheduler(llm, batched: int, reserve: int, swap: bool) -> None:
+def set_scheduler(llm, batched: int, reserve: int, mode: str) -> None:
     """A new scheduler with ``max_num_batched_tokens = batched``, ``growth_reserve =
-    reserve`` and the swap space on or off (off: every preemption recomputes); engine idle."""
+    reserve`` and ``preemption_mode = mode`` ("default": None); engine idle."""
     from edge_llm.engine.scheduler import Scheduler
 
     engine = llm.engine
     sched_cfg = replace(engine.config.scheduler, max_num_batched_tokens=batched,
-                        growth_reserve=reserve)
+                        growth_reserve=reserve,
+                        preemption_mode=None if mode == "default" else mode)
     engine.config = replace(engine.config, scheduler=sched_cfg)
     plan = engine.runner.plan
     engine.scheduler = Scheduler(sched_cfg, engine.config.cache, plan.num_gpu_blocks,
-                                 plan.num_cpu_blocks if swap else 0)
+                                 plan.num_cpu_blocks)
 
 
 def traced_run(llm, work) -> dict:
@@ -97,7 +99,9 @@ def main() -> int:
     ap.add_argument("--kv-gib", default="40,80")
     ap.add_argument("--batched", default="2048,8192")
     ap.add_argument("--reserves", default="256", help="growth_reserve values (tokens)")
-    ap.add_argument("--swap", default="1", help="1: swap space on, 0: recompute only; list")
+    ap.add_argument("--modes", default="default",
+                    help="preemption modes: default, recompute, swap (session 15's call 3 "
+                         "ran before the modes: its swap 1 / 0 are swap / recompute)")
     ap.add_argument("--requests", type=int, default=None, help="default: the full profile's")
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
     ap.add_argument("--shape", default="llama2-7b")
@@ -112,24 +116,26 @@ def main() -> int:
     kvs = [float(v) for v in args.kv_gib.split(",")]
     budgets = [int(v) for v in args.batched.split(",")]
     reserves = [int(v) for v in args.reserves.split(",")]
-    swaps = [v.strip() == "1" for v in args.swap.split(",")]
+    modes = [v.strip() for v in args.modes.split(",")]
     llm = LLM(str(args.ckpt), device=p.device, max_model_len=p.max_model_len,
               kv_cache_memory=int(kvs[0] * GiB),
               swap_space=4.0 if p.device == "cuda" else 0.0625)
     llm.generate([{"prompt_token_ids": w[0]} for w in work[:8]], greedy(4), use_tqdm=False)
     results = []
-    print("kv GiB | budget | reserve | swap | out tok/s | preempt | steps | decode: n, rows, time share, "
-          "tok/s | mixed: n, prompt tok, time share | running", flush=True)
+    print("kv GiB | budget | reserve | preemption | out tok/s | preempt | steps | "
+          "decode: n, rows, time share, tok/s | mixed: n, prompt tok, time share | running",
+          flush=True)
     for kv in kvs:
         if int(kv * GiB) != llm.engine.config.cache.kv_cache_memory:
             resize_kv_cache(llm, int(kv * GiB))
-        for b, res, swap in [(b, r, s) for b in budgets for r in reserves for s in swaps]:
-            set_scheduler(llm, b, res, swap)
+        for b, res, mode in [(b, r, m) for b in budgets for r in reserves for m in modes]:
+            set_scheduler(llm, b, res, mode)
             r = traced_run(llm, work)
-            r.update(kv_gib=kv, batched=b, reserve=res, swap=swap,
+            r.update(kv_gib=kv, batched=b, reserve=res, preemption_mode=mode,
                      gpu_blocks=llm.engine.runner.plan.num_gpu_blocks)
             results.append(r)
-            print(f"{kv:6.1f} | {b:6d} | {res:7d} | {int(swap):4d} | {r['output_tok_s']:9.0f} | {r['preemptions']:7d} | "
+            print(f"{kv:6.1f} | {b:6d} | {res:7d} | {mode:10s} | {r['output_tok_s']:9.0f} | "
+                  f"{r['preemptions']:7d} | "
                   f"{r['steps']:5d} | {r['decode_steps']:5d}, {r['decode_rows_mean']:5.1f}, "
                   f"{r['decode_share']:.2f}, {r['decode_tok_s']:6.0f} | {r['mixed_steps']:5d}, "
                   f"{r['mixed_prompt_tokens']:6d}, {r['mixed_share']:.2f} | "

@@ -100,6 +100,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--max-num-batched-tokens", int, 2048, "most tokens per step"),
     Option("--growth-reserve", int, 128, "admit a request only while the KV cache keeps room "
            "for this many more tokens of every running one (0: off)"),
+    Option("--preemption-mode", str, None, "recompute or swap (default: swap only the "
+           "sequences of n > 1 requests)"),
     Option("--seed", int, 0, "random seed"),
     _bool_flag("--enforce-eager", False, "no CUDA graphs"),
     Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),
@@ -203,7 +205,8 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
                               enable_prefix_caching=args.enable_prefix_caching),
             scheduler=SchedulerConfig(max_num_seqs=args.max_num_seqs,
                                       max_num_batched_tokens=args.max_num_batched_tokens,
-                                      growth_reserve=args.growth_reserve),
+                                      growth_reserve=args.growth_reserve,
+                                      preemption_mode=args.preemption_mode),
             enforce_eager=args.enforce_eager,
         )
         server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,

@@ -67,8 +67,18 @@ class SchedulerConfig:
     # next ``growth_reserve`` tokens (capped at what each may still generate), so admissions
     # do not fill the cache and force preemptions a few steps later; 0: no reserve.
     growth_reserve: int = 128
+    # How a preempted sequence gives up its blocks: "recompute" (freed; prompt + outputs are
+    # prefilled again) or "swap" (copied to the CPU swap space while it has room). None:
+    # vLLM's rule, swap for a sequence that shares its request with siblings (n > 1), else
+    # recompute (measured: recompute-only ran the 256-request offline workload 32% faster
+    # than swapping on the H200 under memory pressure, BENCHMARKS.md session 15).
+    preemption_mode: str | None = None
 
     def __post_init__(self) -> None:
+        if self.preemption_mode not in (None, "recompute", "swap"):
+            raise ValueError(
+                f"preemption_mode must be 'recompute' or 'swap', got {self.preemption_mode!r}."
+            )
         if self.growth_reserve < 0:
             raise ValueError(f"growth_reserve must be >= 0 tokens, got {self.growth_reserve}.")
         if self.max_num_seqs < 1:

@@ -55,14 +55,16 @@ def make(
     budget: int = 64,
     max_model_len: int = 256,
     growth_reserve: int = 0,
+    preemption_mode: str | None = "swap",
     **cache: bool,
 ) -> Scheduler:
-    """A scheduler over a tiny pool. ``growth_reserve`` defaults to 0 here so that memory
-    pressure reaches the preemption paths these tests exercise."""
+    """A scheduler over a tiny pool. ``growth_reserve`` defaults to 0 and ``preemption_mode``
+    to "swap" here so that memory pressure reaches the preemption paths these tests exercise
+    (recompute whenever ``num_cpu_blocks`` is 0)."""
     return Scheduler(
         SchedulerConfig(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
-            growth_reserve=growth_reserve,
+            growth_reserve=growth_reserve, preemption_mode=preemption_mode,
         ),
         CacheConfig(block_size=block_size, **cache),
         num_gpu_blocks,

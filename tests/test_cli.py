@@ -95,7 +95,8 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
         "--dtype", "float16", "--device", "cpu", "--max-model-len", "512", "--block-size", "32",
         "--gpu-memory-utilization", "0.5", "--kv-cache-memory", "123456", "--swap-space", "1.5",
         "--no-enable-prefix-caching", "--max-num-seqs", "5", "--max-num-batched-tokens", "256",
-        "--growth-reserve", "32", "--seed", "9", "--enforce-eager", "--chat-template", str(template),
+        "--growth-reserve", "32", "--preemption-mode", "swap", "--seed", "9", "--enforce-eager",
+        "--chat-template", str(template),
         "--served-model-name", "m", "--api-key", "k", "--max-queue", "4", "--host", "0.0.0.0",
     ], {})
     args.model = None
@@ -107,7 +108,8 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
             engine.cache.kv_cache_memory, engine.cache.swap_space,
             engine.cache.enable_prefix_caching) == (32, 0.5, 123456, 1.5, False)
     assert (engine.scheduler.max_num_seqs, engine.scheduler.max_num_batched_tokens,
-            engine.scheduler.growth_reserve) == (5, 256, 32)
+            engine.scheduler.growth_reserve, engine.scheduler.preemption_mode) == (5, 256, 32,
+                                                                               "swap")
     assert engine.enforce_eager is True
     assert (server.host, server.api_key, server.served_model_name, server.max_queue) == (
         "0.0.0.0", "k", "m", 4)

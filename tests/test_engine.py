@@ -46,14 +46,15 @@ def test_batched_equals_alone(tiny_llm):
     _assert_idle(tiny_llm)
 
 
-@pytest.mark.parametrize("swap_space", [1.0, 0.0], ids=["swap", "recompute"])
-def test_preemption_gives_identical_outputs(tiny_dir, tiny_llm, swap_space):  # noqa: F811
+@pytest.mark.parametrize("swap_space,mode", [(1.0, "swap"), (1.0, None), (0.0, "swap")],
+                         ids=["swap", "default", "no-swap-space"])
+def test_preemption_gives_identical_outputs(tiny_dir, tiny_llm, swap_space, mode):  # noqa: F811
     prompts = _prompts(10, seed=3, lo=10, hi=40)
     params = SamplingParams(max_tokens=30, **GREEDY)
     ref = tiny_llm.generate(prompts, params, use_tqdm=False)
     small = LLM(str(tiny_dir), device="cpu", block_size=8, num_gpu_blocks_override=24,
                 swap_space=swap_space, max_num_batched_tokens=128, max_num_seqs=16,
-                max_model_len=160)
+                max_model_len=160, growth_reserve=0, preemption_mode=mode)
     outs = small.generate(prompts, params, use_tqdm=False)
     assert _texts(outs) == _texts(ref)
     assert small.engine.scheduler.stats()["num_preemptions"] > 0

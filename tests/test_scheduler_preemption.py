@@ -197,3 +197,48 @@ def test_growth_reserve_must_not_be_negative() -> None:
 
     with pytest.raises(ValueError, match="growth_reserve"):
         SchedulerConfig(growth_reserve=-1)
+
+
+def test_default_preemption_recomputes_lone_sequences(rng: random.Random) -> None:
+    # as test_preemption_when_blocks_run_out, with swap space but preemption_mode None: the
+    # lone victim b is recomputed, and the swap space stays empty
+    reqs = [
+        ("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0),
+        ("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0),
+    ]
+    sched = make(6, num_cpu_blocks=16, budget=32, preemption_mode=None)
+    kv = FakeKV(sched)
+    a, b = (sched.add_request(*r)[0] for r in reqs)
+    seqs: list[Sequence] = []
+    while not sched.num_preemptions:
+        out, got = step(sched, kv)
+        seqs += got
+    assert out.preempted_seq_ids == [b.seq_id] and not out.blocks_to_swap_out
+    assert b.status is SequenceStatus.WAITING and sched.swap_space.num_free == 16
+    while sched.has_unfinished():
+        seqs += step(sched, kv)[1]
+    assert outputs_of(seqs) == reference_outputs(reqs)
+
+
+def test_default_preemption_swaps_siblings(rng: random.Random) -> None:
+    # n = 2: the two siblings share the prompt's blocks; the younger one is swapped out
+    reqs = [("x", rand_prompt(rng, 12), SamplingParams(n=2, max_tokens=30), 0.0)]
+    sched = make(7, num_cpu_blocks=16, budget=32, preemption_mode=None)
+    kv = FakeKV(sched)
+    sched.add_request(*reqs[0])
+    seqs: list[Sequence] = []
+    while not sched.num_preemptions:
+        out, got = step(sched, kv)
+        seqs += got
+    (victim,) = [s for s in sched.sequences_of("x") if s.seq_id in out.preempted_seq_ids]
+    assert victim.status is SequenceStatus.SWAPPED and out.blocks_to_swap_out
+    while sched.has_unfinished():
+        seqs += step(sched, kv)[1]
+    assert outputs_of(seqs) == reference_outputs(reqs)
+
+
+def test_preemption_mode_is_checked() -> None:
+    from edge_llm.config import SchedulerConfig
+
+    with pytest.raises(ValueError, match="preemption_mode"):
+        SchedulerConfig(preemption_mode="evict")

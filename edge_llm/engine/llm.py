@@ -40,6 +40,7 @@ class LLM:
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
         growth_reserve: int = 128,
+        preemption_mode: str | None = None,
         seed: int = 0,
         revision: str | None = None,
         chat_template: str | None = None,
@@ -56,7 +57,8 @@ class LLM:
                               num_gpu_blocks_override=num_gpu_blocks_override),
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs,
                                       max_num_batched_tokens=max_num_batched_tokens,
-                                      growth_reserve=growth_reserve),
+                                      growth_reserve=growth_reserve,
+                                      preemption_mode=preemption_mode),
             enforce_eager=enforce_eager,
         )
         self.engine = LLMEngine(config)

@@ -17,10 +17,12 @@ planner lives for one step: the token budget and the CPU slots released by swap-
 
 A sequence that needs a new block when none is free preempts the most recently arrived
 running sequence not yet scheduled in this step; a decode with no such victim preempts
-itself, a prefill chunk first shrinks to the free blocks. A victim is swapped out when the
-swap space has room for its blocks, else it is recomputed: its blocks are freed (full blocks
-stay in the prefix cache) and it goes back to the front of the waiting queue with
-``num_computed_tokens = 0``, so prompt + outputs so far are prefilled again.
+itself, a prefill chunk first shrinks to the free blocks. A victim is swapped out when
+``SchedulerConfig.preemption_mode`` asks for it ("swap"; by default only a sequence whose
+request has siblings, n > 1) and the swap space has room for its blocks; else it is
+recomputed: its blocks are freed (full blocks stay in the prefix cache) and it goes back to
+the front of the waiting queue with ``num_computed_tokens = 0``, so prompt + outputs so far
+are prefilled again.
 
 Why the runner's order swap-out -> swap-in -> copy -> forward is safe within one step: GPU
 blocks freed by a preemption are reallocated only as copy destinations or fresh blocks
@@ -149,7 +151,7 @@ class StepPlanner:
         seq.num_preemptions += 1
         out.preempted_seq_ids.append(seq.seq_id)
         table = seq.block_table
-        if table and sched.swap_space.can_swap_out(len(table)):
+        if table and self._swaps(seq) and sched.swap_space.can_swap_out(len(table)):
             seq.swap_slots = sched.swap_space.allocate(len(table))
             out.blocks_to_swap_out.extend(zip(table, seq.swap_slots, strict=True))
             seq.status = _SWAPPED
@@ -161,6 +163,13 @@ class StepPlanner:
             sched.waiting.appendleft(seq)
         sched.pool.free(reversed(table))
         seq.block_table = []
+
+    def _swaps(self, seq: Sequence) -> bool:
+        """Whether a preempted ``seq`` goes to the swap space (see the module docstring)."""
+        mode = self.sched.config.preemption_mode
+        if mode is not None:
+            return mode == "swap"
+        return seq.num_pending_forks > 0 or len(self.sched.sequences_of(seq.request_id)) > 1
 
     def _schedule_swapped(self) -> None:
         sched, out = self.sched, self.out
