@@ -58,13 +58,21 @@ def _prompts(batch: int, length: int) -> list[dict]:
             for i in range(batch)]
 
 
-def _engine(ckpt: Path, eager: bool, max_seqs: int, max_len: int):
+def _engine(ckpt: Path, eager: bool, max_seqs: int, max_len: int, kv_gib: float):
     from edge_llm import LLM
 
     return LLM(str(ckpt), device="cuda", dtype="float16", max_model_len=max_len,
                max_num_seqs=max_seqs, max_num_batched_tokens=max(2048, max_len),
-               kv_cache_memory=16 << 30, swap_space=0.0, enable_prefix_caching=False,
+               kv_cache_memory=int(kv_gib * (1 << 30)), swap_space=0.0, enable_prefix_caching=False,
                enforce_eager=eager)
+
+
+def _kv_bytes_per_token(ckpt: Path) -> int:
+    """fp16 K and V of every layer for one token, from the checkpoint's config.json."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    heads = cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    return 2 * cfg["num_hidden_layers"] * heads * head_dim * 2
 
 
 def decode_kernels(llm, batch: int, prompt: int, steps: int) -> dict[str, list[float]]:
@@ -122,6 +130,9 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--kv-gib", type=float, default=16.0,
+                    help="KV cache; must hold batch x (prompt + steps) tokens, or preemptions "
+                         "leave prefill in the difference (session 15's 96 x 700 run did)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
@@ -131,8 +142,12 @@ def main() -> int:
         make_random_checkpoint("llama2-7b", "awq", a.ckpt, 128, "cuda")
     a.out.mkdir(parents=True, exist_ok=True)
     max_len = a.prompt + a.steps + 8
+    need = max(batches) * max_len * _kv_bytes_per_token(a.ckpt)
+    if need > a.kv_gib * (1 << 30):
+        raise SystemExit(f"error: {max(batches)} x {max_len} tokens need "
+                         f"{need / (1 << 30):.1f} GiB of KV cache; raise --kv-gib")
     results: dict = {"ckpt": str(a.ckpt), "prompt": a.prompt, "steps": a.steps, "batches": {}}
-    eager = _engine(a.ckpt, True, max(batches), max_len)
+    eager = _engine(a.ckpt, True, max(batches), max_len, a.kv_gib)
     kernels = {b: decode_kernels(eager, b, a.prompt, a.steps) for b in batches}
     del eager
     import gc
@@ -141,7 +156,7 @@ def main() -> int:
 
     gc.collect()
     torch.cuda.empty_cache()
-    graphs = _engine(a.ckpt, False, max(batches), max_len)
+    graphs = _engine(a.ckpt, False, max(batches), max_len, a.kv_gib)
     for b in batches:
         g = graph_step_us(graphs, b, a.prompt, a.steps)
         results["batches"][b] = {"graph_step_us": g, "kernels": kernels[b]}
