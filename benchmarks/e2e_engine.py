@@ -87,7 +87,7 @@ def greedy(n: int):
 def kv_elem_bytes(bench: EngineBench) -> int:
     import torch
 
-    return torch.tensor([], dtype=bench.engine.loaded.dtype).element_size()
+    return torch.tensor([], dtype=bench.engine.runner.kv_dtype).element_size()
 
 
 def decode_at(bench: EngineBench, batch: int, prompt_len: int, tokens: int) -> dict[str, Any]:
@@ -221,10 +221,10 @@ def resize_kv_cache(llm, kv_bytes: int) -> None:
     runner.kv = None
     free_device_memory(str(runner.device))
     cache = replace(engine.config.cache, kv_cache_memory=kv_bytes)
-    runner.plan = plan_kv_cache(engine.loaded.arch, cache, runner.dtype, runner.device,
+    runner.plan = plan_kv_cache(engine.loaded.arch, cache, runner.kv_dtype, runner.device,
                                 engine.max_model_len, 0)
     runner.cache_config = cache
-    runner.kv = KVCache(engine.loaded.arch, runner.plan, runner.block_size, runner.dtype,
+    runner.kv = KVCache(engine.loaded.arch, runner.plan, runner.block_size, runner.kv_dtype,
                         runner.device)
     runner._capture_graphs()
     engine.config = replace(engine.config, cache=cache)

@@ -95,6 +95,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--kv-cache-memory", parse_bytes, None, "KV-cache size (e.g. 2GiB); overrides "
            "--gpu-memory-utilization"),
     Option("--swap-space", float, 4.0, "GiB of host memory for swapped-out KV blocks"),
+    Option("--kv-cache-dtype", str, "auto", "auto (the activations' dtype) or fp8 (e4m3, "
+           "unscaled: half the bytes per token)"),
     _bool_flag("--enable-prefix-caching", True, "reuse KV blocks of shared prompt prefixes"),
     Option("--max-num-seqs", int, 256, "most sequences per step"),
     Option("--max-num-batched-tokens", int, 2048, "most tokens per step"),
@@ -202,7 +204,8 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
             cache=CacheConfig(block_size=args.block_size,
                               gpu_memory_utilization=args.gpu_memory_utilization,
                               kv_cache_memory=args.kv_cache_memory, swap_space=args.swap_space,
-                              enable_prefix_caching=args.enable_prefix_caching),
+                              enable_prefix_caching=args.enable_prefix_caching,
+                              kv_cache_dtype=args.kv_cache_dtype),
             scheduler=SchedulerConfig(max_num_seqs=args.max_num_seqs,
                                       max_num_batched_tokens=args.max_num_batched_tokens,
                                       growth_reserve=args.growth_reserve,

@@ -31,6 +31,9 @@ class ModelConfig:
             raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}.")
 
 
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")  # fp8_e4m3: vLLM's other name for it
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     block_size: int = 16
@@ -39,6 +42,9 @@ class CacheConfig:
     swap_space: float = 4.0  # GiB of (pinned on CUDA) host memory for swapped-out blocks
     enable_prefix_caching: bool = True
     num_gpu_blocks_override: int | None = None  # tests: force a tiny KV budget
+    # "auto": the activations' dtype; "fp8": float8 e4m3 codes, unscaled (vLLM's "fp8"
+    # without calibrated scales; kernels/kv_fp8.py): half the bytes per token
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.block_size not in SUPPORTED_BLOCK_SIZES:
@@ -51,6 +57,9 @@ class CacheConfig:
             )
         if self.kv_cache_memory is not None and self.kv_cache_memory <= 0:
             raise ValueError(f"kv_cache_memory must be > 0 bytes, got {self.kv_cache_memory}.")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                             f"got {self.kv_cache_dtype!r}.")
         if self.swap_space < 0:
             raise ValueError(f"swap_space must be >= 0 GiB, got {self.swap_space}.")
         if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 1:

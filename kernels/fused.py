@@ -26,6 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .kv_fp8 import to_cache
+
 __all__ = [
     "add_rms_norm", "add_rms_norm_ref", "rms_norm", "rms_norm_ref", "rotary", "rotary_ref",
     "silu_and_mul", "silu_and_mul_ref",
@@ -207,8 +209,11 @@ def _rotate_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, cos, sin, offs, 
     x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
     dst = dst_ptr + h[:, None] * stride_dst_h + offs[None, :]
     ty = dst_ptr.dtype.element_ty
-    tl.store(dst, (x1 * cos[None, :] - x2 * sin[None, :]).to(ty), mask=mask)
-    tl.store(dst + HALF, (x2 * cos[None, :] + x1 * sin[None, :]).to(ty), mask=mask)
+    src_ty = src_ptr.dtype.element_ty
+    # to_cache: a plain cast, or fp8 codes when dst is an fp8 KV cache (kernels/rotary_kv.py)
+    tl.store(dst, to_cache(x1 * cos[None, :] - x2 * sin[None, :], ty, src_ty), mask=mask)
+    tl.store(dst + HALF, to_cache(x2 * cos[None, :] + x1 * sin[None, :], ty, src_ty),
+             mask=mask)
 
 
 @triton.jit

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .kv_fp8 import from_cache_ref, to_cache, to_cache_ref
 from .paged_decode import DecodeConfig, decode_split_plan, paged_decode
 from .paged_prefill import PrefillConfig, paged_prefill
 
@@ -40,13 +41,16 @@ def write_kv_ref(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # (T,) int64
 ) -> None:
-    """Store each new token's K/V at its slot; slots < 0 are skipped (padding)."""
+    """Store each new token's K/V at its slot; slots < 0 are skipped (padding). An fp8 cache
+    (uint8) stores e4m3 codes (kernels/kv_fp8.py)."""
     num_blocks, bs, hkv, d = k_cache.shape
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
-    k_cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    k_cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping,
+                                                      to_cache_ref(k, k_cache.dtype))
+    v_cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping,
+                                                      to_cache_ref(v, v_cache.dtype))
 
 
 def _gather_context(
@@ -85,8 +89,8 @@ def paged_attention_ref(
         nq = qe - qs
         if nq == 0:
             continue
-        k = _gather_context(k_cache, block_tables[b], seq_len).float()  # (L, Hkv, D)
-        v = _gather_context(v_cache, block_tables[b], seq_len).float()
+        k = from_cache_ref(_gather_context(k_cache, block_tables[b], seq_len))  # (L, Hkv, D)
+        v = from_cache_ref(_gather_context(v_cache, block_tables[b], seq_len))
         qb = q[qs:qe].float().view(nq, hkv, group, d)  # (nq, Hkv, G, D)
         scores = torch.einsum("qhgd,khd->hgqk", qb, k) * scale  # (Hkv, G, nq, L)
         qpos = torch.arange(seq_len - nq, seq_len, device=q.device).view(nq, 1)
@@ -113,8 +117,8 @@ def _decode_ref(
     max_len = int(seq_lens.max())
     nblk = (max_len + bs - 1) // bs
     table = block_tables[:, :nblk].long()  # (B, nblk)
-    k = k_cache[table].reshape(b, nblk * bs, hkv, d).float()  # (B, S, Hkv, D)
-    v = v_cache[table].reshape(b, nblk * bs, hkv, d).float()
+    k = from_cache_ref(k_cache[table]).reshape(b, nblk * bs, hkv, d)  # (B, S, Hkv, D)
+    v = from_cache_ref(v_cache[table]).reshape(b, nblk * bs, hkv, d)
     qf = q.float().view(b, hkv, group, d)  # (B, Hkv, G, D)
     scores = torch.einsum("bhgd,bshd->bhgs", qf, k) * scale  # (B, Hkv, G, S)
     kpos = torch.arange(nblk * bs, device=q.device).view(1, -1)
@@ -134,14 +138,14 @@ def _decode_ref(
 def copy_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, keep,
                NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                D_PAD: tl.constexpr):
-    """One token's heads [NUM_HEADS, HEAD_DIM] from src to dst (cast to dst's dtype) where
-    ``keep`` ([1, D_PAD] bools) holds."""
+    """One token's heads [NUM_HEADS, HEAD_DIM] from src to dst (cast to dst's dtype, or fp8
+    codes for a uint8 cache) where ``keep`` ([1, D_PAD] bools) holds."""
     h = tl.arange(0, H_PAD)
     d = tl.arange(0, D_PAD)
     mask = (h[:, None] < NUM_HEADS) & (d[None, :] < HEAD_DIM) & keep
     x = tl.load(src_ptr + h[:, None] * stride_src_h + d[None, :], mask=mask)
     tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :],
-             x.to(dst_ptr.dtype.element_ty), mask=mask)
+             to_cache(x, dst_ptr.dtype.element_ty, src_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

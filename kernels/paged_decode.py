@@ -66,8 +66,8 @@ def _paged_decode_kernel(
     for n0 in range(start, end, BLOCK_N):
         tok = n0 + offs_n
         t_mask = tok < end
-        k = load_kv_tile(k_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
-                          stride_kb, stride_ks, stride_kh, BLOCK_SIZE)  # (BLOCK_N, D_PAD)
+        k = load_kv_tile(k_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask, stride_kb,
+                         stride_ks, stride_kh, BLOCK_SIZE, q.dtype)  # (BLOCK_N, D_PAD)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
         s = tl.where(t_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -75,7 +75,7 @@ def _paged_decode_kernel(
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
-                          stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
+                         stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros

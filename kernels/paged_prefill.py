@@ -76,7 +76,7 @@ def _paged_prefill_kernel(
         kpos = n0 + offs_n
         t_mask = kpos < kv_end
         k = load_kv_tile(k_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
-                          stride_kb, stride_ks, stride_kh, BLOCK_SIZE)
+                         stride_kb, stride_ks, stride_kh, BLOCK_SIZE, q.dtype)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_M, BLOCK_N)
         visible = (kpos[None, :] <= q_pos[:, None]) & t_mask[None, :]
         s = tl.where(visible, s, float("-inf"))
@@ -86,7 +86,7 @@ def _paged_prefill_kernel(
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = load_kv_tile(v_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
-                          stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
+                         stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]

@@ -94,6 +94,7 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
     args = serve_args([
         "--dtype", "float16", "--device", "cpu", "--max-model-len", "512", "--block-size", "32",
         "--gpu-memory-utilization", "0.5", "--kv-cache-memory", "123456", "--swap-space", "1.5",
+        "--kv-cache-dtype", "fp8",
         "--no-enable-prefix-caching", "--max-num-seqs", "5", "--max-num-batched-tokens", "256",
         "--growth-reserve", "32", "--preemption-mode", "swap", "--seed", "9", "--enforce-eager",
         "--chat-template", str(template),
@@ -106,7 +107,8 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
         "float16", "cpu", 512, 9, str(template))
     assert (engine.cache.block_size, engine.cache.gpu_memory_utilization,
             engine.cache.kv_cache_memory, engine.cache.swap_space,
-            engine.cache.enable_prefix_caching) == (32, 0.5, 123456, 1.5, False)
+            engine.cache.enable_prefix_caching, engine.cache.kv_cache_dtype) == (
+        32, 0.5, 123456, 1.5, False, "fp8")
     assert (engine.scheduler.max_num_seqs, engine.scheduler.max_num_batched_tokens,
             engine.scheduler.growth_reserve, engine.scheduler.preemption_mode) == (5, 256, 32,
                                                                                "swap")

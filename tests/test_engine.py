@@ -219,3 +219,40 @@ def test_other_block_sizes_same_greedy_output(tiny_dir, tiny_llm, block_size):  
     assert _texts(other.generate(prompts, params, use_tqdm=False)) == _texts(ref)
     with pytest.raises(ValueError, match="block_size"):
         LLM(str(tiny_dir), device="cpu", block_size=12)
+
+
+def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
+    import torch
+
+    budget = 1 << 20
+    plain = LLM(str(tiny_dir), device="cpu", kv_cache_memory=budget, max_num_batched_tokens=256)
+    fp8 = LLM(str(tiny_dir), device="cpu", kv_cache_memory=budget, max_num_batched_tokens=256,
+              kv_cache_dtype="fp8")
+    k_cache = fp8.engine.runner.kv.layers[0][0]
+    assert k_cache.dtype == torch.uint8 and plain.engine.runner.kv.layers[0][0].dtype == \
+        torch.float32
+    # one byte per element against fp32's four: four times the blocks in the same memory
+    assert fp8.engine.runner.plan.num_gpu_blocks == 4 * plain.engine.runner.plan.num_gpu_blocks
+    prompts = _prompts(10, seed=5, lo=10, hi=40)
+    params = SamplingParams(max_tokens=30, **GREEDY)
+    ref = fp8.generate(prompts, params, use_tqdm=False)
+    assert int(k_cache.count_nonzero()) > 0  # codes were written
+    # under preemption (recompute and swap) the fp8 engine gives what it gives unpressed
+    for swap, mode in ((1.0, "swap"), (0.0, None)):
+        small = LLM(str(tiny_dir), device="cpu", block_size=8, num_gpu_blocks_override=24,
+                    swap_space=swap, max_num_batched_tokens=128, max_num_seqs=16,
+                    max_model_len=160, growth_reserve=0, preemption_mode=mode,
+                    kv_cache_dtype="fp8")
+        assert _texts(small.generate(prompts, params, use_tqdm=False)) == _texts(ref)
+        assert small.engine.scheduler.stats()["num_preemptions"] > 0
+        _assert_idle(small)
+    # fp8 rounding moves the logits a little: most greedy tokens still agree with fp32's
+    full = tiny_llm.generate(prompts, params, use_tqdm=False)
+    same = sum(a == b for o, f in zip(ref, full, strict=True)
+               for a, b in zip(o.outputs[0].token_ids, f.outputs[0].token_ids, strict=True))
+    assert same > 0.5 * 10 * 30
+
+
+def test_kv_cache_dtype_is_checked(tiny_dir):  # noqa: F811
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        LLM(str(tiny_dir), device="cpu", kv_cache_dtype="int8")

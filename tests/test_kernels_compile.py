@@ -98,6 +98,31 @@ def test_attention_configs_fit():
     _assert_fits(records)
 
 
+@pytest.mark.parametrize("arch", [86, 89])
+def test_fp8_kv_configs_compile(arch):
+    """The fp8 KV cache (uint8 codes, kernels/kv_fp8.py): the K/V writes and both attention
+    kernels compile for the 3090 and the 4090, decode the codes with integer and fp32 math
+    (no cvt from e4m3, which sm_86 lacks) and fit the shared-memory limit."""
+    rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
+    with compile_only(arch) as records:
+        for dtype, d, h, hkv in ((torch.float16, 128, 32, 8), (torch.bfloat16, 128, 28, 4)):
+            kc = torch.zeros(64, 16, hkv, d, dtype=torch.uint8)
+            table = torch.randint(0, 64, (4, 16), dtype=torch.int32)
+            sl = torch.full((4,), 200, dtype=torch.int32)
+            pa.paged_decode(torch.randn(4, h, d).to(dtype), kc, kc, table, sl, 0.1,
+                            max_seq_len=200)
+            qsl = torch.tensor([0, 100, 150, 151, 200], dtype=torch.int32)
+            pa.paged_prefill(torch.randn(200, h, d).to(dtype), kc, kc, table, qsl, sl, 0.1)
+            k = torch.randn(5, hkv, d).to(dtype)
+            pa.write_kv(k, k.clone(), kc, kc.clone(), torch.arange(5))
+            cos = torch.randn(4096, d // 2)
+            rkv.rotary_write_kv(torch.randn(5, h, d).to(dtype), k, k.clone(), cos, cos.clone(),
+                                torch.arange(5), kc, kc.clone(), torch.arange(5))
+    _assert_fits(records)
+    for name, _, kern in records:
+        assert "e4m3" not in kern.asm["ptx"], name
+
+
 @pytest.mark.parametrize("hidden,inter,h,hkv,d", [(4096, 11008, 32, 32, 128),
                                                   (3584, 18944, 28, 4, 128),
                                                   (576, 1536, 9, 3, 64)])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from edge_llm.config import CacheConfig
+from edge_llm.kernels.kv_fp8 import KV_FP8
 from edge_llm.model.arch import ArchConfig
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,12 @@ class HostSwap:
         if self._error is not None:
             raise RuntimeError(f"host swap space allocation failed: {self._error}")
         return self._layers
+
+
+def kv_storage_dtype(cache: CacheConfig, dtype: torch.dtype) -> torch.dtype:
+    """The KV tensors' dtype: the activations' ``dtype``, or uint8 for fp8 codes
+    (``kv_cache_dtype="fp8"``, kernels/kv_fp8.py)."""
+    return KV_FP8 if cache.kv_cache_dtype.startswith("fp8") else dtype
 
 
 def bytes_per_block(arch: ArchConfig, block_size: int, dtype: torch.dtype) -> int:

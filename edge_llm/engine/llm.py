@@ -46,6 +46,7 @@ class LLM:
         chat_template: str | None = None,
         enforce_eager: bool = False,
         num_gpu_blocks_override: int | None = None,
+        kv_cache_dtype: str = "auto",
     ) -> None:
         config = EngineConfig(
             model=ModelConfig(model=model, revision=revision, dtype=dtype, device=device,
@@ -54,7 +55,8 @@ class LLM:
             cache=CacheConfig(block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                               kv_cache_memory=kv_cache_memory, swap_space=swap_space,
                               enable_prefix_caching=enable_prefix_caching,
-                              num_gpu_blocks_override=num_gpu_blocks_override),
+                              num_gpu_blocks_override=num_gpu_blocks_override,
+                              kv_cache_dtype=kv_cache_dtype),
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs,
                                       max_num_batched_tokens=max_num_batched_tokens,
                                       growth_reserve=growth_reserve,

@@ -29,7 +29,7 @@ from .cuda_graphs import (
     describe_sizes,
     wants_prompt_logprobs,
 )
-from .kv_cache import KVCache, KVCachePlan, plan_kv_cache
+from .kv_cache import KVCache, KVCachePlan, kv_storage_dtype, plan_kv_cache
 from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
 
@@ -66,17 +66,18 @@ class ModelRunner:
         self.model = loaded.model
         self.device = loaded.device
         self.dtype = loaded.dtype
+        self.kv_dtype = kv_storage_dtype(cache_config, self.dtype)
         self.block_size = cache_config.block_size
         self.cache_config = cache_config
         self.scheduler_config = scheduler_config
         self.sampler = Sampler(seed=seed)
         peak = self._profile_peak_memory()
         self.plan: KVCachePlan = plan_kv_cache(
-            loaded.arch, cache_config, self.dtype, self.device,
+            loaded.arch, cache_config, self.kv_dtype, self.device,
             scheduler_config.max_model_len, peak,
         )
         start = time.perf_counter()
-        self.kv = KVCache(loaded.arch, self.plan, self.block_size, self.dtype, self.device)
+        self.kv = KVCache(loaded.arch, self.plan, self.block_size, self.kv_dtype, self.device)
         logger.info(
             "KV cache: %d blocks of %d tokens (%.2f GiB), %d CPU swap blocks, in %.2f s",
             self.plan.num_gpu_blocks, self.block_size,
@@ -175,8 +176,8 @@ class ModelRunner:
             self.model = self.loaded.model
         elif self.device.type == "cuda":
             _move_tensors(self.model, self.device, pin=False)
-        self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.dtype, self.device,
-                          host=self._host_swap)
+        self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.kv_dtype,
+                          self.device, host=self._host_swap)
         self._capture_graphs(eager_max=WAKE_CAPTURE_MAX)
 
     @torch.inference_mode()

@@ -30,10 +30,12 @@ def scratch_prefill(
 
 
 @torch.inference_mode()
-def full_logits(lm: CausalLM, ids: torch.Tensor, block_size: int = 16) -> torch.Tensor:
-    """(T,) token ids -> (T, vocab) fp32 logits, as transformers' ``model(ids).logits[0]``."""
+def full_logits(lm: CausalLM, ids: torch.Tensor, block_size: int = 16,
+                kv_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """(T,) token ids -> (T, vocab) fp32 logits, as transformers' ``model(ids).logits[0]``.
+    ``kv_dtype``: the KV cache's dtype (default the weights'; torch.uint8: fp8 codes)."""
     weight = lm.lm_head.weight
     t = ids.numel()
-    kv, meta = scratch_prefill(lm, t, block_size, weight.dtype, weight.device)
+    kv, meta = scratch_prefill(lm, t, block_size, kv_dtype or weight.dtype, weight.device)
     hidden = lm(ids.to(weight.device), torch.arange(t, device=weight.device), kv, meta)
     return lm.compute_logits(hidden)
