@@ -266,6 +266,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help=f"random checkpoints are built (or reused) here [{DEFAULT_CKPT_DIR}]")
     ap.add_argument("--budget-s", type=float, default=None, help="wall-clock budget in seconds")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: the profile's)")
+    ap.add_argument("--kv-cache-dtype", default=None, choices=("auto", "fp8"),
+                    help="the engine's KV cache dtype (default: the profile's, auto)")
     ap.add_argument("--baseline-batches", default=None,
                     help="comma-separated static batch sizes for transformers' offline run "
                          "(default: the profile's; the best one is the baseline)")
@@ -292,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     p = replace(p, device=args.device or p.device,
                 budget_s=args.budget_s if args.budget_s is not None else p.budget_s,
                 shapes=tuple(args.shapes.split(",")) if args.shapes else p.shapes,
-                baseline_batches=args.baseline_batches or p.baseline_batches)
+                baseline_batches=args.baseline_batches or p.baseline_batches,
+                kv_cache_dtype=args.kv_cache_dtype or p.kv_cache_dtype)
     if p.device.startswith("cuda"):
         import torch
 

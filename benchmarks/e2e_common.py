@@ -40,6 +40,7 @@ class Profile:
     # GPU's memory, as a user runs it). Session 15: a 40 GiB cache cost the 256-request
     # offline run 73 preemptions and 44% of its speed (benchmarks/offline_probe.py)
     kv_cache_memory: int | None = None
+    kv_cache_dtype: str = "auto"  # "fp8": e4m3 codes (kernels/kv_fp8.py)
     decode_prompt: int = 128
     decode_tokens: int = 256
     decode_batches: tuple[int, ...] = (1, 4, 16)

@@ -36,7 +36,7 @@ def load_llm(path, p: Profile, device: str):
     from edge_llm import LLM
 
     return LLM(str(path), device=device, max_model_len=p.max_model_len,
-               kv_cache_memory=p.kv_cache_memory,
+               kv_cache_memory=p.kv_cache_memory, kv_cache_dtype=p.kv_cache_dtype,
                swap_space=4.0 if device.startswith("cuda") else 0.0625)
 
 

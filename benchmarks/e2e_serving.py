@@ -147,7 +147,8 @@ async def run_level(url: str, level: int, prompts: list[list[int]],
 def scenario_serving(model: Path, p: Profile, device: str, prompts: PromptMaker,
                      work_dir: Path, ready_timeout: float = 1200.0) -> dict[str, Any]:
     """Start the server, warm it with one request, then every concurrency level."""
-    args = ["--device", device, "--max-model-len", str(p.max_model_len)]
+    args = ["--device", device, "--max-model-len", str(p.max_model_len),
+            "--kv-cache-dtype", p.kv_cache_dtype]
     if p.kv_cache_memory is not None:
         args += ["--kv-cache-memory", str(p.kv_cache_memory)]
     if not device.startswith("cuda"):

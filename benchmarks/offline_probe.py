@@ -104,6 +104,7 @@ def main() -> int:
                          "ran before the modes: its swap 1 / 0 are swap / recompute)")
     ap.add_argument("--requests", type=int, default=None, help="default: the full profile's")
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"))
     ap.add_argument("--shape", default="llama2-7b")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -118,6 +119,7 @@ def main() -> int:
     reserves = [int(v) for v in args.reserves.split(",")]
     modes = [v.strip() for v in args.modes.split(",")]
     llm = LLM(str(args.ckpt), device=p.device, max_model_len=p.max_model_len,
+              kv_cache_dtype=args.kv_cache_dtype,
               kv_cache_memory=int(kvs[0] * GiB),
               swap_space=4.0 if p.device == "cuda" else 0.0625)
     llm.generate([{"prompt_token_ids": w[0]} for w in work[:8]], greedy(4), use_tqdm=False)
