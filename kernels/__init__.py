@@ -4,7 +4,8 @@ Callers use the dispatch functions below; each picks the Triton kernel when the 
 a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32). Kernels: W4A16 matmul
 (w4a16.py), paged attention and the K/V write (paged_attention.py), fused RMSNorm / residual
 add / SiLU-and-mul / rotary (fused.py), rotary with the K/V cache write (rotary_kv.py), the
-column gather of act-order inputs (gather.py).
+column gather of act-order inputs (gather.py). A uint8 KV cache holds fp8 e4m3 codes: the
+writes encode and the attention kernels decode them (kv_fp8.py).
 """
 
 from __future__ import annotations

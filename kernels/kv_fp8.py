@@ -1,9 +1,10 @@
 """The fp8 KV cache: K and V stored as float8 e4m3 (the "fn" variant: no infinities, max 448)
 in uint8 tensors, unscaled (vLLM's ``kv_cache_dtype="fp8"`` without calibrated scales).
 
-Why: the decode steps of a large batch read every sequence's whole context each step (the
-256-request offline run spent ~91 of its 193 us per output token on K/V reads at 158 rows,
-BENCHMARKS.md session 15), and a 24 GB card holds twice the tokens. uint8 storage, not
+Why: the decode steps of a large batch read every sequence's whole context each step (in
+the 256-request offline run the K/V reads alone need ~91 of the 193 us the engine spends
+per output token at 158 rows, BENCHMARKS.md session 15), and a 24 GB card holds twice the
+tokens. uint8 storage, not
 torch.float8_e4m3fn: the bit conversions below are integer and fp32 arithmetic that every
 CUDA GPU (sm_86 has no fp8 instructions), the Triton interpreter and torch agree on.
 
@@ -26,10 +27,6 @@ import triton.language as tl
 
 FP8_MAX = 448.0
 KV_FP8 = torch.uint8  # the storage dtype of an fp8 KV cache
-
-
-def is_fp8(cache: torch.Tensor) -> bool:
-    return cache.dtype == KV_FP8
 
 
 def fp8_encode_ref(x: torch.Tensor) -> torch.Tensor:

@@ -79,9 +79,10 @@ class ModelRunner:
         start = time.perf_counter()
         self.kv = KVCache(loaded.arch, self.plan, self.block_size, self.kv_dtype, self.device)
         logger.info(
-            "KV cache: %d blocks of %d tokens (%.2f GiB), %d CPU swap blocks, in %.2f s",
+            "KV cache: %d blocks of %d tokens (%.2f GiB, %s), %d CPU swap blocks, in %.2f s",
             self.plan.num_gpu_blocks, self.block_size,
             self.plan.num_gpu_blocks * self.plan.block_bytes / (1 << 30),
+            "fp8 e4m3" if self.kv_dtype == torch.uint8 else str(self.dtype).removeprefix("torch."),
             self.plan.num_cpu_blocks, time.perf_counter() - start,
         )
         self._host_swap = None  # the swap space kept over a sleep
