@@ -245,12 +245,38 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> 
                                         bw_frac=kv_bytes / (us * 1e-6) / copy_bw))
         ok = [v for v in row["variants"] if v["err"] < 1e-2]
         row["default"] = row["variants"][0] if row["variants"] else None
+        row["fp8"] = _decode_fp8(sets, qs, seq_lens, qsl, scale, ctx, n_rot, kv_bytes // 2,
+                                 copy_bw, smoke, row["default"])
         row["best"] = min(ok, key=lambda v: v["us"]) if ok else None
         rows.append(row)
         for v in row["variants"]:
             log(f"decode B={b} ctx={ctx} G={g}: {v['cfg']} {v['us']:.1f}us err {v['err']:.1e} "
                 f"bw {v['bw_frac']:.2f} vs sdpa x{v['vs_sdpa']:.2f}")
+        f8 = row["fp8"]
+        vs = "-" if f8["vs_fp16"] is None else f"x{f8['vs_fp16']:.2f}"
+        log(f"decode B={b} ctx={ctx} G={g}: fp8 KV (default config) {f8['us']:.1f}us err "
+            f"{f8['err']:.1e} bw {f8['bw_frac']:.2f} (of its fp8 bytes), vs the fp16 cache {vs}")
     return rows
+
+
+def _decode_fp8(sets, qs, seq_lens, qsl, scale, ctx, n_rot, nbytes, copy_bw, smoke,
+                fp16_default) -> dict:
+    """The default decode config over the same K/V as fp8 codes (kernels/kv_fp8.py): time,
+    error against the reference on the same codes, fraction of copy bandwidth of the fp8
+    bytes, speed-up over the fp16 cache."""
+    from edge_llm.kernels.kv_fp8 import fp8_encode_ref
+    from edge_llm.kernels.paged_attention import paged_attention_ref, paged_decode
+
+    sets8 = [(fp8_encode_ref(kc), fp8_encode_ref(vc), table) for kc, vc, table in sets]
+
+    def run(i):
+        kc, vc, table = sets8[i]
+        return paged_decode(qs[i], kc, vc, table, seq_lens, scale, ctx)
+    ref = paged_attention_ref(qs[0], *sets8[0][:2], sets8[0][2], qsl, seq_lens, scale)
+    err = rel_err(run(0), ref)
+    us = time_op(run, n_rot, smoke)
+    return dict(us=us, err=err, bw_frac=nbytes / (us * 1e-6) / copy_bw,
+                vs_fp16=fp16_default["us"] / us if fp16_default else None)
 
 
 def check_prefill(dev, smoke: bool, log) -> list[dict]:
