@@ -1,6 +1,6 @@
 """Where the offline scenario's time goes (issue #7): the 256-request workload of
-``e2e.py``'s full profile on one loaded engine, once per (KV cache size, token budget), with
-every step timed and classified.
+``e2e.py``'s full profile on one loaded engine, once per (KV cache size, token budget,
+growth reserve, preemption mode), with every step timed and classified.
 
     python benchmarks/offline_probe.py --ckpt DIR --kv-gib 40,80 --batched 2048,8192 \
         [--reserves 0,128] [--modes default,recompute,swap] [--out F]
