@@ -233,6 +233,9 @@ def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
         torch.float32
     # one byte per element against fp32's four: four times the blocks in the same memory
     assert fp8.engine.runner.plan.num_gpu_blocks == 4 * plain.engine.runner.plan.num_gpu_blocks
+    info = fp8.engine.stats()["cache_config"]
+    assert info["cache_dtype"] == "fp8"
+    assert info["num_gpu_blocks"] == str(fp8.engine.runner.plan.num_gpu_blocks)
     prompts = _prompts(10, seed=5, lo=10, hi=40)
     params = SamplingParams(max_tokens=30, **GREEDY)
     ref = fp8.generate(prompts, params, use_tqdm=False)

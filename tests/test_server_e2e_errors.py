@@ -114,5 +114,7 @@ def test_metrics_and_version(http):
                  "vllm:e2e_request_latency_seconds_bucket", "vllm:request_success_total"):
         assert f"{name}{{" in text, name
     assert 'model_name="SmolLM2-135M-Instruct-AWQ"' in text
+    info = next(ln for ln in text.splitlines() if ln.startswith("vllm:cache_config_info{"))
+    assert 'cache_dtype="auto"' in info and 'block_size="16"' in info and info.endswith(" 1.0")
     assert http.get("/version").json()["version"]
     assert "/v1/chat/completions" in http.get("/schema/openapi.json").json()["paths"]

@@ -292,7 +292,8 @@ class LLMEngine:
     def stats(self) -> dict:
         """Scheduler counters, token totals, and the CUDA graphs' last capture: decode graph
         count, short-prefill graph count, and seconds and device
-        bytes of both together (zeros when eager or asleep)."""
+        bytes of both together (zeros when eager or asleep). ``cache_config``: the KV cache's
+        settings as strings (vLLM's ``cache_config_info`` labels)."""
         s = self.scheduler.stats()
         graphs, prefill = self.runner.graph_stats, self.runner.prefill_graph_stats
         s.update(num_total_blocks=self.scheduler.pool.num_blocks,
@@ -302,6 +303,14 @@ class LLMEngine:
                  num_prefill_cuda_graphs=len(prefill.sizes),
                  cuda_graph_capture_seconds=graphs.seconds + prefill.seconds,
                  cuda_graph_memory_bytes=graphs.memory_bytes + prefill.memory_bytes)
+        cache, plan = self.config.cache, self.runner.plan
+        s["cache_config"] = {
+            "block_size": str(cache.block_size), "cache_dtype": cache.kv_cache_dtype,
+            "enable_prefix_caching": str(cache.enable_prefix_caching),
+            "gpu_memory_utilization": str(cache.gpu_memory_utilization),
+            "num_gpu_blocks": str(plan.num_gpu_blocks), "num_cpu_blocks": str(plan.num_cpu_blocks),
+            "swap_space": str(cache.swap_space),
+        }
         return s
 
 

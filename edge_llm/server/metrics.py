@@ -81,6 +81,13 @@ class _EngineStatsCollector:
                     fam = family(name, doc, labels=["model_name"])
                     fam.add_metric(label, value)
                     yield fam
+        info = stats.get("cache_config")
+        if info:  # vLLM's info gauge: always 1, the settings in its labels
+            keys = sorted(info)
+            fam = GaugeMetricFamily("vllm:cache_config_info", "The KV cache's settings.",
+                                    labels=["model_name", *keys])
+            fam.add_metric(label + [str(info[k]) for k in keys], 1.0)
+            yield fam
 
 
 class _PhaseCollector:
