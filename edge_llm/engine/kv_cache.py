@@ -116,6 +116,19 @@ def plan_kv_cache(
     return KVCachePlan(int(num_blocks), num_cpu, block_bytes, int(budget))
 
 
+def slot_runs(slots: list[int]) -> list[tuple[int, int, int]]:
+    """(index in ``slots``, first slot, length) of each maximal run of consecutive slots, in
+    order: [5, 6, 7, 2, 3, 9] -> [(0, 5, 3), (3, 2, 2), (5, 9, 1)]."""
+    runs: list[tuple[int, int, int]] = []
+    for i, s in enumerate(slots):
+        if runs and s == runs[-1][1] + runs[-1][2]:
+            j, first, n = runs[-1]
+            runs[-1] = (j, first, n + 1)
+        else:
+            runs.append((i, s, 1))
+    return runs
+
+
 class KVCache:
     """Device KV blocks per layer plus the host swap space.
 
@@ -144,24 +157,32 @@ class KVCache:
         return self.host.layers()
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
-        """(gpu block, cpu slot) pairs: device -> host."""
+        """(gpu block, cpu slot) pairs: device -> host.
+
+        Each run of consecutive cpu slots is one asynchronous copy from a device gather
+        straight into the pinned swap space: no pageable staging, no host scatter, no sync.
+        Stream order makes that safe: the blocks are overwritten, and the slots read back
+        (``swap_in``), only by work queued after these copies on the same stream."""
         if not pairs:
             return
         src = torch.tensor([p[0] for p in pairs], device=self.device)
-        dst = torch.tensor([p[1] for p in pairs])
+        runs = slot_runs([p[1] for p in pairs])
         for (k, v), (ck, cv) in zip(self.layers, self.cpu_layers, strict=True):
-            ck[dst] = k[src].to("cpu")
-            cv[dst] = v[src].to("cpu")
+            for i, first, n in runs:
+                ck[first:first + n].copy_(k[src[i:i + n]], non_blocking=True)
+                cv[first:first + n].copy_(v[src[i:i + n]], non_blocking=True)
 
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
-        """(cpu slot, gpu block) pairs: host -> device."""
+        """(cpu slot, gpu block) pairs: host -> device; each run of consecutive cpu slots is
+        one asynchronous copy from the pinned swap space (a slice of it stays pinned)."""
         if not pairs:
             return
-        src = torch.tensor([p[0] for p in pairs])
         dst = torch.tensor([p[1] for p in pairs], device=self.device)
+        runs = slot_runs([p[0] for p in pairs])
         for (k, v), (ck, cv) in zip(self.layers, self.cpu_layers, strict=True):
-            k[dst] = ck[src].to(self.device, non_blocking=True)
-            v[dst] = cv[src].to(self.device, non_blocking=True)
+            for i, first, n in runs:
+                k[dst[i:i + n]] = ck[first:first + n].to(self.device, non_blocking=True)
+                v[dst[i:i + n]] = cv[first:first + n].to(self.device, non_blocking=True)
 
     def copy(self, pairs: list[tuple[int, int]]) -> None:
         """(src block, dst block) pairs within the device cache (copy-on-write of a partial
