@@ -6,6 +6,6 @@
 set -u
 source benchmarks/gpu_setup.sh
 (cd /tmp/checks && timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kv_fp8_gpu.py tests/test_kv_cache_gpu.py tests/test_kernels_gpu.py > $OUT/tests.log 2>&1)
-timeout 120 python3 benchmarks/kernels.py --quick --skip-w4 > $OUT/kq.txt 2>&1; grep "fp8 KV" $OUT/kq.txt
-timeout 330 python3 benchmarks/e2e.py --shapes llama2-7b --scenarios decode,offline,card24,baseline --baseline-batches 64 --kv-cache-dtype fp8 --out $OUT/e2e-fp8 > $OUT/e2e.txt 2>&1; grep -v "Warn\|Loading" $OUT/e2e.txt | grep -A12 "headline"
+timeout 90 python3 benchmarks/kernels.py --quick --skip-w4 > $OUT/kq.txt 2>&1; grep "fp8 KV" $OUT/kq.txt
+timeout 280 python3 benchmarks/e2e.py --shapes llama2-7b --scenarios decode,offline,card24,baseline --baseline-batches 64 --kv-cache-dtype fp8 --budget-s 270 --out $OUT/e2e-fp8 > $OUT/e2e.txt 2>&1; grep -v "Warn\|Loading" $OUT/e2e.txt | grep -A12 "headline"
 grep -E "FAILED|Error" $OUT/tests.log | head -8; tail -2 $OUT/tests.log
