@@ -154,18 +154,24 @@ def scenario_gen(bench: EngineBench) -> dict[str, Any]:
             "vs_llama_cpp_gen": gen / LLAMA_CPP_GEN_TOK_S}
 
 
-def set_prefix_caching(llm, on: bool) -> None:
-    """A new scheduler (fresh block pool) with the prefix cache on or off; engine idle."""
+def new_scheduler(llm, cache: dict | None = None, scheduler: dict | None = None) -> None:
+    """A new scheduler (fresh block pool) over the runner's current plan, with the given
+    fields of the cache and scheduler configs replaced; engine idle."""
     from edge_llm.engine.scheduler import Scheduler
 
     engine = llm.engine
     if engine.has_unfinished():
-        raise RuntimeError("set_prefix_caching needs an idle engine")
-    cache = replace(engine.config.cache, enable_prefix_caching=on)
-    engine.config = replace(engine.config, cache=cache)
+        raise RuntimeError("a new scheduler needs an idle engine")
+    engine.config = replace(engine.config, cache=replace(engine.config.cache, **(cache or {})),
+                            scheduler=replace(engine.config.scheduler, **(scheduler or {})))
     plan = engine.runner.plan
-    engine.scheduler = Scheduler(engine.config.scheduler, cache, plan.num_gpu_blocks,
-                                 plan.num_cpu_blocks)
+    engine.scheduler = Scheduler(engine.config.scheduler, engine.config.cache,
+                                 plan.num_gpu_blocks, plan.num_cpu_blocks)
+
+
+def set_prefix_caching(llm, on: bool) -> None:
+    """A new scheduler with the prefix cache on or off; engine idle."""
+    new_scheduler(llm, cache={"enable_prefix_caching": on})
 
 
 def scenario_prefix(bench: EngineBench) -> dict[str, Any]:
@@ -212,7 +218,6 @@ def device_weight_bytes(model) -> int:
 def resize_kv_cache(llm, kv_bytes: int) -> None:
     """Free the KV tensors, plan ``kv_bytes`` of KV cache, allocate it, new scheduler."""
     from edge_llm.engine.kv_cache import KVCache, plan_kv_cache
-    from edge_llm.engine.scheduler import Scheduler
 
     engine, runner = llm.engine, llm.engine.runner
     if engine.has_unfinished():
@@ -227,9 +232,7 @@ def resize_kv_cache(llm, kv_bytes: int) -> None:
     runner.kv = KVCache(engine.loaded.arch, runner.plan, runner.block_size, runner.kv_dtype,
                         runner.device)
     runner._capture_graphs()
-    engine.config = replace(engine.config, cache=cache)
-    engine.scheduler = Scheduler(engine.config.scheduler, cache, runner.plan.num_gpu_blocks,
-                                 runner.plan.num_cpu_blocks)
+    new_scheduler(llm, cache={"kv_cache_memory": kv_bytes})
 
 
 def scenario_card(bench: EngineBench) -> dict[str, Any]:

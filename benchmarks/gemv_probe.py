@@ -22,7 +22,6 @@ and one split. (Session 14 also tried loading each V tile with its K tile: no ch
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -30,13 +29,8 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+from attention_bench import make_paged
 from kernel_timing import copy_bandwidth, rotations, time_op
-
-# benchmarks/kernels.py (make_paged), loaded by path as gemv_sweep.py does
-_spec = importlib.util.spec_from_file_location(
-    "bench_kernels", Path(__file__).with_name("kernels.py"))
-bk = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bk)
 
 SHAPES = {"qkv": (4096, 12288), "o": (4096, 4096), "gate_up": (4096, 22016),
           "down": (11008, 4096)}
@@ -149,7 +143,7 @@ def probe_decode(dev, copy_bw: float, log) -> list[dict]:
         d, bs = 128, 16
         kv_bytes = 2 * b * ctx * hkv * d * 2
         n_rot = rotations(kv_bytes)
-        sets = bk.make_paged(b, ctx, h, hkv, d, bs, torch.float16, dev, n_rot)
+        sets = make_paged(b, ctx, h, hkv, d, bs, torch.float16, dev, n_rot)
         qs = [torch.randn(b, h, d, device=dev, dtype=torch.float16) for _ in range(n_rot)]
         sl = torch.full((b,), ctx, device=dev, dtype=torch.int32)
         qsl = torch.arange(b + 1, dtype=torch.int32)

@@ -25,22 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from e2e_common import PROFILES, GiB, offline_workload, shape_config  # noqa: E402
-from e2e_engine import greedy, resize_kv_cache  # noqa: E402
-
-
-def set_scheduler(llm, batched: int, reserve: int, mode: str) -> None:
-    """A new scheduler with ``max_num_batched_tokens = batched``, ``growth_reserve =
-    reserve`` and ``preemption_mode = mode`` ("default": None); engine idle."""
-    from edge_llm.engine.scheduler import Scheduler
-
-    engine = llm.engine
-    sched_cfg = replace(engine.config.scheduler, max_num_batched_tokens=batched,
-                        growth_reserve=reserve,
-                        preemption_mode=None if mode == "default" else mode)
-    engine.config = replace(engine.config, scheduler=sched_cfg)
-    plan = engine.runner.plan
-    engine.scheduler = Scheduler(sched_cfg, engine.config.cache, plan.num_gpu_blocks,
-                                 plan.num_cpu_blocks)
+from e2e_engine import greedy, new_scheduler, resize_kv_cache  # noqa: E402
 
 
 def traced_run(llm, work) -> dict:
@@ -131,7 +116,9 @@ def main() -> int:
         if int(kv * GiB) != llm.engine.config.cache.kv_cache_memory:
             resize_kv_cache(llm, int(kv * GiB))
         for b, res, mode in [(b, r, m) for b in budgets for r in reserves for m in modes]:
-            set_scheduler(llm, b, res, mode)
+            new_scheduler(llm, scheduler=dict(  # mode "default": preemption_mode None
+                max_num_batched_tokens=b, growth_reserve=res,
+                preemption_mode=None if mode == "default" else mode))
             r = traced_run(llm, work)
             r.update(kv_gib=kv, batched=b, reserve=res, preemption_mode=mode,
                      gpu_blocks=llm.engine.runner.plan.num_gpu_blocks)

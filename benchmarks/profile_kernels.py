@@ -68,11 +68,14 @@ def _engine(ckpt: Path, eager: bool, max_seqs: int, max_len: int, kv_gib: float)
 
 
 def _kv_bytes_per_token(ckpt: Path) -> int:
-    """fp16 K and V of every layer for one token, from the checkpoint's config.json."""
-    cfg = json.loads((ckpt / "config.json").read_text())
-    heads = cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    return 2 * cfg["num_hidden_layers"] * heads * head_dim * 2
+    """fp16 K and V of every layer for one token (the engine's own block arithmetic)."""
+    import torch
+
+    from edge_llm.engine.kv_cache import bytes_per_block
+    from edge_llm.model.arch import parse_arch_config
+
+    arch = parse_arch_config(json.loads((ckpt / "config.json").read_text()))
+    return bytes_per_block(arch, 1, torch.float16)
 
 
 def decode_kernels(llm, batch: int, prompt: int, steps: int) -> dict[str, list[float]]:

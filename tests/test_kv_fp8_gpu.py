@@ -15,6 +15,7 @@ if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
 import importlib  # noqa: E402
 
 from edge_llm.kernels.kv_fp8 import fp8_decode_ref, fp8_encode_ref  # noqa: E402
+from tests.test_kernels_gpu import _paged  # noqa: E402
 
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
@@ -63,17 +64,8 @@ def test_writes_match_reference_codes(dtype):
 ])
 def test_attention_over_fp8_cache(dtype, nq, ctx, h, hkv):
     d, bs = 128, 16
-    total = sum(-(-c // bs) for c in ctx) + 8
-    perm = torch.randperm(total, device=DEV).to(torch.int32)
-    table = torch.full((len(ctx), max(-(-c // bs) for c in ctx) + 2), int(perm[-1]),
-                       dtype=torch.int32, device=DEV)
-    start = 0
-    for i, c in enumerate(ctx):
-        used = -(-c // bs)
-        table[i, :used] = perm[start:start + used]
-        start += used
-    kc = fp8_encode_ref(torch.randn(total, bs, hkv, d, device=DEV) * 2)
-    vc = fp8_encode_ref(torch.randn(total, bs, hkv, d, device=DEV))
+    kc, vc, table = _paged(len(ctx), ctx, hkv, d, bs, torch.float32)
+    kc, vc = fp8_encode_ref(kc * 2), fp8_encode_ref(vc)
     qsl = torch.tensor([0] + nq).cumsum(0).to(torch.int32)
     sl = torch.tensor(ctx, dtype=torch.int32, device=DEV)
     q = torch.randn(int(qsl[-1]), h, d, device=DEV).to(dtype)

@@ -12,8 +12,10 @@ import pytest
 
 try:
     from tests.interpret_child import run_cases, run_interpreted
+    from tests.test_kernels_interpret import _paged_problem
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
     from interpret_child import run_cases, run_interpreted
+    from test_kernels_interpret import _paged_problem
 
 
 def _values():
@@ -124,19 +126,8 @@ def case_attention_over_fp8_cache():
 
     for nq, ctx, h, hkv, d, bs in (([1, 1, 1], [37, 5, 70], 8, 2, 32, 16),
                                    ([4, 9], [20, 9], 6, 3, 24, 8)):
-        total = sum(-(-c // bs) for c in ctx) + 3
-        perm = torch.randperm(total).to(torch.int32)
-        table = torch.full((len(ctx), total), int(perm[-1]), dtype=torch.int32)
-        start = 0
-        for i, c in enumerate(ctx):
-            used = -(-c // bs)
-            table[i, :used] = perm[start:start + used]
-            start += used
-        kc = fp8_encode_ref(torch.randn(total, bs, hkv, d) * 2)
-        vc = fp8_encode_ref(torch.randn(total, bs, hkv, d))
-        qsl = torch.tensor([0] + nq).cumsum(0).to(torch.int32)
-        sl = torch.tensor(ctx, dtype=torch.int32)
-        q = torch.randn(int(qsl[-1]), h, d).to(torch.float16)
+        q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, h, hkv, d, bs, torch.float16)
+        kc, vc = fp8_encode_ref(kc.float() * 2), fp8_encode_ref(vc)
         ref = paged_attention_ref(q, kc, vc, table, qsl, sl, d ** -0.5)
         if all(n == 1 for n in nq):
             out = paged_decode(q, kc, vc, table, sl, d ** -0.5, max(ctx),

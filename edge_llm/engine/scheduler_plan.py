@@ -208,7 +208,7 @@ class StepPlanner:
         bs, pool, chunked = sched.block_size, sched.pool, sched.config.enable_chunked_prefill
         used = sched.seq_slots_in_use()
         horizon = sched.config.growth_reserve
-        reserve = sum(self._growth_blocks(s, horizon) for s in sched.running)
+        reserve: int | None = None  # the running sequences' growth, summed when first needed
         while sched.waiting and self.budget > 0:
             seq = sched.waiting[0]
             if used + 1 + seq.num_pending_forks > sched.config.max_num_seqs:
@@ -220,12 +220,17 @@ class StepPlanner:
             if k < target - cached and not chunked:
                 return
             need = cdiv(cached + k, bs) - len(hits)
-            own = self._growth_blocks(seq, horizon, cdiv(cached + k, bs))
             free = pool.num_free_blocks - pool.num_evictable(hits)
-            # with nothing running, the reserve is waived so that the queue always moves
-            if need > free or (sched.running and need + reserve + own > free):
+            if need > free:
                 return
-            reserve += own
+            # with nothing running, the reserve is waived so that the queue always moves
+            if horizon and sched.running:
+                if reserve is None:  # includes the sequences admitted so far in this loop
+                    reserve = sum(self._growth_blocks(s, horizon) for s in sched.running)
+                own = self._growth_blocks(seq, horizon, cdiv(cached + k, bs))
+                if need + reserve + own > free:
+                    return
+                reserve += own
             sched.waiting.popleft()
             pool.touch(hits)
             if seq.num_preemptions == 0:  # first admission: what the client sees as cached
@@ -241,8 +246,6 @@ class StepPlanner:
     def _growth_blocks(self, seq: Sequence, horizon: int, held: int | None = None) -> int:
         """Blocks beyond the ``held`` ones (default: its table) that ``seq`` needs for all its
         tokens plus ``horizon`` more outputs, capped at its ``max_output_tokens``."""
-        if horizon == 0:
-            return 0
         left = seq.max_output_tokens - len(seq.output_token_ids)
         end = seq.num_tokens + min(horizon, max(left, 0))
         held = len(seq.block_table) if held is None else held
