@@ -8,25 +8,32 @@ import triton
 import triton.language as tl
 
 from .device import num_sms
-from .kv_fp8 import fp8_decode
+from .kv_fp8 import fp8_decode, has_fp8_cvt
 
-__all__ = ["LOG2E", "check_cache", "load_kv_tile", "num_sms"]
+__all__ = ["LOG2E", "check_cache", "fp8_cvt", "load_kv_tile", "num_sms"]
 
 LOG2E = 1.4426950408889634
 
 
 @triton.jit
 def load_kv_tile(cache_ptr, table_row_ptr, tok, t_mask, kvh, offs_d, d_mask,
-                  stride_b, stride_s, stride_h, BLOCK_SIZE: tl.constexpr, OUT_TY: tl.constexpr):
+                  stride_b, stride_s, stride_h, BLOCK_SIZE: tl.constexpr, OUT_TY: tl.constexpr,
+                  FP8_CVT: tl.constexpr):
     """[BLOCK_N, D_PAD] keys or values of context tokens ``tok`` (block-table gather); an fp8
-    cache (uint8 codes, kernels/kv_fp8.py) is decoded to ``OUT_TY``, the queries' dtype."""
+    cache (uint8 codes, kernels/kv_fp8.py) is decoded to ``OUT_TY``, the queries' dtype, by
+    the hardware conversion when ``FP8_CVT``."""
     blk = tl.load(table_row_ptr + tok // BLOCK_SIZE, mask=t_mask, other=0).to(tl.int64)
     ptrs = cache_ptr + blk[:, None] * stride_b + (tok % BLOCK_SIZE)[:, None] * stride_s \
         + kvh * stride_h + offs_d[None, :]
     x = tl.load(ptrs, mask=t_mask[:, None] & d_mask[None, :], other=0)
     if cache_ptr.dtype.element_ty == tl.uint8:
-        x = fp8_decode(x).to(OUT_TY)
+        x = fp8_decode(x, FP8_CVT).to(OUT_TY)
     return x
+
+
+def fp8_cvt(k_cache: torch.Tensor) -> bool:
+    """The attention kernels' FP8_CVT: an fp8 cache on a GPU with e4m3 conversions."""
+    return k_cache.dtype == torch.uint8 and has_fp8_cvt(k_cache.device)
 
 
 def check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .paged_common import LOG2E, check_cache, load_kv_tile, num_sms
+from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile, num_sms
 from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, release_tile
 
@@ -42,7 +42,7 @@ def _paged_decode_kernel(
     stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    FUSED_REDUCE: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr, SPLITS_PAD: tl.constexpr, FP8_CVT: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -67,7 +67,8 @@ def _paged_decode_kernel(
         tok = n0 + offs_n
         t_mask = tok < end
         k = load_kv_tile(k_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask, stride_kb,
-                         stride_ks, stride_kh, BLOCK_SIZE, q.dtype)  # (BLOCK_N, D_PAD)
+                         stride_ks, stride_kh, BLOCK_SIZE, q.dtype,
+                         FP8_CVT)  # (BLOCK_N, D_PAD)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
         s = tl.where(t_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -75,7 +76,7 @@ def _paged_decode_kernel(
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
-                         stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype)
+                         stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros
@@ -232,7 +233,7 @@ def paged_decode(
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
         FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=triton.next_power_of_2(splits) if cnt is not None else 1,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        FP8_CVT=fp8_cvt(k_cache), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .paged_common import LOG2E, check_cache, load_kv_tile
+from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile
 
 
 @triton.jit
@@ -43,7 +43,7 @@ def _paged_prefill_kernel(
     stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-    BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8_CVT: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -76,7 +76,7 @@ def _paged_prefill_kernel(
         kpos = n0 + offs_n
         t_mask = kpos < kv_end
         k = load_kv_tile(k_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
-                         stride_kb, stride_ks, stride_kh, BLOCK_SIZE, q.dtype)
+                         stride_kb, stride_ks, stride_kh, BLOCK_SIZE, q.dtype, FP8_CVT)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_M, BLOCK_N)
         visible = (kpos[None, :] <= q_pos[:, None]) & t_mask[None, :]
         s = tl.where(visible, s, float("-inf"))
@@ -86,7 +86,7 @@ def _paged_prefill_kernel(
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = load_kv_tile(v_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
-                         stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype)
+                         stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -138,6 +138,6 @@ def paged_prefill(
         GROUP=group, HEAD_DIM=d, D_PAD=triton.next_power_of_2(d), BLOCK_SIZE=bs,
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
         # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
-        SEARCH_STEPS=max(12, num_seqs.bit_length()),
+        SEARCH_STEPS=max(12, num_seqs.bit_length()), FP8_CVT=fp8_cvt(k_cache),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

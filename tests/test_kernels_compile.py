@@ -99,11 +99,15 @@ def test_attention_configs_fit():
 
 
 @pytest.mark.parametrize("arch", [86, 89])
-def test_fp8_kv_configs_compile(arch):
+def test_fp8_kv_configs_compile(arch, monkeypatch):
     """The fp8 KV cache (uint8 codes, kernels/kv_fp8.py): the K/V writes and both attention
-    kernels compile for the 3090 and the 4090, decode the codes with integer and fp32 math
-    (no cvt from e4m3, which sm_86 lacks) and fit the shared-memory limit."""
+    kernels compile for the 3090 and the 4090 and fit the shared-memory limit. On sm_86
+    the codes are decoded with integer and fp32 math (no cvt from e4m3, which sm_86 lacks);
+    on sm_89 (as ``has_fp8_cvt`` would say of a 4090) the attention kernels use the
+    hardware conversion."""
+    pc = importlib.import_module("edge_llm.kernels.paged_common")
     rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
+    monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: arch >= 89)
     with compile_only(arch) as records:
         for dtype, d, h, hkv in ((torch.float16, 128, 32, 8), (torch.bfloat16, 128, 28, 4)):
             kc = torch.zeros(64, 16, hkv, d, dtype=torch.uint8)
@@ -119,8 +123,13 @@ def test_fp8_kv_configs_compile(arch):
             rkv.rotary_write_kv(torch.randn(5, h, d).to(dtype), k, k.clone(), cos, cos.clone(),
                                 torch.arange(5), kc, kc.clone(), torch.arange(5))
     _assert_fits(records)
+    attention = [kern for name, _, kern in records if "paged" in name]
+    assert len(attention) == 4
     for name, _, kern in records:
-        assert "e4m3" not in kern.asm["ptx"], name
+        if arch < 89 or kern not in attention:
+            assert "e4m3" not in kern.asm["ptx"], name
+        else:
+            assert "cvt.rn.f16x2.e4m3x2" in kern.asm["ptx"], name
 
 
 @pytest.mark.parametrize("hidden,inter,h,hkv,d", [(4096, 11008, 32, 32, 128),

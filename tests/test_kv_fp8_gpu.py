@@ -1,6 +1,7 @@
 """The fp8 KV cache on a CUDA GPU at full size (``pytest -m gpu``): the K/V writes bit for bit
 against their references, decode and prefill attention over uint8 caches against the
-reference on the same codes, and the engine with graphs against itself without them."""
+reference on the same codes (the hardware e4m3 conversion and the integer one), and the
+engine with graphs against itself without them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from edge_llm.kernels.kv_fp8 import fp8_decode_ref, fp8_encode_ref  # noqa: E402
 from tests.test_kernels_gpu import _paged  # noqa: E402
 
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
+pc = importlib.import_module("edge_llm.kernels.paged_common")
 rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
 fu = importlib.import_module("edge_llm.kernels.fused")
 DEV = torch.device("cuda")
@@ -56,13 +58,19 @@ def test_writes_match_reference_codes(dtype):
     assert _rel(fp8_decode_ref(kc2), fp8_decode_ref(kr2)) < 1e-2
 
 
+@pytest.mark.parametrize("cvt", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("nq,ctx,h,hkv", [
     ([1] * 32, [2048] * 32, 32, 8),  # decode, GQA 8
     ([1] * 5, [1, 17, 300, 4000, 900], 32, 32),  # decode, MHA, ragged
     ([512, 1, 77, 300], [2048, 50, 77, 1324], 28, 4),  # prefill and mixed, Qwen heads
 ])
-def test_attention_over_fp8_cache(dtype, nq, ctx, h, hkv):
+def test_attention_over_fp8_cache(dtype, nq, ctx, h, hkv, cvt, monkeypatch):
+    """Both decodings of the codes: the hardware conversion (``cvt``, where the GPU has it)
+    and the integer one that sm_86 runs."""
+    if cvt and not pc.has_fp8_cvt(DEV):
+        pytest.skip("this GPU has no e4m3 conversion (sm_89 or later)")
+    monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: cvt)
     d, bs = 128, 16
     kc, vc, table = _paged(len(ctx), ctx, hkv, d, bs, torch.float32)
     kc, vc = fp8_encode_ref(kc * 2), fp8_encode_ref(vc)
