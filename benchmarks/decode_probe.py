@@ -49,6 +49,8 @@ def variants():
             ("1 split", C(num_splits=1)), ("2 fused", C(num_splits=2)),
             ("2, 2nd launch", C(num_splits=2, fused_reduce=False)),
             ("4 fused", C(num_splits=4)), ("4, 2nd launch", C(num_splits=4, fused_reduce=False)),
+            ("auto, no register cap", C(max_registers=None)),
+            ("2nd launch, no register cap", C(fused_reduce=False, max_registers=None)),
             ("auto bn32", C(block_n=32)), ("auto bn128 w8", C(block_n=128, num_warps=8)),
             ("auto stages 2", C(num_stages=2))]
 

@@ -1,4 +1,4 @@
-# Session 16, call 3: registers of the decode kernel's launch variants (why the in-kernel
+# Session 16, call 3: the decode kernel's launch variants with and without the 128-register cap (why the in-kernel
 # split sum lost 30% at 32 x 2,048 GQA 4), then gpu_call27.sh (session 15, not run there):
 # the kernel tally of a large-batch decode step, and swap against recompute.
 set -u

@@ -162,7 +162,7 @@ MAX_FUSED_SPLITS = 16
 class DecodeConfig:
     """Decode launch knobs; num_splits 0 = choose from the GPU size and the longest context;
     fused_reduce: the last program of each (sequence, kv head) sums the splits (when there
-    are at most ``max_fused_splits`` of them)."""
+    are at most ``max_fused_splits`` of them); max_registers: see below."""
 
     block_n: int = 64
     num_splits: int = 0
@@ -170,6 +170,12 @@ class DecodeConfig:
     num_stages: int = 3
     fused_reduce: bool = True
     max_fused_splits: int = MAX_FUSED_SPLITS
+    # a per-thread register cap (ptxas .maxnreg; None: ptxas decides). Triton 3.6 on sm_90
+    # gave the kernel with the in-kernel split sum 156-158 registers against 113 without it
+    # (the atomic counter alone does it): 3 programs per multiprocessor instead of 4, so 32
+    # sequences x 8 kv heads x 2 splits ran in two waves (0.67 of copy bandwidth against
+    # 0.88, session 16). At 128 every variant fits 4 programs; sm_89 compiles to <= 128.
+    max_registers: int | None = 128
 
 
 def decode_split_plan(programs: int, max_context: int, sms: int, block_n: int,
@@ -233,7 +239,8 @@ def paged_decode(
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
         FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=triton.next_power_of_2(splits) if cnt is not None else 1,
-        FP8_CVT=fp8_cvt(k_cache), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        FP8_CVT=fp8_cvt(k_cache), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        maxnreg=cfg.max_registers)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,
