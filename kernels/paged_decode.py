@@ -170,11 +170,12 @@ class DecodeConfig:
     num_stages: int = 3
     fused_reduce: bool = True
     max_fused_splits: int = MAX_FUSED_SPLITS
-    # a per-thread register cap (ptxas .maxnreg; None: ptxas decides). Triton 3.6 on sm_90
-    # gave the kernel with the in-kernel split sum 156-158 registers against 113 without it
-    # (the atomic counter alone does it): 3 programs per multiprocessor instead of 4, so 32
-    # sequences x 8 kv heads x 2 splits ran in two waves (0.67 of copy bandwidth against
-    # 0.88, session 16). At 128 every variant fits 4 programs; sm_89 compiles to <= 128.
+    # a per-thread register cap for the launches that sum their splits in the kernel (ptxas
+    # .maxnreg; None: ptxas decides). Triton 3.6 on sm_90 gave that kernel 156-158 registers
+    # against 113 without the sum (the atomic counter alone does it): 3 programs per
+    # multiprocessor instead of 4, so 32 sequences x 8 kv heads x 2 splits ran in two waves
+    # (0.68 of copy bandwidth; 0.89 capped, session 16). Not applied elsewhere: the one-split
+    # MHA launch at 160 x 800 lost 3% capped. sm_89 compiles the sum to <= 128 anyway.
     max_registers: int | None = 128
 
 
@@ -240,7 +241,7 @@ def paged_decode(
         FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=triton.next_power_of_2(splits) if cnt is not None else 1,
         FP8_CVT=fp8_cvt(k_cache), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        maxnreg=cfg.max_registers)
+        maxnreg=cfg.max_registers if cnt is not None else None)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,
