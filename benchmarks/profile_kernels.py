@@ -4,13 +4,12 @@ sizes, against the step time of CUDA-graph replay (GPU only).
     python benchmarks/profile_kernels.py --out DIR [--ckpt /tmp/ckpt-llama2-7b-awq]
         [--batches 1,16,64] [--prompt 128] [--steps 16]
 
-For each batch B (B prompts of ``--prompt`` tokens): an eager engine (``enforce_eager``) runs
-``generate(max_tokens=1)`` and ``generate(max_tokens=1 + steps)`` under ``torch.profiler``; the
-difference of the two kernel tallies, over ``steps``, is one decode step's kernels (prefill and
-the first sample cancel). A second engine with CUDA graphs times the same decode (two lengths,
-difference) for the real step time. The gap between the two is what the GPU does not spend in
-kernels during a replayed step (launch gaps, host waits). Prints one table per batch, writes
-profile_kernels.json under --out.
+For each batch B (B prompts of ``--prompt`` tokens): an eager engine (``enforce_eager``)
+prefills them all, then runs ``steps`` decode steps of B rows under ``torch.profiler``: the
+kernel tally per step. A second engine with CUDA graphs times ``steps`` such steps by the
+wall clock (host work included). The gap between the two is what the GPU does not spend in
+kernels during a replayed step (launch gaps, host work, host waits). Prints one table per
+batch, writes profile_kernels.json under --out.
 """
 
 from __future__ import annotations
@@ -78,40 +77,56 @@ def _kv_bytes_per_token(ckpt: Path) -> int:
     return bytes_per_block(arch, 1, torch.float16)
 
 
-def decode_kernels(llm, batch: int, prompt: int, steps: int) -> dict[str, list[float]]:
+def _decode_phase(llm, batch: int, prompt: int, steps: int, tag: str):
+    """Queue ``batch`` prompts on the engine and step until every one has its first token
+    (all prefill done): the steps after that are decode steps of exactly ``batch`` rows, at
+    least ``steps`` + 2 of them. Measuring those steps directly, not the difference of two
+    generate() runs, keeps prefill out however the scheduler chunks it (session 16: at 160 x
+    800 the difference held a prefill step, and the graph step came out negative)."""
     from edge_llm import SamplingParams
 
-    def gen(n: int):
-        return lambda: llm.generate(_prompts(batch, prompt), SamplingParams(
-            temperature=0.0, max_tokens=n, ignore_eos=True), use_tqdm=False)
+    eng = llm.engine
+    params = SamplingParams(temperature=0.0, max_tokens=steps + 4, ignore_eos=True)
+    for i, p in enumerate(_prompts(batch, prompt)):
+        eng.add_request(f"{tag}-{i}", p, params)
+    started: set[str] = set()
+    while len(started) < batch:
+        for out in eng.step():
+            if out.outputs and out.outputs[0].token_ids:
+                started.add(out.request_id)
+    return eng
 
-    gen(1 + steps)()  # compile and settle
-    short, long = kernel_tally(gen(1)), kernel_tally(gen(1 + steps))
-    per_step = {}
-    for name, (count, us) in long.items():
-        c0, u0 = short.get(name, (0, 0.0))
-        if count > c0:
-            per_step[name] = [(count - c0) / steps, (us - u0) / steps]
-    return per_step
+
+def _finish(eng) -> None:
+    while eng.has_unfinished():
+        eng.step()
+
+
+def decode_kernels(llm, batch: int, prompt: int, steps: int) -> dict[str, list[float]]:
+    eng = _decode_phase(llm, batch, prompt, steps, "warm")  # compile and settle
+    _finish(eng)
+    eng = _decode_phase(llm, batch, prompt, steps, "tally")
+    tally = kernel_tally(lambda: [eng.step() for _ in range(steps)])
+    _finish(eng)
+    return {name: [count / steps, us / steps] for name, (count, us) in tally.items()}
 
 
 def graph_step_us(llm, batch: int, prompt: int, steps: int, reps: int = 3) -> float:
+    """Wall time of one decode step with CUDA graphs (host work included), best of reps."""
     import torch
 
-    from edge_llm import SamplingParams
-
-    def timed(n: int) -> float:
-        params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+    best = float("inf")
+    for r in range(reps + 1):  # the first run warms up
+        eng = _decode_phase(llm, batch, prompt, steps, f"graph{r}")
         torch.cuda.synchronize()
         start = time.perf_counter()
-        llm.generate(_prompts(batch, prompt), params, use_tqdm=False)
+        for _ in range(steps):
+            eng.step()
         torch.cuda.synchronize()
-        return time.perf_counter() - start
-
-    timed(1 + steps)
-    short = min(timed(1) for _ in range(reps))
-    long = min(timed(1 + steps) for _ in range(reps))
-    return (long - short) / steps * 1e6
+        if r:
+            best = min(best, time.perf_counter() - start)
+        _finish(eng)
+    return best / steps * 1e6
 
 
 def table(batch: int, kernels: dict[str, list[float]], graph_us: float, top: int) -> str:
@@ -135,7 +150,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--kv-gib", type=float, default=16.0,
                     help="KV cache; must hold batch x (prompt + steps) tokens, or preemptions "
-                         "leave prefill in the difference (session 15's 96 x 700 run did)")
+                         "put prefill into the measured steps")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
@@ -144,7 +159,7 @@ def main() -> int:
 
         make_random_checkpoint("llama2-7b", "awq", a.ckpt, 128, "cuda")
     a.out.mkdir(parents=True, exist_ok=True)
-    max_len = a.prompt + a.steps + 8
+    max_len = a.prompt + a.steps + 8  # the decode phase generates steps + 4 tokens
     need = max(batches) * max_len * _kv_bytes_per_token(a.ckpt)
     if need > a.kv_gib * (1 << 30):
         raise SystemExit(f"error: {max(batches)} x {max_len} tokens need "
