@@ -4,4 +4,4 @@
 set -u
 source benchmarks/gpu_setup.sh
 build_checkpoints $OUT/build.log awq
-timeout 190 python3 benchmarks/profile_kernels.py --ckpt /tmp/ck-awq --batches 64,160 --prompt 800 --steps 8 --kv-gib 72 --out $OUT/prof > $OUT/prof.log 2>&1; grep -v "Warn\|INFO\|Loading\|warn" $OUT/prof.log | tail -34
+timeout 150 python3 benchmarks/profile_kernels.py --ckpt /tmp/ck-awq --batches 160 --prompt 800 --steps 8 --kv-gib 100 --out $OUT/prof > $OUT/prof.log 2>&1; grep -v "Warn\|INFO\|Loading\|warn" $OUT/prof.log | tail -34

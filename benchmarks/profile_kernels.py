@@ -63,7 +63,7 @@ def _engine(ckpt: Path, eager: bool, max_seqs: int, max_len: int, kv_gib: float)
     return LLM(str(ckpt), device="cuda", dtype="float16", max_model_len=max_len,
                max_num_seqs=max_seqs, max_num_batched_tokens=max(2048, max_len),
                kv_cache_memory=int(kv_gib * (1 << 30)), swap_space=0.0, enable_prefix_caching=False,
-               enforce_eager=eager)
+               enforce_eager=eager, growth_reserve=0)  # the reserve held back part of the batch
 
 
 def _kv_bytes_per_token(ckpt: Path) -> int:
@@ -94,6 +94,9 @@ def _decode_phase(llm, batch: int, prompt: int, steps: int, tag: str):
         for out in eng.step():
             if out.outputs and out.outputs[0].token_ids:
                 started.add(out.request_id)
+    if len(eng.scheduler.running) != batch:  # some finished before the last started
+        raise SystemExit(f"error: {len(eng.scheduler.running)} of {batch} sequences running "
+                         f"after prefill; raise --kv-gib or --steps")
     return eng
 
 
