@@ -77,6 +77,12 @@ def _kv_bytes_per_token(ckpt: Path) -> int:
     return bytes_per_block(arch, 1, torch.float16)
 
 
+def _new_tokens(batch: int, prompt: int, steps: int) -> int:
+    """max_tokens per request: the first sequences decode while the later ones prefill (2,048
+    prompt tokens a step), and all must still be running for ``steps`` more."""
+    return steps + 6 + -(-batch * prompt // 2048)
+
+
 def _decode_phase(llm, batch: int, prompt: int, steps: int, tag: str):
     """Queue ``batch`` prompts on the engine and step until every one has its first token
     (all prefill done): the steps after that are decode steps of exactly ``batch`` rows, at
@@ -86,7 +92,8 @@ def _decode_phase(llm, batch: int, prompt: int, steps: int, tag: str):
     from edge_llm import SamplingParams
 
     eng = llm.engine
-    params = SamplingParams(temperature=0.0, max_tokens=steps + 4, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=_new_tokens(batch, prompt, steps),
+                            ignore_eos=True)
     for i, p in enumerate(_prompts(batch, prompt)):
         eng.add_request(f"{tag}-{i}", p, params)
     started: set[str] = set()
@@ -162,7 +169,7 @@ def main() -> int:
 
         make_random_checkpoint("llama2-7b", "awq", a.ckpt, 128, "cuda")
     a.out.mkdir(parents=True, exist_ok=True)
-    max_len = a.prompt + a.steps + 8  # the decode phase generates steps + 4 tokens
+    max_len = a.prompt + _new_tokens(max(batches), a.prompt, a.steps) + 8
     need = max(batches) * max_len * _kv_bytes_per_token(a.ckpt)
     if need > a.kv_gib * (1 << 30):
         raise SystemExit(f"error: {max(batches)} x {max_len} tokens need "
