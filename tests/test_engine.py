@@ -137,6 +137,25 @@ def test_bad_prompt_token_ids_are_refused(tiny_llm):
     assert all(type(t) is int for t in out[0].prompt_token_ids)
 
 
+def test_final_only_requests_report_once_with_the_streamed_result(tiny_llm):
+    """``final_only`` (what LLM.generate adds requests with): no output until the request
+    finishes, then the same tokens and text as a streamed twin of it."""
+    eng = tiny_llm.engine
+    prompt = _prompts(1, seed=43)[0]
+    eng.add_request("final", prompt, SamplingParams(max_tokens=9, **GREEDY), final_only=True)
+    eng.add_request("stream", prompt, SamplingParams(max_tokens=9, **GREEDY))
+    seen: dict[str, list] = {"final": [], "stream": []}
+    while eng.has_unfinished():
+        for out in eng.step():
+            seen[out.request_id].append(out)
+    assert len(seen["final"]) == 1 and seen["final"][0].finished
+    assert len(seen["stream"]) == 9
+    final, streamed = seen["final"][0].outputs[0], seen["stream"][-1].outputs[0]
+    assert final.token_ids == streamed.token_ids and len(final.token_ids) == 9
+    assert final.text == streamed.text and final.finish_reason == "length"
+    _assert_idle(tiny_llm)
+
+
 def test_abort_frees_blocks(tiny_llm):
     eng = tiny_llm.engine
     for i, p in enumerate(_prompts(4, seed=41)):

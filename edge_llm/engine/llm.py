@@ -95,7 +95,7 @@ class LLM:
         try:
             for prompt, p in zip(prompts, params, strict=True):
                 rid = str(next(self._ids))
-                self.engine.add_request(rid, prompt, p)
+                self.engine.add_request(rid, prompt, p, final_only=True)
                 ids.append(rid)
         except Exception:
             for rid in ids:
