@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from edge_llm.model.attention_metadata import AttentionMetadata
@@ -107,23 +108,24 @@ def decode_inputs(scheduled: list, bs: int, block_size: int) -> DecodeInputs:
         raise ValueError(f"a decode step of {b} rows does not fit {bs} padded rows.")
     pad = bs - b
     width = max(len(s.block_table) for s in scheduled)
-    ids, positions, slots, seq_lens, tables = [], [], [], [], []
-    for s in scheduled:
+    ids, positions, slots, seq_lens = [], [], [], []
+    tables = np.zeros((bs, width), dtype=np.int32)
+    for i, s in enumerate(scheduled):
         if s.num_scheduled_tokens != 1:
             raise ValueError(f"decode rows feed one token, got {s.num_scheduled_tokens}.")
         p = s.start_pos
+        table = s.block_table
         ids.append(s.token_ids[0])
         positions.append(p)
-        slots.append(s.block_table[p // block_size] * block_size + p % block_size)
+        slots.append(table[p // block_size] * block_size + p % block_size)
         seq_lens.append(p + 1)
-        tables.append(s.block_table + [0] * (width - len(s.block_table)))
-    tables.extend([[0] * width] * pad)
+        tables[i, : len(table)] = table  # row by row: a third of torch.tensor(list of lists)
     return DecodeInputs(
         input_ids=torch.tensor(ids + [0] * pad, dtype=torch.int64),
         positions=torch.tensor(positions + [0] * pad, dtype=torch.int64),
         slot_mapping=torch.tensor(slots + [-1] * pad, dtype=torch.int64),
         seq_lens=torch.tensor(seq_lens + [1] * pad, dtype=torch.int32),
-        block_tables=torch.tensor(tables, dtype=torch.int32),
+        block_tables=torch.from_numpy(tables),
     )
 
 

@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from edge_llm.config import CacheConfig, SchedulerConfig
@@ -297,8 +298,8 @@ class ModelRunner:
         sample_idx: list[int] = []
         prompt_rows = []
         max_blocks = max(len(s.block_table) for s in scheduled)
-        tables = []
-        for s in scheduled:
+        tables = np.zeros((len(scheduled), max_blocks), dtype=np.int32)
+        for i, s in enumerate(scheduled):
             n = s.num_scheduled_tokens
             start = s.start_pos
             ids.extend(s.token_ids)
@@ -311,13 +312,13 @@ class ModelRunner:
             seq_lens.append(start + n)
             if s.do_sample:
                 sample_idx.append(qsl[-1] - 1)
-            tables.append(table + [0] * (max_blocks - len(table)))
+            tables[i, : len(table)] = table
         dev = self.device
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
             query_start_loc=torch.tensor(qsl, dtype=torch.int32),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
+            block_tables=torch.from_numpy(tables).to(dev),
             max_query_len=max(s.num_scheduled_tokens for s in scheduled),
             max_seq_len=max(seq_lens),
         )
