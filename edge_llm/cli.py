@@ -134,7 +134,8 @@ def build_lifecycle(args: argparse.Namespace, environ: dict[str, str] | None = N
     try:
         return LifecycleConfig(idle_sleep_s=args.idle_sleep_s, sleep_level=args.sleep_level,
                                warmup=args.warmup, warmup_prompts=prompts, hooks=hooks,
-                               drain_timeout=args.drain_timeout, sagemaker=sagemaker)
+                               drain_timeout=args.drain_timeout, sagemaker=sagemaker,
+                               freeze_gc=True)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -231,6 +231,7 @@ def test_compile_cache_env_and_serve_lifecycle_flags(tmp_path):
                          {"SAGEMAKER_BIND_TO_PORT": "9090"})
     assert lc.sagemaker and args.port == 9090 and args.host == "0.0.0.0"
     assert lc.idle_sleep_s == 7.5 and lc.hooks == ("a:b", "c.d:e") and lc.warmup
+    assert lc.freeze_gc and not LifecycleConfig().freeze_gc  # serve only
     args, lc = lifecycle({"sagemaker": True, "port": 7000}, {})
     assert lc.sagemaker and args.port == 7000
     args, lc = lifecycle({}, {"EDGE_LLM_SLEEP_LEVEL": "2"})

@@ -110,6 +110,7 @@ def _holder(factory: Callable[[], Any], engine_config: EngineConfig,
         phases=phases,
         idle_sleep_s=lifecycle.idle_sleep_s,
         sleep_level=lifecycle.sleep_level,
+        freeze_gc=lifecycle.freeze_gc,
     )
 
 

@@ -14,6 +14,7 @@ A request to a sleeping engine wakes it and waits; ``/health`` says 503 "asleep"
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -52,8 +53,10 @@ class EngineHolder:
         phases: StartupPhases | None = None,
         idle_sleep_s: float | None = None,
         sleep_level: int = 1,
+        freeze_gc: bool = False,
     ) -> None:
         self._factory = factory
+        self.freeze_gc = freeze_gc  # LifecycleConfig.freeze_gc
         self.ready_timeout = ready_timeout
         self.max_num_seqs = max_num_seqs
         self.max_queue = max_queue
@@ -131,6 +134,11 @@ class EngineHolder:
             self.phases.record_ready()
             logger.info("Model %s ready in %.1f s", getattr(engine, "model_name", "?"),
                         self.load_seconds)
+            if self.freeze_gc:
+                gc.collect()
+                gc.freeze()
+                logger.info("Froze %d start-up objects out of the cyclic GC",
+                            gc.get_freeze_count())
             await self.hooks.fire("on_ready")
         finally:
             self.warming = False
