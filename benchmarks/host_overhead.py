@@ -24,6 +24,7 @@ Prints one table: milliseconds per step for each part, at each row count and out
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 
@@ -99,6 +100,9 @@ def main() -> None:
     ap.add_argument("--rows", default="64,160,256")
     ap.add_argument("--prompt", type=int, default=800)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--freeze-gc", action="store_true",
+                    help="gc.collect() + gc.freeze() once the engine is built, as `edge-llm "
+                         "serve` does when ready")
     a = ap.parse_args()
     from edge_llm import LLM
 
@@ -109,9 +113,12 @@ def main() -> None:
     llm = LLM(max_model_len=max_len, enforce_eager=True, max_num_seqs=max(row_counts),
               growth_reserve=0, enable_prefix_caching=False, kv_cache_dtype="fp8",
               kv_cache_memory=max(row_counts) * max_len * 12 * 1024, swap_space=0.0)
+    if a.freeze_gc:
+        gc.collect()
+        gc.freeze()
     names = ("schedule", "inputs", "sample", "update", "outputs")
     print(f"host ms per decode step ({a.prompt}-token prompts; torch threads "
-          f"{torch.get_num_threads()})")
+          f"{torch.get_num_threads()}; start-up objects frozen: {a.freeze_gc})")
     print("rows | outputs | " + " | ".join(names) + " | total")
     for rows in row_counts:
         for final_only in (False, True):
@@ -119,6 +126,8 @@ def main() -> None:
             print(f"{rows} | {'final' if final_only else 'stream'} | "
                   + " | ".join(f"{parts[k]:.2f}" for k in names)
                   + f" | {sum(parts.values()):.2f}", flush=True)
+    if a.freeze_gc:
+        gc.unfreeze()  # collectable at exit (nanobind reports frozen objects as leaks)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ class LifecycleConfig:
     ``freeze_gc``: once ready, ``gc.collect()`` then ``gc.freeze()`` (as vLLM's server
     does). The start-up objects (model, tokenizer, compiled kernels: about 190,000 with the
     demo model) then leave the cyclic GC's full passes. Those passes had output processing
-    at 256 streamed rows take 5.6-6.4 ms a step, against 1.8 ms frozen
+    at 256 streamed rows take 5.6-6.4 ms a step, against 1.8-1.9 ms frozen
     (benchmarks/host_overhead.py, session 16). ``edge-llm serve`` turns it on. It is off by
     default because a process that builds many engines (the tests) would keep any cycle
     among frozen objects forever.

@@ -162,6 +162,8 @@ class EngineHolder:
         if self.engine is not None:
             await self.engine.stop()
             self.engine = None
+        if self.freeze_gc:
+            gc.unfreeze()  # collectable again at exit (nanobind reports frozen objects as leaks)
 
     # ---- sleep -------------------------------------------------------------------------------
     async def sleep(self, level: int | None = None) -> bool:
