@@ -278,3 +278,21 @@ def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
 def test_kv_cache_dtype_is_checked(tiny_dir):  # noqa: F811
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         LLM(str(tiny_dir), device="cpu", kv_cache_dtype="int8")
+
+
+def test_completion_snapshot_copies_every_field():
+    """``CompletionOutput.snapshot`` (each step's output) is built field by field: a field
+    added to the class without being added there fails here."""
+    from dataclasses import asdict, fields
+
+    from edge_llm.outputs import CompletionOutput
+
+    c = CompletionOutput(index=2, text="ab", token_ids=[5, 6], cumulative_logprob=-1.5,
+                         logprobs=[{5: -0.5}], finish_reason="stop", stop_reason=7,
+                         text_delta="b", token_ids_delta=[6], logprobs_delta=[{6: -1.0}])
+    assert {f.name for f in fields(c)} == set(asdict(c))
+    defaults = CompletionOutput(index=0, text="", token_ids=[])
+    assert all(getattr(c, f.name) != getattr(defaults, f.name) for f in fields(c))
+    snap = c.snapshot()
+    assert asdict(snap) == asdict(c)
+    assert snap.token_ids is not c.token_ids and snap.logprobs is not c.logprobs

@@ -256,8 +256,7 @@ class LLMEngine:
         outs = []
         for i in sorted(req.choices):
             c = req.choices[i].out
-            outs.append(replace(c, token_ids=list(c.token_ids),
-                                logprobs=list(c.logprobs) if c.logprobs is not None else None))
+            outs.append(c.snapshot())
             c.text_delta, c.token_ids_delta, c.logprobs_delta = "", [], None
         return RequestOutput(
             request_id=req.request_id, prompt=req.prompt,
