@@ -79,8 +79,9 @@ def _kv_bytes_per_token(ckpt: Path) -> int:
 
 def _new_tokens(batch: int, prompt: int, steps: int) -> int:
     """max_tokens per request: the first sequences decode while the later ones prefill (2,048
-    prompt tokens a step), and all must still be running for ``steps`` more."""
-    return steps + 6 + -(-batch * prompt // 2048)
+    tokens a step, the running decodes' included), and all must still be running for
+    ``steps`` more."""
+    return steps + 6 + -(-batch * prompt // max(2048 - batch, 256))
 
 
 def _decode_phase(llm, batch: int, prompt: int, steps: int, tag: str):
