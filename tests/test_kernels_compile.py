@@ -98,6 +98,25 @@ def test_attention_configs_fit():
     _assert_fits(records)
 
 
+def test_decode_register_cap_only_where_splits_are_summed_in_the_kernel():
+    """The decode launch that sums its splits in the kernel is capped at 128 registers
+    (DecodeConfig.max_registers: Triton 3.6 gave it 158 on sm_90, two waves where one fit);
+    one split, or the sum in a second launch, is not capped."""
+    kc = torch.randn(64, 16, 8, 128).half()
+    table = torch.randint(0, 64, (4, 16), dtype=torch.int32)
+    sl = torch.full((4,), 200, dtype=torch.int32)
+    q = torch.randn(4, 32, 128).half()
+    caps = {}
+    for name, cfg in (("fused", pa.DecodeConfig(num_splits=2)),
+                      ("one split", pa.DecodeConfig(num_splits=1)),
+                      ("second launch", pa.DecodeConfig(num_splits=2, fused_reduce=False))):
+        with compile_only(ARCH) as records:
+            pa.paged_decode(q, kc, kc, table, sl, 0.1, max_seq_len=200, config=cfg)
+        kern = next(k for n, _, k in records if n == "_paged_decode_kernel")
+        caps[name] = ".maxnreg 128" in kern.asm["ptx"]
+    assert caps == {"fused": True, "one split": False, "second launch": False}
+
+
 @pytest.mark.parametrize("arch", [86, 89])
 def test_fp8_kv_configs_compile(arch, monkeypatch):
     """The fp8 KV cache (uint8 codes, kernels/kv_fp8.py): the K/V writes and both attention
