@@ -21,28 +21,12 @@ functions against it bit for bit.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 FP8_MAX = 448.0
 KV_FP8 = torch.uint8  # the storage dtype of an fp8 KV cache
-
-
-@functools.cache
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
-def has_fp8_cvt(device: torch.device) -> bool:
-    """Whether ``device`` converts e4m3 in hardware (CUDA sm_89 and later: the 4090, Hopper;
-    not the 3090's sm_86, nor the interpreter's CPU tensors)."""
-    if device.type != "cuda":
-        return False
-    return _capability(device.index if device.index is not None
-                       else torch.cuda.current_device()) >= (8, 9)
 
 
 def fp8_encode_ref(x: torch.Tensor) -> torch.Tensor:
@@ -80,7 +64,7 @@ def fp8_encode(x):
 @triton.jit
 def fp8_decode(codes, CVT: tl.constexpr = False):
     """fp16 values of uint8 e4m3 codes (exact: every e4m3 value is an fp16 value, and so a
-    bf16 one). ``CVT`` (sm_89 and later, ``has_fp8_cvt``): the hardware conversion, one
+    bf16 one). ``CVT`` (sm_89 and later, ``device.has_fp8_cvt``): the hardware conversion, one
     instruction per two codes; else integer math (sm_86, the interpreter), about seven
     instructions per code, which left the fp8 decode attention slower than the fp16 one on
     the H200 (0.66-1.01x, session 16)."""

@@ -7,8 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .device import num_sms
-from .kv_fp8 import fp8_decode, has_fp8_cvt
+from .device import has_fp8_cvt, num_sms
+from .kv_fp8 import fp8_decode
 
 __all__ = ["LOG2E", "check_cache", "fp8_cvt", "load_kv_tile", "num_sms"]
 

@@ -3,7 +3,8 @@
 The interpreter must be switched on before Triton is imported, so each interpreted test module
 runs itself as a script (``run_interpreted``) and its ``__main__`` block calls ``run_cases``;
 the parent's tests then read one JSON report: {"seed", "interpret", "results": {case: "ok" or
-a traceback}}.
+a traceback}}. ``list_cases`` lists a module's cases, ``check_case`` is each parent test's
+assertion on the report.
 """
 
 from __future__ import annotations
@@ -14,6 +15,17 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+
+
+def list_cases(namespace: dict) -> list[str]:
+    """The ``case_*`` functions of a module namespace (``globals()``), sorted."""
+    return sorted(name for name in dict(namespace) if name.startswith("case_"))
+
+
+def check_case(report: dict, case: str) -> None:
+    """The child ran under the interpreter, and ``case`` passed there."""
+    assert report["interpret"], "the child did not run under TRITON_INTERPRET=1"
+    assert report["results"][case] == "ok", f"seed {report['seed']}:\n{report['results'][case]}"
 
 
 def run_interpreted(script: str, out_dir: Path) -> dict:

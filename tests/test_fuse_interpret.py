@@ -14,9 +14,9 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import run_cases, run_interpreted
+    from tests.interpret_child import check_case, list_cases, run_cases, run_interpreted
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import run_cases, run_interpreted
+    from interpret_child import check_case, list_cases, run_cases, run_interpreted
 
 # the interpreter converts fp32 to bf16 by truncation (the GPU rounds to nearest): a bias of up
 # to an ulp per rounding step, ~1e-2 over a short row; tests/test_kernels_fused_gpu.py holds
@@ -167,7 +167,7 @@ def case_silu_and_mul_on_merged_gate_up():
                 _check(silu_and_mul_ref(gu), want, f"reference merged I={inter} {dtype}")
 
 
-CASES = sorted(name for name in dict(globals()) if name.startswith("case_"))
+CASES = list_cases(globals())
 
 
 @pytest.fixture(scope="module")
@@ -177,8 +177,7 @@ def report(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("case", CASES)
 def test_kernels_on_merged_views_in_interpreter(report, case):
-    assert report["interpret"], "the child did not run under TRITON_INTERPRET=1"
-    assert report["results"][case] == "ok", f"seed {report['seed']}:\n{report['results'][case]}"
+    check_case(report, case)
 
 
 def test_qk_norm_on_views_compiles_once_per_model():

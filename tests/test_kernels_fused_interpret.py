@@ -17,9 +17,9 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import run_cases, run_interpreted
+    from tests.interpret_child import check_case, list_cases, run_cases, run_interpreted
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import run_cases, run_interpreted
+    from interpret_child import check_case, list_cases, run_cases, run_interpreted
 
 TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
 MAX_DIFFERING = 0.01  # fp16 elements not bit-equal (a skipped rounding step changes ~25%)
@@ -218,7 +218,7 @@ def case_rotary():
             _check(g, r, f"rotary int32 positions {dtype}")
 
 
-CASES = sorted(name for name in dict(globals()) if name.startswith("case_"))
+CASES = list_cases(globals())
 
 
 # ------------------------------------------------------------------------------- the tests
@@ -231,8 +231,7 @@ def report(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("case", CASES)
 def test_fused_kernel_matches_reference_in_interpreter(report, case):
-    assert report["interpret"], "the child did not run under TRITON_INTERPRET=1"
-    assert report["results"][case] == "ok", f"seed {report['seed']}:\n{report['results'][case]}"
+    check_case(report, case)
 
 
 if __name__ == "__main__":  # the interpreted child (run_interpreted)

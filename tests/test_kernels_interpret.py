@@ -12,9 +12,9 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import run_cases, run_interpreted
+    from tests.interpret_child import check_case, list_cases, run_cases, run_interpreted
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import run_cases, run_interpreted
+    from interpret_child import check_case, list_cases, run_cases, run_interpreted
 
 FP32_TOL = 1e-4
 FP16_TOL = 1e-2
@@ -298,7 +298,7 @@ def case_write_kv():
         assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), f"bs={bs} {dtype}"
 
 
-CASES = sorted(name for name in dict(globals()) if name.startswith("case_"))
+CASES = list_cases(globals())
 
 
 # ------------------------------------------------------------------------------- the tests
@@ -311,8 +311,7 @@ def report(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("case", CASES)
 def test_kernel_matches_reference_in_interpreter(report, case):
-    assert report["interpret"], "the child did not run under TRITON_INTERPRET=1"
-    assert report["results"][case] == "ok", f"seed {report['seed']}:\n{report['results'][case]}"
+    check_case(report, case)
 
 
 if __name__ == "__main__":  # the interpreted child (run_interpreted)

@@ -11,10 +11,10 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import run_cases, run_interpreted
+    from tests.interpret_child import check_case, list_cases, run_cases, run_interpreted
     from tests.test_kernels_interpret import _paged_problem
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import run_cases, run_interpreted
+    from interpret_child import check_case, list_cases, run_cases, run_interpreted
     from test_kernels_interpret import _paged_problem
 
 
@@ -138,7 +138,7 @@ def case_attention_over_fp8_cache():
         assert err < 1e-2, f"nq={nq} ctx={ctx}: rel err {err:.2e}"
 
 
-CASES = sorted(name for name in dict(globals()) if name.startswith("case_"))
+CASES = list_cases(globals())
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +148,7 @@ def report(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("case", CASES)
 def test_fp8_kv_in_interpreter(report, case):
-    assert report["interpret"], "the child did not run under TRITON_INTERPRET=1"
-    assert report["results"][case] == "ok", f"seed {report['seed']}:\n{report['results'][case]}"
+    check_case(report, case)
 
 
 if __name__ == "__main__":  # the interpreted child (run_interpreted)
