@@ -10,6 +10,14 @@ kernel tally per step. A second engine with CUDA graphs times ``steps`` such ste
 wall clock (host work included). The gap between the two is what the GPU does not spend in
 kernels during a replayed step (launch gaps, host work, host waits). Prints one table per
 batch, writes profile_kernels.json under --out.
+
+That gap is then taken apart on the graph engine: the same kernel tally with CUDA graphs
+(kernels replayed inside a graph can run differently from eager launches: the decode
+attention grid is sized for ``--max-model-len`` there) and the host work of each phase of
+``LLMEngine.step`` (``host_phases``): scheduling, the runner's launch work (graph inputs,
+replay, sampler launch), the wait for the GPU, the scheduler update, output processing. The
+host phases outside the wait are time the GPU idles, since the engine does not overlap them
+with the GPU work.
 """
 
 from __future__ import annotations
@@ -57,10 +65,12 @@ def _prompts(batch: int, length: int) -> list[dict]:
             for i in range(batch)]
 
 
-def _engine(ckpt: Path, eager: bool, max_seqs: int, max_len: int, kv_gib: float):
+def _engine(ckpt: Path, eager: bool, max_seqs: int, max_len: int, kv_gib: float,
+            kv_dtype: str = "auto"):
     from edge_llm import LLM
 
     return LLM(str(ckpt), device="cuda", dtype="float16", max_model_len=max_len,
+               kv_cache_dtype=kv_dtype,
                max_num_seqs=max_seqs, max_num_batched_tokens=max(2048, max_len),
                kv_cache_memory=int(kv_gib * (1 << 30)), swap_space=0.0, enable_prefix_caching=False,
                enforce_eager=eager, growth_reserve=0)  # the reserve held back part of the batch
@@ -140,6 +150,66 @@ def graph_step_us(llm, batch: int, prompt: int, steps: int, reps: int = 3) -> fl
     return best / steps * 1e6
 
 
+def host_phases(llm, batch: int, prompt: int, steps: int) -> dict[str, float]:
+    """Microseconds per decode step in each host phase of ``LLMEngine.step`` (graph engine).
+    "wait" is the host waiting for the step's kernels: a synchronize after the sampler has
+    queued its work, where its ``tolist()`` would have waited anyway; "launch" is the rest
+    of ``runner.execute``."""
+    import torch
+
+    eng = _decode_phase(llm, batch, prompt, steps, "phases")
+    t: dict[str, float] = defaultdict(float)
+
+    def timed(obj, attr: str, key: str, then=None):
+        fn = getattr(obj, attr)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                out = fn(*args, **kwargs)
+                if then is not None:
+                    then()
+                return out
+            finally:
+                t[key] += time.perf_counter() - start
+        setattr(obj, attr, wrapper)
+
+    def wait() -> None:
+        start = time.perf_counter()
+        torch.cuda.synchronize()
+        t["wait"] += time.perf_counter() - start
+
+    timed(eng.scheduler, "schedule", "schedule")
+    timed(eng.runner, "execute", "execute")
+    timed(eng.runner.sampler, "sample_on_device", "sampler", then=wait)
+    timed(eng.scheduler, "update_from_output", "update")
+    timed(eng, "_postprocess", "outputs")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        eng.step()
+    wall = time.perf_counter() - start
+    for obj, attr in ((eng.scheduler, "schedule"), (eng.runner, "execute"),
+                      (eng.runner.sampler, "sample_on_device"),
+                      (eng.scheduler, "update_from_output"), (eng, "_postprocess")):
+        delattr(obj, attr)  # the instance wrappers go; the class methods show again
+    _finish(eng)
+    us = {k: v / steps * 1e6 for k, v in t.items()}
+    us["launch"] = us.pop("execute") - us["wait"]
+    us.pop("sampler")
+    us["other"] = wall / steps * 1e6 - sum(us.values())
+    us["wall"] = wall / steps * 1e6
+    return us
+
+
+def phases_line(us: dict[str, float]) -> str:
+    host = sum(v for k, v in us.items() if k not in ("wait", "wall"))
+    parts = ", ".join(f"{k} {us[k]:.0f}" for k in
+                      ("schedule", "launch", "wait", "update", "outputs", "other"))
+    return (f"host phases (us/step, graph engine): {parts}; host work outside the wait "
+            f"{host:.0f} of {us['wall']:.0f} ({host / us['wall']:.2f})")
+
+
 def table(batch: int, kernels: dict[str, list[float]], graph_us: float, top: int) -> str:
     total = sum(us for _, us in kernels.values())
     launches = sum(c for c, _ in kernels.values())
@@ -162,6 +232,10 @@ def main() -> int:
     ap.add_argument("--kv-gib", type=float, default=16.0,
                     help="KV cache; must hold batch x (prompt + steps) tokens, or preemptions "
                          "put prefill into the measured steps")
+    ap.add_argument("--max-model-len", type=int, default=0,
+                    help="engine context limit (sizes the graphs' attention grid); default: "
+                         "the prompt and the decode steps")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"))
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
@@ -170,13 +244,15 @@ def main() -> int:
 
         make_random_checkpoint("llama2-7b", "awq", a.ckpt, 128, "cuda")
     a.out.mkdir(parents=True, exist_ok=True)
-    max_len = a.prompt + _new_tokens(max(batches), a.prompt, a.steps) + 8
-    need = max(batches) * max_len * _kv_bytes_per_token(a.ckpt)
+    need_len = a.prompt + _new_tokens(max(batches), a.prompt, a.steps) + 8
+    max_len = max(a.max_model_len, need_len)
+    per_token = _kv_bytes_per_token(a.ckpt) // (2 if a.kv_cache_dtype == "fp8" else 1)
+    need = max(batches) * need_len * per_token
     if need > a.kv_gib * (1 << 30):
-        raise SystemExit(f"error: {max(batches)} x {max_len} tokens need "
+        raise SystemExit(f"error: {max(batches)} x {need_len} tokens need "
                          f"{need / (1 << 30):.1f} GiB of KV cache; raise --kv-gib")
     results: dict = {"ckpt": str(a.ckpt), "prompt": a.prompt, "steps": a.steps, "batches": {}}
-    eager = _engine(a.ckpt, True, max(batches), max_len, a.kv_gib)
+    eager = _engine(a.ckpt, True, max(batches), max_len, a.kv_gib, a.kv_cache_dtype)
     kernels = {b: decode_kernels(eager, b, a.prompt, a.steps) for b in batches}
     del eager
     import gc
@@ -185,11 +261,16 @@ def main() -> int:
 
     gc.collect()
     torch.cuda.empty_cache()
-    graphs = _engine(a.ckpt, False, max(batches), max_len, a.kv_gib)
+    graphs = _engine(a.ckpt, False, max(batches), max_len, a.kv_gib, a.kv_cache_dtype)
     for b in batches:
         g = graph_step_us(graphs, b, a.prompt, a.steps)
-        results["batches"][b] = {"graph_step_us": g, "kernels": kernels[b]}
+        in_graphs = decode_kernels(graphs, b, a.prompt, a.steps)
+        phases = host_phases(graphs, b, a.prompt, a.steps)
+        results["batches"][b] = {"graph_step_us": g, "kernels": kernels[b],
+                                 "graph_kernels": in_graphs, "host_phases_us": phases}
         print(table(b, kernels[b], g, a.top), flush=True)
+        print("with CUDA graphs: " + table(b, in_graphs, g, a.top), flush=True)
+        print(phases_line(phases), flush=True)
         print()
     (a.out / "profile_kernels.json").write_text(json.dumps(results, indent=1))
     return 0
