@@ -15,9 +15,10 @@ That gap is then taken apart on the graph engine: the same kernel tally with CUD
 (kernels replayed inside a graph can run differently from eager launches: the decode
 attention grid is sized for ``--max-model-len`` there) and the host work of each phase of
 ``LLMEngine.step`` (``host_phases``): scheduling, the runner's launch work (graph inputs,
-replay, sampler launch), the wait for the GPU, the scheduler update, output processing. The
-host phases outside the wait are time the GPU idles, since the engine does not overlap them
-with the GPU work.
+replay, sampler launch), the wait for the GPU, the scheduler update, output processing,
+with the outputs built before the next launch and while the next step runs (async output
+processing, the GPU default). Host work outside the wait is time the GPU idles, except the
+outputs in the async mode.
 """
 
 from __future__ import annotations
@@ -151,37 +152,48 @@ def graph_step_us(llm, batch: int, prompt: int, steps: int, reps: int = 3) -> fl
 
 
 def host_phases(llm, batch: int, prompt: int, steps: int) -> dict[str, float]:
-    """Microseconds per decode step in each host phase of ``LLMEngine.step`` (graph engine).
-    "wait" is the host waiting for the step's kernels: a synchronize after the sampler has
-    queued its work, where its ``tolist()`` would have waited anyway; "launch" is the rest
-    of ``runner.execute``."""
+    """Microseconds per decode step in each host phase of ``LLMEngine.step`` (graph engine,
+    in its current output mode): schedule; launch (graph inputs, replay, sampler launch:
+    ``runner.launch``); wait (the host waiting for the step's kernels: a synchronize before
+    ``collect()``, where its ``tolist()`` would have waited anyway); collect (the rest of
+    it); update (the scheduler); outputs (detokenizing, RequestOutputs); other. "critical":
+    the host work the GPU waits for: all of it but the wait, less the outputs when they are
+    built while the next step runs (``engine.async_output``)."""
     import torch
 
     eng = _decode_phase(llm, batch, prompt, steps, "phases")
     t: dict[str, float] = defaultdict(float)
 
-    def timed(obj, attr: str, key: str, then=None):
+    def timed(obj, attr: str, key: str, wrap_result=None):
         fn = getattr(obj, attr)
 
         def wrapper(*args, **kwargs):
             start = time.perf_counter()
             try:
                 out = fn(*args, **kwargs)
-                if then is not None:
-                    then()
-                return out
+                return wrap_result(out) if wrap_result is not None else out
             finally:
                 t[key] += time.perf_counter() - start
         setattr(obj, attr, wrapper)
 
-    def wait() -> None:
-        start = time.perf_counter()
-        torch.cuda.synchronize()
-        t["wait"] += time.perf_counter() - start
+    def waited(pending):
+        collect = pending.collect
 
+        def wrapper():
+            start = time.perf_counter()
+            torch.cuda.synchronize()
+            t["wait"] += time.perf_counter() - start
+            start = time.perf_counter()
+            out = collect()
+            t["collect"] += time.perf_counter() - start
+            return out
+        pending.collect = wrapper
+        return pending
+
+    patched = ((eng.scheduler, "schedule"), (eng.runner, "launch"),
+               (eng.scheduler, "update_from_output"), (eng, "_postprocess"))
     timed(eng.scheduler, "schedule", "schedule")
-    timed(eng.runner, "execute", "execute")
-    timed(eng.runner.sampler, "sample_on_device", "sampler", then=wait)
+    timed(eng.runner, "launch", "launch", wrap_result=waited)
     timed(eng.scheduler, "update_from_output", "update")
     timed(eng, "_postprocess", "outputs")
     torch.cuda.synchronize()
@@ -189,25 +201,21 @@ def host_phases(llm, batch: int, prompt: int, steps: int) -> dict[str, float]:
     for _ in range(steps):
         eng.step()
     wall = time.perf_counter() - start
-    for obj, attr in ((eng.scheduler, "schedule"), (eng.runner, "execute"),
-                      (eng.runner.sampler, "sample_on_device"),
-                      (eng.scheduler, "update_from_output"), (eng, "_postprocess")):
+    for obj, attr in patched:
         delattr(obj, attr)  # the instance wrappers go; the class methods show again
     _finish(eng)
     us = {k: v / steps * 1e6 for k, v in t.items()}
-    us["launch"] = us.pop("execute") - us["wait"]
-    us.pop("sampler")
     us["other"] = wall / steps * 1e6 - sum(us.values())
     us["wall"] = wall / steps * 1e6
+    us["critical"] = us["wall"] - us["wait"] - (us["outputs"] if eng.async_output else 0.0)
     return us
 
 
-def phases_line(us: dict[str, float]) -> str:
-    host = sum(v for k, v in us.items() if k not in ("wait", "wall"))
-    parts = ", ".join(f"{k} {us[k]:.0f}" for k in
-                      ("schedule", "launch", "wait", "update", "outputs", "other"))
-    return (f"host phases (us/step, graph engine): {parts}; host work outside the wait "
-            f"{host:.0f} of {us['wall']:.0f} ({host / us['wall']:.2f})")
+def phases_line(us: dict[str, float], mode: str) -> str:
+    parts = ", ".join(f"{k} {us.get(k, 0.0):.0f}" for k in
+                      ("schedule", "launch", "wait", "collect", "update", "outputs", "other"))
+    return (f"host phases, {mode} (us/step): {parts}; host work the GPU waits for "
+            f"{us['critical']:.0f} of {us['wall']:.0f} ({us['critical'] / us['wall']:.2f})")
 
 
 def table(batch: int, kernels: dict[str, list[float]], graph_us: float, top: int) -> str:
@@ -262,15 +270,22 @@ def main() -> int:
     gc.collect()
     torch.cuda.empty_cache()
     graphs = _engine(a.ckpt, False, max(batches), max_len, a.kv_gib, a.kv_cache_dtype)
+    eng = graphs.engine
     for b in batches:
-        g = graph_step_us(graphs, b, a.prompt, a.steps)
-        in_graphs = decode_kernels(graphs, b, a.prompt, a.steps)
-        phases = host_phases(graphs, b, a.prompt, a.steps)
-        results["batches"][b] = {"graph_step_us": g, "kernels": kernels[b],
-                                 "graph_kernels": in_graphs, "host_phases_us": phases}
-        print(table(b, kernels[b], g, a.top), flush=True)
-        print("with CUDA graphs: " + table(b, in_graphs, g, a.top), flush=True)
-        print(phases_line(phases), flush=True)
+        res = {"kernels": kernels[b]}
+        for key, on in (("sync", False), ("async", True)):
+            eng.async_output = on
+            res[f"graph_step_us_{key}"] = graph_step_us(graphs, b, a.prompt, a.steps)
+            res[f"host_phases_us_{key}"] = host_phases(graphs, b, a.prompt, a.steps)
+        res["graph_kernels"] = decode_kernels(graphs, b, a.prompt, a.steps)
+        results["batches"][b] = res
+        sync_us, async_us = res["graph_step_us_sync"], res["graph_step_us_async"]
+        print(table(b, kernels[b], async_us, a.top), flush=True)
+        print("with CUDA graphs: " + table(b, res["graph_kernels"], async_us, a.top), flush=True)
+        print(f"graph step: {sync_us:.0f} us with sync outputs, {async_us:.0f} with async "
+              f"outputs ({sync_us / async_us:.3f}x)")
+        for mode, key in (("sync outputs", "sync"), ("async outputs", "async")):
+            print(phases_line(res[f"host_phases_us_{key}"], mode), flush=True)
         print()
     (a.out / "profile_kernels.json").write_text(json.dumps(results, indent=1))
     return 0

@@ -99,6 +99,7 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
                                       growth_reserve=args.growth_reserve,
                                       preemption_mode=args.preemption_mode),
             enforce_eager=args.enforce_eager,
+            async_output_proc=False if args.disable_async_output_proc else None,
         )
         server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
                               served_model_name=args.served_model_name,

@@ -104,6 +104,8 @@ class EngineConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     enforce_eager: bool = False
+    # build a step's outputs while the GPU runs the next step (llm_engine.py); None: on a GPU
+    async_output_proc: bool | None = None
     debug_integrity: bool = False  # check the block pool whenever the engine goes idle
 
 

@@ -78,6 +78,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "sequences of n > 1 requests)"),
     Option("--seed", int, 0, "random seed"),
     _bool_flag("--enforce-eager", False, "no CUDA graphs"),
+    _bool_flag("--disable-async-output-proc", False, "build a step's outputs before launching "
+               "the next one (default on a GPU: while the GPU runs it)"),
     Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),
     Option("--served-model-name", str, None, "model name in the API (default: the model's)"),
     Option("--api-key", str, None, "require 'Authorization: Bearer KEY' on /v1"),

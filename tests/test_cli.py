@@ -97,6 +97,7 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
         "--kv-cache-dtype", "fp8",
         "--no-enable-prefix-caching", "--max-num-seqs", "5", "--max-num-batched-tokens", "256",
         "--growth-reserve", "32", "--preemption-mode", "swap", "--seed", "9", "--enforce-eager",
+        "--disable-async-output-proc",
         "--chat-template", str(template),
         "--served-model-name", "m", "--api-key", "k", "--max-queue", "4", "--host", "0.0.0.0",
     ], {})
@@ -113,6 +114,10 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
             engine.scheduler.growth_reserve, engine.scheduler.preemption_mode) == (5, 256, 32,
                                                                                "swap")
     assert engine.enforce_eager is True
+    assert engine.async_output_proc is False
+    plain = serve_args([], {})
+    plain.model = None
+    assert cli.build_configs(plain)[0].async_output_proc is None  # auto: on a GPU
     assert (server.host, server.api_key, server.served_model_name, server.max_queue) == (
         "0.0.0.0", "k", "m", 4)
 

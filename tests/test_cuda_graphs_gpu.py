@@ -11,7 +11,8 @@ and one in AWQ (the W4A16 Triton kernels inside the graph), both with word-level
   max_model_len, the eager one for the step, so fp32 partial sums round differently);
 - sleep (levels 1 and 2) drops the graphs and their memory, wake captures them again, and the
   tokens after waking equal those before;
-- the capture is reported (count, seconds, memory); enforce_eager and fp32 capture nothing.
+- the capture is reported (count, seconds, memory); enforce_eager and fp32 capture nothing;
+- async output processing (the default here) gives the tokens of the synchronous engine.
 """
 
 from __future__ import annotations
@@ -157,6 +158,22 @@ def test_greedy_equals_enforce_eager(model_dir, batch):
     assert_same_or_near_tie([o.outputs[0] for o in ref], [o.outputs[0] for o in got])
     padded = {1: 1, 3: 4, 8: 8}[batch]
     assert llm.engine.runner.graphs.replays[padded] >= 30  # 39 decode steps of the full batch
+
+
+def test_async_outputs_equal_sync_outputs(model_dir):
+    """Async output processing (the GPU default) builds step n's outputs while step n+1
+    runs: the same schedule and kernels, so the same tokens, bit for bit."""
+    prompts = random_prompts(12, VOCAB, 3, 90, seed=7)
+    arrivals = [(3 * i, p) for i, p in enumerate(prompts)]
+    sync = make_llm(model_dir, disable_async_output_proc=True)
+    assert sync.engine.async_output is False
+    ref = run_traffic(sync, arrivals, GREEDY)
+    llm = make_llm(model_dir)
+    assert llm.engine.async_output is True
+    got = run_traffic(llm, arrivals, GREEDY)
+    assert {k: v.token_ids for k, v in got.items()} == {k: v.token_ids for k, v in ref.items()}
+    assert len(got) == len(prompts)
+    llm.engine.check_integrity()
 
 
 def test_mixed_traffic_equals_enforce_eager(model_dir):

@@ -85,7 +85,7 @@ class AsyncEngine:
                     queue = self._queues.get(rid)
                     if queue is not None:
                         queue.put_nowait(EngineError(f"Engine step failed: {err.cause!r}"))
-                continue
+                outputs = err.outputs  # the step before it, still due (async output processing)
             for out in outputs:
                 queue = self._queues.get(out.request_id)
                 if queue is not None:

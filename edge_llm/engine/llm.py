@@ -45,6 +45,7 @@ class LLM:
         revision: str | None = None,
         chat_template: str | None = None,
         enforce_eager: bool = False,
+        disable_async_output_proc: bool = False,
         num_gpu_blocks_override: int | None = None,
         kv_cache_dtype: str = "auto",
     ) -> None:
@@ -62,6 +63,7 @@ class LLM:
                                       growth_reserve=growth_reserve,
                                       preemption_mode=preemption_mode),
             enforce_eager=enforce_eager,
+            async_output_proc=False if disable_async_output_proc else None,
         )
         self.engine = LLMEngine(config)
         self._ids = itertools.count()

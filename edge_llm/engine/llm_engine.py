@@ -1,5 +1,12 @@
 """LLMEngine: the synchronous core. ``step()`` is schedule, run, postprocess.
 
+With async output processing (on by default on a GPU: vLLM's ``async output processing``,
+``--disable-async-output-proc`` turns it off), ``step()`` is: wait for the step in flight,
+update the scheduler with its tokens, schedule and launch the next step, then build the
+finished step's outputs (detokenizing, stop strings, RequestOutput objects) while the GPU
+runs the next one. A stop string found there finishes its sequence one step late: the token
+the next step samples for it is dropped (the scheduler skips rows of finished sequences).
+
 Also owns request admission (tokenization, validation) and turning sampled tokens into
 ``RequestOutput`` objects (detokenization, stop strings, logprobs, finish reasons).
 """
@@ -49,12 +56,16 @@ class _Request:
 
 
 class StepError(RuntimeError):
-    """A step raised; its requests were aborted (blocks freed) and are named in ``ids``."""
+    """A step raised; its requests were aborted (blocks freed) and are named in ``ids``.
+    ``outputs``: outputs of the step before it, when they were still due (async output
+    processing), to deliver as usual."""
 
-    def __init__(self, ids: set[str], cause: BaseException) -> None:
+    def __init__(self, ids: set[str], cause: BaseException,
+                 outputs: list[RequestOutput] | None = None) -> None:
         super().__init__(f"step failed for {len(ids)} requests: {cause!r}")
         self.ids = ids
         self.cause = cause
+        self.outputs = outputs or []
 
 
 class LLMEngine:
@@ -86,6 +97,9 @@ class LLMEngine:
             self.runner.plan.num_cpu_blocks,
         )
         self.requests: dict[str, _Request] = {}
+        self.async_output = (config.async_output_proc if config.async_output_proc is not None
+                             else self.runner.device.type == "cuda")
+        self._in_flight = None  # (SchedulerOutput, PendingStep) of the step launched last
         self.sleep_level = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -160,20 +174,42 @@ class LLMEngine:
             self.scheduler.abort(request_id)  # the runner forgets its seeds via finished_seq_ids
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self._in_flight is not None or self.scheduler.has_unfinished()
 
     # ---- one iteration ---------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        sched = self.scheduler.schedule()
+        if not self.async_output:
+            sched = self.scheduler.schedule()
+            result = self._run(sched, lambda: self.runner.execute(sched))
+            seqs = self.scheduler.update_from_output(sched, result.sampled)
+            return self._postprocess(sched, seqs, result)
+        done = None
+        if self._in_flight is not None:
+            sched, pending = self._in_flight
+            self._in_flight = None
+            result = self._run(sched, pending.collect)
+            done = (sched, self.scheduler.update_from_output(sched, result.sampled), result)
+        nxt = self.scheduler.schedule()
         try:
-            result = self.runner.execute(sched)
+            if nxt.scheduled:
+                self._in_flight = (nxt, self._run(nxt, lambda: self.runner.launch(nxt)))
+            else:  # swaps, copies, forgotten seeds at most: nothing to wait for
+                self._run(nxt, lambda: self.runner.execute(nxt))
+                self.scheduler.update_from_output(nxt, {})
+        except StepError as err:
+            err.outputs = self._postprocess(*done) if done else []
+            raise
+        return self._postprocess(*done) if done else []
+
+    def _run(self, sched, fn):
+        """``fn()``; on an exception, abort the step's requests and raise StepError."""
+        try:
+            return fn()
         except Exception as exc:
             ids = {s.seq.request_id for s in sched.scheduled}
             for rid in ids:
                 self.abort(rid)
             raise StepError(ids, exc) from exc
-        seqs = self.scheduler.update_from_output(sched, result.sampled)
-        return self._postprocess(sched, seqs, result)
 
     def _record_prompt_logprobs(self, sched, result: RunnerOutput) -> None:
         """Position p holds the logprob of prompt token p (p = 0 has none, as in vLLM); a
@@ -275,7 +311,7 @@ class LLMEngine:
         memory, level 2 drops them. Refused while requests are in flight."""
         if level not in (1, 2):
             raise ValueError(f"sleep level must be 1 or 2, got {level}.")
-        if self.scheduler.has_unfinished():
+        if self.has_unfinished():
             raise ValueError(
                 f"Cannot sleep with {self.scheduler.num_unfinished_requests} requests in flight."
             )

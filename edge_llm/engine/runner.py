@@ -54,6 +54,28 @@ class RunnerOutput:
     prompt_logprobs: dict[int, tuple[int, list[dict[int, float]]]] = field(default_factory=dict)
 
 
+class PendingStep:
+    """A launched step: its kernels are queued; ``collect()`` waits for the sampled tokens
+    (the one device-to-host copy of the step) and returns the RunnerOutput."""
+
+    def __init__(self, out: RunnerOutput) -> None:
+        self.out = out
+        self.sampling = None  # (sampler, rows, sample rows, packed device tensor)
+
+    def collect(self) -> RunnerOutput:
+        if self.sampling is not None:
+            sampler, rows, sample_rows, packed = self.sampling
+            self.sampling = None
+            res = sampler.unpack(packed.tolist(), sample_rows)
+            out = self.out
+            for i, s in enumerate(rows):
+                sid = s.seq.seq_id
+                out.sampled[sid] = res.token_ids[i]
+                out.logprobs[sid] = res.logprobs[i]
+                out.sampled_logprobs[sid] = res.sampled_logprobs[i]
+        return self.out
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -226,34 +248,41 @@ class ModelRunner:
         torch.cuda.empty_cache()
         return peak - kv_bytes
 
-    @torch.inference_mode()
     def execute(self, sched) -> RunnerOutput:
         """Apply swap-out, swap-in, copies; run the scheduled tokens; sample ``do_sample`` rows."""
+        return self.launch(sched).collect()
+
+    @torch.inference_mode()
+    def launch(self, sched) -> PendingStep:
+        """``execute`` up to the host's wait for the sampled tokens: on a GPU the step's
+        kernels are queued when this returns (prompt logprobs, when asked for, are read
+        here). ``collect()`` on the result finishes it."""
         for seq_id in sched.finished_seq_ids:
             self.sampler.forget(seq_id)
         self.kv.swap_out(sched.blocks_to_swap_out)
         self.kv.swap_in(sched.blocks_to_swap_in)
         self.kv.copy(sched.blocks_to_copy)
-        out = RunnerOutput()
+        step = PendingStep(RunnerOutput())
+        out = step.out
         if not sched.scheduled:
-            return out
+            return step
         rows = [s for s in sched.scheduled if s.do_sample]
         if self.graphs is not None and self.graphs.can_run(sched.scheduled):
             logits = self.graphs.run(sched.scheduled)  # (B, vocab), row i: scheduled[i]
             if len(rows) != len(sched.scheduled):  # a one-token prefill chunk samples nothing
                 logits = logits[[i for i, s in enumerate(sched.scheduled) if s.do_sample]]
             if rows:
-                self._sample(logits, rows, out)
-            return out
+                self._sample(logits, rows, step)
+            return step
         if self.prefill_graphs is not None and self.prefill_graphs.can_run(sched.scheduled):
             logits = self.prefill_graphs.run(sched.scheduled)  # (n, vocab): the real rows
             if rows:  # a prompt's last chunk (or the uncached tail): sample after its last token
-                self._sample(logits[-1:], rows, out)
-            return out
+                self._sample(logits[-1:], rows, step)
+            return step
         ids, positions, meta, sample_idx, prompt_rows = self._prepare(sched.scheduled)
         hidden = self.model(ids, positions, self.kv.layers, meta)
         if rows:
-            self._sample(self.model.compute_logits(hidden[sample_idx]), rows, out)
+            self._sample(self.model.compute_logits(hidden[sample_idx]), rows, step)
         for s, lo, _hi in prompt_rows:
             k = s.seq.params.prompt_logprobs
             targets = self._prompt_targets(s)
@@ -262,10 +291,11 @@ class ModelRunner:
             out.prompt_logprobs[s.seq.seq_id] = (s.start_pos + 1, compute_prompt_logprobs(
                 logits, torch.tensor(targets, device=logits.device), k
             ))
-        return out
+        return step
 
-    def _sample(self, logits: torch.Tensor, rows: list, out: RunnerOutput) -> None:
-        """Sample one token per row of ``logits`` (row i belongs to ``rows[i]``) into ``out``."""
+    def _sample(self, logits: torch.Tensor, rows: list, step: PendingStep) -> None:
+        """Queue sampling one token per row of ``logits`` (row i belongs to ``rows[i]``);
+        ``step.collect()`` reads the tokens."""
         sample_rows = [
             SampleRow(
                 params=s.seq.params,
@@ -276,11 +306,8 @@ class ModelRunner:
             )
             for s in rows
         ]
-        res = self.sampler(logits, sample_rows)
-        for i, s in enumerate(rows):
-            out.sampled[s.seq.seq_id] = res.token_ids[i]
-            out.logprobs[s.seq.seq_id] = res.logprobs[i]
-            out.sampled_logprobs[s.seq.seq_id] = res.sampled_logprobs[i]
+        packed = self.sampler.sample_on_device(logits, sample_rows)
+        step.sampling = (self.sampler, rows, sample_rows, packed)
 
     @staticmethod
     def _prompt_targets(s) -> list[int]:
