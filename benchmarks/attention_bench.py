@@ -1,6 +1,6 @@
-"""Attention benchmarks of benchmarks/kernels.py: paged decode (every launch variant, the
+"""Attention benchmarks of benchmarks/kernels_bench.py: paged decode (every launch variant, the
 fp8 cache, torch SDPA on the same K/V held contiguously) and a chunked-prefill check, timed
-as kernels.py times everything (kernel_timing.time_op).
+as kernels_bench.py times everything (kernel_timing.time_op).
 """
 
 from __future__ import annotations

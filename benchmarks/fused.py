@@ -7,7 +7,7 @@ kernel over the plain-torch reference (exactly the ops the model ran before: RMS
 mean / rsqrt / mul / casts, the residual add, rotary's gathers / casts / mul / cat, SiLU and
 mul), and the fraction of device copy bandwidth each reaches (bytes the op must read and write
 per second over the copy's). "layer" sums one decoder layer's calls: two add_rms_norm, one
-rotary, one silu_and_mul. Each time is ``time_op`` of benchmarks/kernels.py: median over
+rotary, one silu_and_mul. Each time is ``time_op`` of benchmarks/kernels_bench.py: median over
 replays of a CUDA graph calling the op on a rotation of input sets, per call. Every op is
 checked against its reference before it is timed. JSON (with microseconds) under $OUT.
 
@@ -17,7 +17,6 @@ checked against its reference before it is timed. JSON (with microseconds) under
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -37,12 +36,11 @@ MAX_POSITIONS = 4096
 
 
 def bench_helpers():
-    """benchmarks/kernels.py by path (``import kernels`` could find the repo's kernels/)."""
-    spec = importlib.util.spec_from_file_location("bench_kernels",
-                                                  Path(__file__).with_name("kernels.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """benchmarks/kernels_bench.py (named so since session 17: as kernels.py, a script's
+    ``import kernels`` found it instead of the Hub's distribution that transformers needs)."""
+    import kernels_bench
+
+    return kernels_bench
 
 
 def make_sets(op: str, model: tuple, rows: int, dt, dev, n_sets: int) -> list[tuple]:

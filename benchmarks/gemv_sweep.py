@@ -3,7 +3,7 @@ Llama-2-7B / Qwen2.5-7B linear shapes (``variants`` holds the current question's
 
     python benchmarks/gemv_sweep.py --out DIR        # GPU; one table, JSON + log in DIR
 
-Timing and checks as benchmarks/kernels.py (CUDA-graph replays over rotated input sets,
+Timing and checks as benchmarks/kernels_bench.py (CUDA-graph replays over rotated input sets,
 every variant first compared with the fp32 reference). Prints, per M, the geometric-mean
 speed-up over cuBLAS of each variant and of the dispatched choice, the best variant per shape,
 then the per-shape table of the dispatched choice.
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 _spec = importlib.util.spec_from_file_location(
-    "bench_kernels", Path(__file__).with_name("kernels.py"))
+    "bench_kernels", Path(__file__).with_name("kernels_bench.py"))
 bk = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bk)
 

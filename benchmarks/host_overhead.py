@@ -46,7 +46,7 @@ def _fixed_execute(sched):
 def measure(llm, rows: int, prompt: int, steps: int, final_only: bool) -> dict[str, float]:
     from edge_llm import SamplingParams
     from edge_llm.engine import cuda_graphs
-    from edge_llm.engine.runner import RunnerOutput
+    from edge_llm.engine.runner import PendingStep, RunnerOutput
 
     eng = llm.engine
     real_execute = eng.runner.execute
@@ -75,9 +75,10 @@ def measure(llm, rows: int, prompt: int, steps: int, final_only: bool) -> dict[s
             t1 = time.perf_counter()
             cuda_graphs.decode_inputs(sched.scheduled, pad, eng.runner.block_size)
             t2 = time.perf_counter()
-            out = RunnerOutput()
+            pending = PendingStep(RunnerOutput())
             eng.runner._sample(logits[: len(sched.scheduled)],
-                               [s for s in sched.scheduled if s.do_sample], out)
+                               [s for s in sched.scheduled if s.do_sample], pending)
+            out = pending.collect()
             t3 = time.perf_counter()
             seqs = eng.scheduler.update_from_output(sched, out.sampled)
             t4 = time.perf_counter()

@@ -1,6 +1,7 @@
-"""The printed summary of benchmarks/kernels.py: one table per kernel family, from its results.
+"""The printed summary of benchmarks/kernels_bench.py: one table per kernel family, from its
+results.
 
-``print_table(res, ms)`` reads the dict that kernels.py writes as kernels_bench.json (keys
+``print_table(res, ms)`` reads the dict that kernels_bench.py writes as kernels_bench.json (keys
 "w4a16", "w4a16_checks", "decode", "prefill", "shared"; any may be missing) and prints the
 W4A16 speed-ups over fp16 cuBLAS with one column per activation row count in ``ms`` ("-" where
 not measured), the worst W4A16 check error, the paged decode and prefill rows and the largest

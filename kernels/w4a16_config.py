@@ -51,7 +51,7 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
                 half: bool = True, fp16: bool | None = None) -> W4A16Config:
     """The tuned launch choice for an (M, N, K) problem.
 
-    From the sweep in benchmarks/kernels.py on an H200 (notes/kernels.md): the best
+    From the sweep in benchmarks/kernels_bench.py on an H200 (notes/kernels.md): the best
     geometric-mean variant per M bucket over the eight Llama-2/Qwen2.5-7B shapes; above
     M = 64 dequantize + cuBLAS won every shape but one. Every config fits 99 KB of shared
     memory on sm_86/89 (tests/test_kernels_compile.py). ``half``: fp16/bf16 activations, which

@@ -1,4 +1,4 @@
-"""benchmarks/kernels.py runs end to end (``--smoke``: tiny shapes, CPU, Triton interpreter),
+"""benchmarks/kernels_bench.py runs end to end (``--smoke``: tiny shapes, CPU, Triton interpreter),
 and ``--plot`` draws the dispatched W4A16 speed-ups of the JSON it wrote."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from tests.helpers import run_bench_script
 
 
 def test_kernels_benchmark_smoke_and_plot(tmp_path):
-    proc = run_bench_script("kernels.py", tmp_path, "--smoke")
+    proc = run_bench_script("kernels_bench.py", tmp_path, "--smoke")
     assert "==== W4A16 speed-up vs fp16 cuBLAS" in proc.stdout
     res = json.loads((tmp_path / "kernels_bench.json").read_text())
     rows = res["w4a16"]
@@ -19,6 +19,6 @@ def test_kernels_benchmark_smoke_and_plot(tmp_path):
         assert r["auto_res"]["err"] < 1e-4 and math.isfinite(r["auto_res"]["speedup"]), r
     assert max(c["err"] for c in res["w4a16_checks"]) < 1e-4
     png = tmp_path / "speedup.png"
-    run_bench_script("kernels.py", tmp_path, "--plot", str(tmp_path / "kernels_bench.json"),
+    run_bench_script("kernels_bench.py", tmp_path, "--plot", str(tmp_path / "kernels_bench.json"),
                      str(png), timeout=120)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

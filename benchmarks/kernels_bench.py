@@ -1,6 +1,6 @@
 """Check and time the Triton kernels on one GPU; print one table, write JSON under $OUT.
 
-    pip install --no-deps -e . >/dev/null; python benchmarks/kernels.py
+    pip install --no-deps -e . >/dev/null; python benchmarks/kernels_bench.py
 
 Every timing is kernel_timing.time_op: the median of triton.testing.do_bench over replays of a
 CUDA graph that calls the op on a rotation of input sets (together several times the L2 size),
