@@ -200,8 +200,10 @@ def host_phases(llm, batch: int, prompt: int, steps: int) -> dict[str, float]:
     start = time.perf_counter()
     for _ in range(steps):
         eng.step()
+    end_wait = time.perf_counter()
     torch.cuda.synchronize()  # the last step launched (async outputs) ends inside the window
     wall = time.perf_counter() - start
+    t["wait"] += time.perf_counter() - end_wait
     for obj, attr in patched:
         delattr(obj, attr)  # the instance wrappers go; the class methods show again
     _finish(eng)

@@ -66,7 +66,11 @@ def _assert_fits(records) -> None:
 
 
 @pytest.mark.parametrize("k,n", [(4096, 12288), (11008, 4096)])
-def test_w4a16_dispatched_configs_fit(k, n):
+def test_w4a16_dispatched_configs_fit(k, n, monkeypatch):
+    # Above 64 rows the dispatcher dequantizes, then calls torch.matmul on the (never written)
+    # weights. Only the dequantize kernel's compile matters here. An fp16 CPU matmul of
+    # uninitialised memory (denormals) took minutes on one machine, so it is stubbed.
+    monkeypatch.setattr(torch, "matmul", lambda a, b: a.new_zeros(a.shape[0], b.shape[1]))
     qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
     with compile_only(ARCH) as records:
         for dtype in (torch.float16, torch.bfloat16):
