@@ -3,16 +3,16 @@
 ``kernels/`` and ``quant/`` sit at the top of a checkout and install as ``edge_llm.kernels``
 and ``edge_llm.quant`` (pyproject's package-dir). But a process started in the checkout's root
 (``python -m pytest``, ``python -m edge_llm.cli``, ``python -c``) has that root on sys.path,
-where those folders pass for top-level packages. transformers >= 5.2x depends on the Hub's
-``kernels`` distribution and imports it (``from kernels import CUDAProperties``); finding our
-folder instead, every ``import transformers.<model>`` fails.
+where those folders pass for top-level packages. Recent transformers (5.25 here; 5.17 did
+not) depends on the Hub's ``kernels`` distribution and imports it (``from kernels import
+CUDAProperties``); finding our folder instead, every ``import transformers.<model>`` fails.
 
 ``unshadow()`` runs when edge_llm is imported: for each of those names that would resolve to
 the checkout's folder while an installed distribution of that name exists elsewhere on
 sys.path, it puts the installed one into ``sys.modules`` first (loaded lazily, on first use),
-so later imports get it.
-Nothing happens outside a checkout (a wheel install has no such folders beside it), when no
-such distribution is installed, or when the name is already imported.
+so later imports get it. Nothing happens outside a checkout (a wheel install has no such
+folders beside it), when no such distribution is installed, or when the name is already
+imported.
 """
 
 from __future__ import annotations

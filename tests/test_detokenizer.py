@@ -11,7 +11,8 @@ import torch
 from edge_llm.engine.detokenizer import IncrementalDetokenizer
 from edge_llm.sampling_params import SamplingParams
 
-SMOL = Path(os.environ.get("EDGE_LLM_TEST_TOKENIZER", "/tmp/smol/hf"))
+# a tokenizer directory; by default the demo model's (SmolLM2's byte-level BPE)
+SMOL = os.environ.get("EDGE_LLM_TEST_TOKENIZER")
 FFFD = "\ufffd"
 TEXTS = [
     "Hello there, 世界! Emoji time: 😀🎉👍🏽 and 🇫🇷 flags. Ça va? naïve café — «quotes».",
@@ -23,11 +24,15 @@ MODES = [True, False]  # use tokenizers' DecodeStream, or the Python window
 
 @pytest.fixture(scope="module")
 def tok():
-    if not (SMOL / "tokenizer.json").exists():
-        pytest.skip(f"no tokenizer at {SMOL} (set EDGE_LLM_TEST_TOKENIZER)")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(SMOL))
+    if SMOL is None:
+        from edge_llm.model.demo import ensure_demo_model
+
+        return AutoTokenizer.from_pretrained(str(ensure_demo_model()))
+    if not (Path(SMOL) / "tokenizer.json").exists():
+        pytest.fail(f"EDGE_LLM_TEST_TOKENIZER={SMOL} has no tokenizer.json")
+    return AutoTokenizer.from_pretrained(SMOL)
 
 
 def stream(detok: IncrementalDetokenizer, ids: list[int], chunk: int = 1) -> list[str]:
