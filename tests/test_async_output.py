@@ -123,6 +123,31 @@ def test_abort_while_the_step_is_in_flight(pair):
     _assert_idle(asyn)
 
 
+def test_only_a_step_in_flight_still_blocks_sleep(pair):
+    """A stop string in the first token's text: the request finishes while building that
+    step's outputs, after the next step (holding it) was launched. Nothing is unfinished in
+    the scheduler, but the engine is not idle until that step is collected."""
+    sync, asyn = pair
+    eng = asyn.engine
+    for prompt in _prompts(8, seed=11):
+        first = sync.generate([prompt], SamplingParams(max_tokens=1, **GREEDY),
+                              use_tqdm=False)[0].outputs[0].text
+        if first.strip():
+            break
+    else:
+        pytest.fail("no prompt whose first token has visible text")
+    eng.add_request("s", prompt, SamplingParams(max_tokens=8, stop=[first], **GREEDY))
+    assert eng.step() == []  # the prefill launched
+    outs = eng.step()  # its token: stop string found while the next step runs
+    assert [(o.request_id, o.finished, o.outputs[0].finish_reason) for o in outs] == [
+        ("s", True, "stop")]
+    assert not eng.scheduler.has_unfinished() and eng.has_unfinished()
+    with pytest.raises(ValueError, match="a step is in flight"):
+        eng.sleep(1)
+    assert eng.step() == []  # the dropped token's step
+    _assert_idle(asyn)
+
+
 def test_a_failed_launch_still_delivers_the_step_before_it(pair, monkeypatch):
     _, asyn = pair
     eng = asyn.engine

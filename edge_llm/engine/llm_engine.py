@@ -312,9 +312,10 @@ class LLMEngine:
         if level not in (1, 2):
             raise ValueError(f"sleep level must be 1 or 2, got {level}.")
         if self.has_unfinished():
-            raise ValueError(
-                f"Cannot sleep with {self.scheduler.num_unfinished_requests} requests in flight."
-            )
+            n = self.scheduler.num_unfinished_requests
+            raise ValueError(f"Cannot sleep with {n} requests in flight." if n else
+                             "Cannot sleep while a step is in flight: step() until "
+                             "has_unfinished() is False.")
         if self.is_sleeping:
             return
         self.runner.sleep(level)
