@@ -99,6 +99,46 @@ def test_failed_step_fails_its_requests_and_loop_goes_on(engine, monkeypatch):
     _idle(engine)
 
 
+def test_failed_launch_with_async_outputs_still_delivers_the_step_before(tiny_dir,  # noqa: F811
+                                                                       monkeypatch):
+    """Async output processing: a step's outputs are built after the next launch. When that
+    launch fails, its requests fail, and the finished step's outputs still reach their
+    streams (StepError.outputs)."""
+    cfg = EngineConfig(model=ModelConfig(model=str(tiny_dir), device="cpu"),
+                       scheduler=SchedulerConfig(max_num_batched_tokens=256),
+                       async_output_proc=True)
+    engine = AsyncEngine.from_config(cfg)
+    runner = engine.engine.runner
+    real = runner.launch
+    calls = {"n": 0}
+
+    def flaky(sched):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the first decode step, after both prefills
+            raise RuntimeError("simulated device fault")
+        return real(sched)
+
+    monkeypatch.setattr(runner, "launch", flaky)
+    one = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+
+    async def main():
+        await engine.start()
+        try:
+            return await asyncio.wait_for(asyncio.gather(  # without them, "short" hangs
+                _collect(engine, {"prompt_token_ids": [5, 6, 7]}, one, "short"),
+                _collect(engine, {"prompt_token_ids": [8, 9, 10]}, GREEDY, "long"),
+                return_exceptions=True), timeout=120)
+        finally:
+            await engine.stop()
+
+    short, long = asyncio.run(main())
+    assert isinstance(long, EngineError) and "simulated device fault" in str(long)
+    _, out = short
+    assert out.finished and len(out.outputs[0].token_ids) == 1
+    assert calls["n"] == 2
+    _idle(engine)
+
+
 def test_bad_prompt_raises_before_first_output(engine):
     async def main():
         await engine.start()
