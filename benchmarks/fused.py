@@ -7,7 +7,7 @@ kernel over the plain-torch reference (exactly the ops the model ran before: RMS
 mean / rsqrt / mul / casts, the residual add, rotary's gathers / casts / mul / cat, SiLU and
 mul), and the fraction of device copy bandwidth each reaches (bytes the op must read and write
 per second over the copy's). "layer" sums one decoder layer's calls: two add_rms_norm, one
-rotary, one silu_and_mul. Each time is ``time_op`` of benchmarks/kernels_bench.py: median over
+rotary, one silu_and_mul. Each time is ``time_op`` of benchmarks/kernel_timing.py: median over
 replays of a CUDA graph calling the op on a rotation of input sets, per call. Every op is
 checked against its reference before it is timed. JSON (with microseconds) under $OUT.
 
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from kernel_timing import copy_bandwidth, rel_err, rotations, time_op
 
 MODELS = [  # (name, hidden, intermediate, heads, kv heads, head dim)
     ("llama2-7b", 4096, 11008, 32, 32, 128),
@@ -33,14 +34,6 @@ ROWS = [1, 8, 32, 128, 256]
 OPS = ["rms_norm", "add_rms_norm", "rotary", "silu_and_mul"]
 LAYER_CALLS = {"add_rms_norm": 2, "rotary": 1, "silu_and_mul": 1}  # per decoder layer
 MAX_POSITIONS = 4096
-
-
-def bench_helpers():
-    """benchmarks/kernels_bench.py (named so since session 17: as kernels.py, a script's
-    ``import kernels`` found it instead of the Hub's distribution that transformers needs)."""
-    import kernels_bench
-
-    return kernels_bench
 
 
 def make_sets(op: str, model: tuple, rows: int, dt, dev, n_sets: int) -> list[tuple]:
@@ -84,8 +77,7 @@ def as_tuple(out) -> tuple:
 def bench(dev, dt, smoke: bool, log) -> list[dict]:
     from edge_llm.kernels import fused
 
-    helpers = bench_helpers()
-    copy_bw = helpers.copy_bandwidth(dev, smoke)
+    copy_bw = copy_bandwidth(dev, smoke)
     log(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
     models = [("tiny", 96, 160, 4, 2, 32)] if smoke else MODELS
     rows_list = [1, 5] if smoke else ROWS
@@ -96,15 +88,15 @@ def bench(dev, dt, smoke: bool, log) -> list[dict]:
             for op in OPS:
                 ref_fn, fused_fn = getattr(fused, f"{op}_ref"), getattr(fused, op)
                 n_bytes = op_bytes(op, model, rows, elem)
-                n_rot = helpers.rotations(n_bytes)
+                n_rot = rotations(n_bytes)
                 sets = make_sets(op, model, rows, dt, dev, n_rot)
                 for got, want in zip(as_tuple(fused_fn(*sets[0])), as_tuple(ref_fn(*sets[0])),
                                      strict=True):
-                    err = helpers.rel_err(got, want)
+                    err = rel_err(got, want)
                     if not err < 1e-2:
                         raise SystemExit(f"{model[0]} rows={rows} {op}: rel err {err:.2e}")
-                us_torch = helpers.time_op(lambda i, f=ref_fn, s=sets: f(*s[i]), n_rot, smoke)
-                us_fused = helpers.time_op(lambda i, f=fused_fn, s=sets: f(*s[i]), n_rot, smoke)
+                us_torch = time_op(lambda i, f=ref_fn, s=sets: f(*s[i]), n_rot, smoke)
+                us_fused = time_op(lambda i, f=fused_fn, s=sets: f(*s[i]), n_rot, smoke)
                 row = dict(model=model[0], rows=rows, op=op, bytes=n_bytes, torch_us=us_torch,
                            fused_us=us_fused, speedup=us_torch / us_fused,
                            torch_bw=n_bytes / (us_torch * 1e-6) / copy_bw,

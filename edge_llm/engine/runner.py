@@ -60,13 +60,13 @@ class PendingStep:
 
     def __init__(self, out: RunnerOutput) -> None:
         self.out = out
-        self.sampling = None  # (sampler, rows, sample rows, packed device tensor)
+        self.sampling = None  # (rows, sample rows, packed device tensor)
 
     def collect(self) -> RunnerOutput:
         if self.sampling is not None:
-            sampler, rows, sample_rows, packed = self.sampling
+            rows, sample_rows, packed = self.sampling
             self.sampling = None
-            res = sampler.unpack(packed.tolist(), sample_rows)
+            res = Sampler.unpack(packed.tolist(), sample_rows)
             out = self.out
             for i, s in enumerate(rows):
                 sid = s.seq.seq_id
@@ -307,7 +307,7 @@ class ModelRunner:
             for s in rows
         ]
         packed = self.sampler.sample_on_device(logits, sample_rows)
-        step.sampling = (self.sampler, rows, sample_rows, packed)
+        step.sampling = (rows, sample_rows, packed)
 
     @staticmethod
     def _prompt_targets(s) -> list[int]:
