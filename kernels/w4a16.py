@@ -300,9 +300,8 @@ def w4a16_matmul(
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)  # (M, K)
     m = x2.shape[0]
-    out = torch.empty((m, n), device=x.device, dtype=x.dtype)
     if m == 0:
-        return out.reshape(*lead, n)
+        return torch.empty((*lead, n), device=x.device, dtype=x.dtype)
     sms = num_sms(x.device)
     cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32,
                                 fp16=x.dtype == torch.float16)
@@ -316,8 +315,9 @@ def w4a16_matmul(
     odd_groups = cfg.kind == "dot" and not cfg.nibble_dots and not one_group
     if cfg.kind == "dequant" or group_size % PACK or odd_groups or (
             cfg.kind == "gemv" and m != 1):
-        w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype)
+        w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype, reuse=True)
         return torch.matmul(x2, w).reshape(*lead, n)
+    out = torch.empty((m, n), device=x.device, dtype=x.dtype)
     _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
                   group_size, cfg, block_k, one_group, sms)
     return out.reshape(*lead, n)

@@ -1,5 +1,13 @@
 """W4A16 dequantization in one Triton pass: W [K, N] from the runtime layout (see w4a16.py),
-for the dequantize + cuBLAS path above 64 activation rows and for odd group sizes."""
+for the dequantize + cuBLAS path above 64 activation rows and for odd group sizes.
+
+On CUDA the dequantized weights go to one reused buffer per (device, dtype)
+(``dequant_scratch``), grown to the largest weight seen. Each is read by the matmul right
+after it, on the one stream the model runs on, so one buffer serves every linear. A fresh
+[K, N] tensor per linear (32-180 MB each for a 7B model) left the caching allocator with
+segments of many sizes (fragmentation while serving), and put two of them (the q/k/v and
+gate/up sizes, 280 MB) in the CUDA graphs' pool.
+"""
 
 from __future__ import annotations
 
@@ -37,17 +45,47 @@ def _dequant_kernel(
                  w.to(w_ptr.dtype.element_ty), mask=mask)
 
 
+_SCRATCH: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def dequant_scratch(device: torch.device, dtype: torch.dtype, k: int, n: int):
+    """A [K, N] view of the one reused buffer of ``device`` and ``dtype`` (module doc), grown
+    when too small; None inside a CUDA graph capture when it is too small (no allocation
+    that outlives a capture: the caller allocates into the graph's pool)."""
+    key = (device, dtype)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < k * n:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        _SCRATCH.pop(key, None)
+        del buf  # the old buffer goes before the larger one is allocated
+        buf = _SCRATCH[key] = torch.empty(k * n, device=device, dtype=dtype)
+    return buf[: k * n].view(k, n)
+
+
+def release_dequant_scratch() -> None:
+    """Drop the reused buffers (sleep; their memory returns on the next ``empty_cache``)."""
+    _SCRATCH.clear()
+
+
 def dequantize_w4a16(
     qweight: torch.Tensor,
     scales: torch.Tensor,
     zeros: torch.Tensor,
     group_size: int,
     dtype: torch.dtype | None = None,
+    reuse: bool = False,
 ) -> torch.Tensor:
-    """W [K, N] in ``dtype`` (default: scales' dtype) from the runtime layout, one Triton pass."""
+    """W [K, N] in ``dtype`` (default: scales' dtype) from the runtime layout, one Triton pass.
+    ``reuse`` (CUDA): into the reused buffer (module doc), valid until the next reuse."""
     k = qweight.shape[0] * PACK
     n = qweight.shape[1]
-    w = torch.empty((k, n), device=qweight.device, dtype=dtype or scales.dtype)
+    dtype = dtype or scales.dtype
+    w = None
+    if reuse and qweight.device.type == "cuda":
+        w = dequant_scratch(qweight.device, dtype, k, n)
+    if w is None:
+        w = torch.empty((k, n), device=qweight.device, dtype=dtype)
     scales, zeros, qweight = scales.contiguous(), zeros.contiguous(), qweight.contiguous()
     bk, bn = 64, 128
     _dequant_kernel[(triton.cdiv(k, bk), triton.cdiv(n, bn))](

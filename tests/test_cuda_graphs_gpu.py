@@ -12,6 +12,8 @@ and one in AWQ (the W4A16 Triton kernels inside the graph), both with word-level
 - sleep (levels 1 and 2) drops the graphs and their memory, wake captures them again, and the
   tokens after waking equal those before;
 - the capture is reported (count, seconds, memory); enforce_eager and fp32 capture nothing;
+- with gpu_memory_utilization, the KV plan sets the graphs' memory aside, and the allocator's
+  peak stays within that fraction of the card;
 - async output processing (the default here) gives the tokens of the synchronous engine.
 """
 
@@ -123,6 +125,27 @@ def test_capture_is_reported(model_dir):
     assert st["num_cuda_graphs"] == len(SIZES)
     assert 0 < st["cuda_graph_capture_seconds"] < 120
     assert st["cuda_graph_memory_bytes"] > 0
+
+
+def test_kv_plan_sets_the_graphs_memory_aside(model_dir):
+    """With gpu_memory_utilization, everything the allocator holds after start-up and while
+    serving (weights, KV cache, graph pools, activations) stays within that fraction of the
+    card, and the graphs hold no more than the plan set aside for them."""
+    util = 0.04  # ~5.6 GiB of an H200: a KV cache that is quick to allocate
+    total = torch.cuda.get_device_properties(0).total_memory
+    llm = make_llm(model_dir, kv_cache_memory=None, gpu_memory_utilization=util,
+                   max_num_seqs=256)
+    runner = llm.engine.runner
+    aside = runner.graph_memory_estimate
+    held = runner.graph_stats.memory_bytes + runner.prefill_graph_stats.memory_bytes
+    assert runner.graph_stats.sizes[-1] == 256 and runner.prefill_graph_stats.sizes
+    assert 0 < held <= aside and runner.plan.graph_bytes == aside
+    torch.cuda.reset_peak_memory_stats()
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(256, VOCAB, 5, 20, seed=3)]
+    llm.generate(prompts, SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=24),
+                 use_tqdm=False)
+    assert runner.graphs.replays[256] > 0
+    assert torch.cuda.max_memory_reserved() <= util * total
 
 
 def test_replay_equals_padded_eager_and_unpadded_logits(model_dir):

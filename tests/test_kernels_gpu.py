@@ -174,3 +174,42 @@ def test_w4a16_gemv16_large_activations(dtype):
         y = kernels.w4a16_matmul(x, qw, s, z, gs)
         err = rel_err(y, x.float() @ w)
         assert err < 1e-2, f"M={m} {dtype}: rel err {err:.2e}"
+
+
+def test_dequant_path_reuses_one_buffer_and_is_capture_safe():
+    """Above 64 rows the weights are dequantized into one reused buffer: a smaller weight
+    reuses it, results stay right; inside a CUDA graph capture with no buffer yet, the
+    dequantization allocates into the graph's pool instead, and the replay is right."""
+    dq = importlib.import_module("edge_llm.kernels.w4a16_dequant")
+    gs, m = 128, 128
+
+    def weights(k, n):
+        qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=DEV))
+        s = (torch.rand(k // gs, n, device=DEV) * 0.02 + 0.001).half()
+        z = torch.randint(0, 16, (k // gs, n), device=DEV).half()
+        return (qw, s, z), w4.dequantize_w4a16_ref(qw, s, z, gs)
+
+    big, big_ref = weights(1024, 2048)
+    small, small_ref = weights(1024, 512)
+    x = torch.randn(m, 1024, device=DEV, dtype=torch.float16)
+    dq.release_dequant_scratch()
+    y_big = kernels.w4a16_matmul(x, *big, gs)
+    (key, buf), = dq._SCRATCH.items()
+    y_small = kernels.w4a16_matmul(x, *small, gs)
+    assert dq._SCRATCH[key] is buf, "a smaller weight reallocated the buffer"
+    assert rel_err(y_big, x.float() @ big_ref) < 1e-2
+    assert rel_err(y_small, x.float() @ small_ref) < 1e-2
+
+    dq.release_dequant_scratch()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph.capture_begin()
+        y = kernels.w4a16_matmul(x, *big, gs)
+        graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    assert not dq._SCRATCH, "the buffer was allocated inside a capture"
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(y, x.float() @ big_ref) < 1e-2

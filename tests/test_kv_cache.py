@@ -43,3 +43,51 @@ def test_swap_out_and_in_through_fragmented_slots(dtype):
         assert torch.equal(k[back], k0[blocks]) and torch.equal(v[back], v0[blocks])
         untouched = [b for b in range(12) if b not in back]
         assert not k[untouched].any() and not v[untouched].any()
+
+
+def _arch():
+    return types.SimpleNamespace(num_layers=2, num_kv_heads=2, head_dim=16)  # what KV sizes read
+
+
+def test_plan_sets_cuda_graph_memory_aside(monkeypatch):
+    from edge_llm.config import CacheConfig
+    from edge_llm.engine.kv_cache import (
+        SERVING_SLACK_BYTES,
+        GiB,
+        KVBudgetError,
+        bytes_per_block,
+        plan_kv_cache,
+    )
+
+    # the card's size is the one device query the plan makes: a 24 GiB card
+    props = types.SimpleNamespace(total_memory=24 * GiB)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    arch, cuda = _arch(), torch.device("cuda", 0)
+    block = bytes_per_block(arch, 16, torch.float16)
+    cache = CacheConfig(block_size=16, gpu_memory_utilization=0.5, swap_space=0.0)
+    plain = plan_kv_cache(arch, cache, torch.float16, cuda, 256, 4 * GiB)
+    aside = plan_kv_cache(arch, cache, torch.float16, cuda, 256, 4 * GiB, GiB)
+    assert plain.budget_bytes == 8 * GiB - SERVING_SLACK_BYTES and plain.graph_bytes == 0
+    assert aside.budget_bytes == 7 * GiB - SERVING_SLACK_BYTES and aside.graph_bytes == GiB
+    assert (plain.num_gpu_blocks - aside.num_gpu_blocks) * block == GiB
+    # an explicit KV size is the KV cache alone: nothing comes off it
+    explicit = plan_kv_cache(arch, CacheConfig(block_size=16, kv_cache_memory=GiB,
+                                               swap_space=0.0),
+                             torch.float16, cuda, 256, 4 * GiB, GiB)
+    assert explicit.budget_bytes == GiB and explicit.graph_bytes == 0
+    with pytest.raises(KVBudgetError, match="for CUDA graphs"):
+        plan_kv_cache(arch, cache, torch.float16, cuda, 256, 4 * GiB, 8 * GiB)
+
+
+def test_scratch_prefill_splits_a_step_into_sequences_of_max_seq_len():
+    from edge_llm.model.full_forward import scratch_prefill
+
+    lm = types.SimpleNamespace(arch=types.SimpleNamespace(num_layers=1, num_kv_heads=2,
+                                                          head_dim=8))
+    kv, meta = scratch_prefill(lm, 10, 4, torch.float16, torch.device("cpu"), max_seq_len=6)
+    assert meta.seq_lens.tolist() == [6, 4] and meta.query_start_loc.tolist() == [0, 6, 10]
+    assert meta.block_tables.tolist() == [[0, 1], [2, 3]] and kv[0][0].shape[0] == 4
+    assert meta.slot_mapping.tolist() == [0, 1, 2, 3, 4, 5, 8, 9, 10, 11]
+    assert meta.max_query_len == meta.max_seq_len == 6
+    _, one = scratch_prefill(lm, 10, 4, torch.float16, torch.device("cpu"))
+    assert one.seq_lens.tolist() == [10] and one.block_tables.tolist() == [[0, 1, 2]]

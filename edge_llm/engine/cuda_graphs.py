@@ -23,6 +23,10 @@ the host int ``max_seq_len``: captured graphs pass ``max_model_len``, so the gri
 a short sequence leaves the later partitions empty (tests/test_decode_graph_interpret.py).
 ``query_start_loc`` (a host tensor) is not read by the decode kernel. Sizes are captured
 largest first into one memory pool, so the smaller graphs reuse the larger ones' scratch.
+
+Every graph, decode and prefill, is warmed up and captured on one side stream per device
+(``capture_graph``). A new stream per capture cost a cuBLAS workspace per stream, allocated
+inside the capture and so kept in the pool for good.
 """
 
 from __future__ import annotations
@@ -52,6 +56,40 @@ def _size_ladder():
         step = (1 << (size.bit_length() - 1)) // 2
         size += step
         yield size
+
+
+_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """The one side stream that every graph of ``device`` is warmed up and captured on
+    (capture cannot run on the default stream)."""
+    key = torch.device("cuda", device.index if device.index is not None
+                       else torch.cuda.current_device())
+    stream = _CAPTURE_STREAMS.get(key)
+    if stream is None:
+        stream = _CAPTURE_STREAMS[key] = torch.cuda.Stream(key)
+    return stream
+
+
+def capture_graph(forward, pool, device: torch.device) -> torch.cuda.CUDAGraph:
+    """Run ``forward()`` once eagerly (compiles kernels; cuBLAS allocates the stream's
+    workspace outside any pool), then capture it into ``pool``, both on ``capture_stream``."""
+    stream = capture_stream(device)
+    current = torch.cuda.current_stream(device)
+    stream.wait_stream(current)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        forward()
+        stream.synchronize()
+        # thread_local: other threads' CUDA calls (the server's) do not break capture
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            forward()
+        finally:
+            graph.capture_end()
+    current.wait_stream(stream)
+    return graph
 
 
 def capture_sizes(max_num_seqs: int, limit: int = MAX_CAPTURE_SIZE) -> list[int]:
@@ -244,23 +282,10 @@ class DecodeGraphs:
     def _capture_one(self, bs: int, pool) -> torch.cuda.CUDAGraph:
         """Warm size ``bs`` up eagerly (compiles kernels, initialises cuBLAS), then capture it
         into ``pool``. The static inputs of rows [0, bs) are padding during both runs."""
-        dev = self.device
         self._pool = pool
         saved = self._save_rows(bs)
         self._pad_rows(bs)
-        self._forward(bs)
-        torch.cuda.synchronize(dev)
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream(dev)  # capture cannot run on the default stream
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):
-            # thread_local: other threads' CUDA calls (the server's) do not break capture
-            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-            try:
-                self._forward(bs)
-            finally:
-                graph.capture_end()
-        torch.cuda.current_stream(dev).wait_stream(stream)
+        graph = capture_graph(lambda: self._forward(bs), pool, self.device)
         self._restore_rows(saved)
         self.graphs[bs] = graph
         return graph

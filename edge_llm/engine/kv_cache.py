@@ -18,6 +18,10 @@ from edge_llm.model.arch import ArchConfig
 
 logger = logging.getLogger(__name__)
 GiB = 1 << 30
+# what serving allocates beyond the start-up profile's one forward: the sampler's and the
+# step metadata's small tensors (the allocator holds those in 2 MiB segments); without it a
+# tiny model's serving peak passed its gpu_memory_utilization budget by 4 MB (session 18)
+SERVING_SLACK_BYTES = 64 << 20
 CPU_DEFAULT_KV_BYTES = 2 * GiB  # CPU has no card to take a fraction of; like vLLM's CPU default
 
 
@@ -77,6 +81,7 @@ class KVCachePlan:
     num_cpu_blocks: int
     block_bytes: int
     budget_bytes: int
+    graph_bytes: int = 0  # set aside for the CUDA graphs (gpu_memory_utilization budgets)
 
 
 def plan_kv_cache(
@@ -86,19 +91,24 @@ def plan_kv_cache(
     device: torch.device,
     max_model_len: int,
     peak_other_bytes: int,
+    graph_bytes: int = 0,
 ) -> KVCachePlan:
     """How many blocks fit: the explicit budget, or a fraction of the card minus the peak
-    memory of weights plus the largest batch's activations (measured by the caller)."""
+    memory of weights plus the largest batch's activations and minus the CUDA graphs' memory
+    (both measured by the caller). An explicit ``kv_cache_memory`` is the KV cache alone."""
     block_bytes = bytes_per_block(arch, cache.block_size, dtype)
     if cache.kv_cache_memory is not None:
         budget = cache.kv_cache_memory
         how = f"kv_cache_memory={cache.kv_cache_memory}"
     elif device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
-        budget = int(total * cache.gpu_memory_utilization) - peak_other_bytes
+        budget = (int(total * cache.gpu_memory_utilization) - peak_other_bytes - graph_bytes
+                  - SERVING_SLACK_BYTES)
         how = (
             f"gpu_memory_utilization={cache.gpu_memory_utilization} of {total / GiB:.1f} GiB "
-            f"minus {peak_other_bytes / GiB:.2f} GiB for weights and activations"
+            f"minus {(peak_other_bytes + SERVING_SLACK_BYTES) / GiB:.2f} GiB for weights and "
+            "activations"
+            + (f" and {graph_bytes / GiB:.2f} GiB for CUDA graphs" if graph_bytes else "")
         )
     else:
         budget = CPU_DEFAULT_KV_BYTES
@@ -113,7 +123,8 @@ def plan_kv_cache(
             f"Raise --kv-cache-memory or --gpu-memory-utilization, or lower --max-model-len."
         )
     num_cpu = int(cache.swap_space * GiB) // block_bytes
-    return KVCachePlan(int(num_blocks), num_cpu, block_bytes, int(budget))
+    graphs = graph_bytes if cache.kv_cache_memory is None and device.type == "cuda" else 0
+    return KVCachePlan(int(num_blocks), num_cpu, block_bytes, int(budget), graphs)
 
 
 def slot_runs(slots: list[int]) -> list[tuple[int, int, int]]:

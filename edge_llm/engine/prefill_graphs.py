@@ -51,7 +51,7 @@ import torch
 
 from edge_llm.model.attention_metadata import AttentionMetadata
 
-from .cuda_graphs import GraphStats, padded_size, wants_prompt_logprobs
+from .cuda_graphs import GraphStats, capture_graph, padded_size, wants_prompt_logprobs
 
 PREFILL_SIZES = (8, 16, 32, 64)  # padded new-token counts, one graph each
 MIN_TOKENS = 2  # one-token steps are decode steps (cuda_graphs.py)
@@ -205,21 +205,9 @@ class PrefillGraphs:
 
     def _capture_one(self, t: int, pool) -> torch.cuda.CUDAGraph:
         """Warm size ``t`` up eagerly, then capture it into ``pool`` (inputs all padding)."""
-        dev = self.device
         self._pool = pool
         self._pad_all(t)
-        self._forward(t)
-        torch.cuda.synchronize(dev)
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream(dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):
-            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-            try:
-                self._forward(t)
-            finally:
-                graph.capture_end()
-        torch.cuda.current_stream(dev).wait_stream(stream)
+        graph = capture_graph(lambda: self._forward(t), pool, self.device)
         self.graphs[t] = graph
         return graph
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from edge_llm.config import CacheConfig, SchedulerConfig
-from edge_llm.kernels import triton_enabled
+from edge_llm.kernels import release_dequant_scratch, triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
 from edge_llm.model.full_forward import scratch_prefill
 from edge_llm.model.loader import LoadedModel
@@ -31,7 +31,7 @@ from .cuda_graphs import (
     wants_prompt_logprobs,
 )
 from .kv_cache import KVCache, KVCachePlan, kv_storage_dtype, plan_kv_cache
-from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
+from .prefill_graphs import PREFILL_SIZES, PrefillGraphs, prefill_graphs_enabled
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
 
 logger = logging.getLogger(__name__)
@@ -94,10 +94,12 @@ class ModelRunner:
         self.cache_config = cache_config
         self.scheduler_config = scheduler_config
         self.sampler = Sampler(seed=seed)
+        self.enforce_eager = enforce_eager
         peak = self._profile_peak_memory()
+        self.graph_memory_estimate = self._profile_graph_memory()
         self.plan: KVCachePlan = plan_kv_cache(
             loaded.arch, cache_config, self.kv_dtype, self.device,
-            scheduler_config.max_model_len, peak,
+            scheduler_config.max_model_len, peak, self.graph_memory_estimate,
         )
         start = time.perf_counter()
         self.kv = KVCache(loaded.arch, self.plan, self.block_size, self.kv_dtype, self.device)
@@ -109,7 +111,6 @@ class ModelRunner:
             self.plan.num_cpu_blocks, time.perf_counter() - start,
         )
         self._host_swap = None  # the swap space kept over a sleep
-        self.enforce_eager = enforce_eager
         self.graphs: DecodeGraphs | None = None
         self.graph_stats = GraphStats()
         self.prefill_graphs: PrefillGraphs | None = None
@@ -118,13 +119,16 @@ class ModelRunner:
         self._capture_graphs()
 
     # ---- CUDA graphs -----------------------------------------------------------------------
+    def _graphs_wanted(self) -> bool:
+        """CUDA with the Triton kernels, and not ``enforce_eager``."""
+        return (not self.enforce_eager and self.device.type == "cuda"
+                and triton_enabled(self.device, self.dtype))
+
     def _capture_graphs(self, eager_max: int | None = None) -> None:
         """Capture the decode graphs over the current KV cache and weights (start-up: all
         sizes; wake: sizes up to ``eager_max`` now, the others on first use)."""
-        if self.enforce_eager:
-            return
-        if not triton_enabled(self.device, self.dtype):
-            if self.device.type == "cuda":
+        if not self._graphs_wanted():
+            if not self.enforce_eager and self.device.type == "cuda":
                 logger.info("CUDA graphs off: the %s forward runs the torch reference kernels",
                             self.dtype)
             return
@@ -146,6 +150,11 @@ class ModelRunner:
                     stats.memory_bytes / (1 << 20))
         if prefill_graphs_enabled():
             self._capture_prefill_graphs(graphs.pool, lazy=eager_max is not None)
+        held = self.graph_stats.memory_bytes + self.prefill_graph_stats.memory_bytes
+        if eager_max is None and held > self.graph_memory_estimate * 1.1 + (64 << 20):
+            logger.warning("The CUDA graphs hold %.0f MiB, more than the %.0f MiB the KV "
+                           "cache plan set aside for them", held / (1 << 20),
+                           self.graph_memory_estimate / (1 << 20))
 
     def _capture_prefill_graphs(self, pool, lazy: bool) -> None:
         """Short-prefill graphs into the decode graphs' pool (start-up: every size now; wake:
@@ -183,6 +192,7 @@ class ModelRunner:
         them (``wake_up`` then reloads from disk). The CUDA graphs go first: they hold the
         device addresses of both."""
         self._drop_graphs()
+        release_dequant_scratch()
         self._host_swap = self.kv.host  # host memory stays: the next wake reuses it
         self.kv = None
         if level == 2:
@@ -229,24 +239,67 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
-        """Peak device memory of the weights plus the largest batch's activations (CUDA)."""
+        """Peak device memory of the weights plus the largest batch's activations (CUDA), the
+        reused dequantization buffer (kernels/w4a16_dequant.py) included."""
         if self.device.type != "cuda":
             return 0
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.device)
-        tokens = min(self.scheduler_config.max_num_batched_tokens,
-                     self.scheduler_config.max_model_len)
-        kv, meta = scratch_prefill(self.model, tokens, self.block_size, self.dtype, self.device)
+        # a step's full token budget, in sequences of at most max_model_len (one sequence
+        # of max_model_len measured half the activations of LLM's 8,192-token steps)
+        tokens = self.scheduler_config.max_num_batched_tokens
+        kv, meta = scratch_prefill(self.model, tokens, self.block_size, self.dtype, self.device,
+                                   max_seq_len=self.scheduler_config.max_model_len)
         ids = torch.randint(0, self.loaded.arch.vocab_size, (tokens,), device=self.device)
-        hidden = self.model(ids, torch.arange(tokens, device=self.device), kv, meta)
+        positions = torch.cat([torch.arange(n) for n in meta.seq_lens.tolist()])
+        hidden = self.model(ids, positions.to(self.device), kv, meta)
         rows = min(self.scheduler_config.max_num_seqs, tokens)
         self.model.compute_logits(hidden[:rows]).softmax(-1)
         torch.cuda.synchronize(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device)
+        # reserved, not allocated: what the caching allocator holds, its rounding included
+        peak = torch.cuda.max_memory_reserved(self.device)
         kv_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
         del kv, hidden
         torch.cuda.empty_cache()
         return peak - kv_bytes
+
+    @torch.inference_mode()
+    def _profile_graph_memory(self) -> int:
+        """Device memory the CUDA graphs will hold, for the KV plan to set aside: the largest
+        decode graph and the largest prefill graph captured into one pool over a one-block
+        scratch cache, measured, then dropped. The smaller sizes, captured after the largest
+        into the same pool, reuse its scratch (their own part is the static buffers, a few
+        MiB). 0 without graphs, or when the capture fails (``_capture_graphs`` says why)."""
+        if not self._graphs_wanted():
+            return 0
+        start = time.perf_counter()
+        kv, _ = scratch_prefill(self.model, self.block_size, self.block_size, self.kv_dtype,
+                                self.device)
+        sizes = capture_sizes(self.scheduler_config.max_num_seqs)
+        max_len = self.scheduler_config.max_model_len
+        decode = DecodeGraphs(self.model, kv, sizes[-1:], max_len, self.block_size,
+                              self.device)
+        prefill = None
+        try:
+            held = decode.capture().memory_bytes
+            if prefill_graphs_enabled():
+                prefill = PrefillGraphs(self.model, kv, max_len, self.block_size, self.device,
+                                        sizes=PREFILL_SIZES[-1:])
+                held += prefill.capture(decode.pool).memory_bytes
+        except Exception as exc:
+            logger.debug("graph memory probe failed (%s: %s)", type(exc).__name__, exc)
+            held = 0
+        finally:
+            decode.release()
+            if prefill is not None:
+                prefill.release()
+            del decode, prefill, kv
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+        logger.info("CUDA graph memory: %.0f MiB set aside (batch %d and %d-token prefill "
+                    "graphs captured over a scratch cache in %.2f s)", held / (1 << 20),
+                    sizes[-1], PREFILL_SIZES[-1], time.perf_counter() - start)
+        return held
 
     def execute(self, sched) -> RunnerOutput:
         """Apply swap-out, swap-in, copies; run the scheduled tokens; sample ``do_sample`` rows."""

@@ -9,22 +9,31 @@ from .llama import CausalLM, KVCache
 
 
 def scratch_prefill(
-    lm: CausalLM, num_tokens: int, block_size: int, dtype: torch.dtype, device: torch.device
+    lm: CausalLM, num_tokens: int, block_size: int, dtype: torch.dtype, device: torch.device,
+    max_seq_len: int | None = None,
 ) -> tuple[list[KVCache], AttentionMetadata]:
-    """KV tensors just large enough for one sequence of ``num_tokens``, and the metadata of
-    its prefill in one chunk (blocks 0.. in order)."""
+    """KV tensors just large enough for ``num_tokens`` new tokens, and the metadata of their
+    prefill in one step: one sequence, or with ``max_seq_len`` as many sequences of at most
+    that many tokens as they need (each its own blocks, in order)."""
     arch = lm.arch
-    nblk = -(-num_tokens // block_size)
+    seq = min(num_tokens, max_seq_len or num_tokens)
+    lens = [seq] * (num_tokens // seq) + ([num_tokens % seq] if num_tokens % seq else [])
+    per = -(-seq // block_size)  # blocks of each sequence
+    nblk = per * len(lens)
     shape = (nblk, block_size, arch.num_kv_heads, arch.head_dim)
     kv = [(torch.empty(shape, dtype=dtype, device=device),
            torch.empty(shape, dtype=dtype, device=device)) for _ in range(arch.num_layers)]
+    slots = torch.cat([i * per * block_size + torch.arange(n) for i, n in enumerate(lens)])
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n)
     meta = AttentionMetadata(
-        slot_mapping=torch.arange(num_tokens, device=device),
-        query_start_loc=torch.tensor([0, num_tokens], dtype=torch.int32),
-        seq_lens=torch.tensor([num_tokens], dtype=torch.int32, device=device),
-        block_tables=torch.arange(nblk, dtype=torch.int32, device=device).view(1, -1),
-        max_query_len=num_tokens,
-        max_seq_len=num_tokens,
+        slot_mapping=slots.to(device),
+        query_start_loc=torch.tensor(starts, dtype=torch.int32),
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+        block_tables=torch.arange(nblk, dtype=torch.int32, device=device).view(len(lens), per),
+        max_query_len=seq,
+        max_seq_len=seq,
     )
     return kv, meta
 
