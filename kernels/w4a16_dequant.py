@@ -55,7 +55,7 @@ def dequant_scratch(device: torch.device, dtype: torch.dtype, k: int, n: int):
     key = (device, dtype)
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < k * n:
-        if torch.cuda.is_current_stream_capturing():
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return None
         _SCRATCH.pop(key, None)
         del buf  # the old buffer goes before the larger one is allocated
@@ -63,9 +63,20 @@ def dequant_scratch(device: torch.device, dtype: torch.dtype, k: int, n: int):
     return buf[: k * n].view(k, n)
 
 
-def release_dequant_scratch() -> None:
-    """Drop the reused buffers (sleep; their memory returns on the next ``empty_cache``)."""
+def release_dequant_scratch() -> list[tuple[torch.device, torch.dtype, int]]:
+    """Drop the reused buffers (sleep; their memory returns on the next ``empty_cache``);
+    returns (device, dtype, elements) of each, for ``restore_dequant_scratch``."""
+    sizes = [(dev, dtype, buf.numel()) for (dev, dtype), buf in _SCRATCH.items()]
     _SCRATCH.clear()
+    return sizes
+
+
+def restore_dequant_scratch(sizes: list[tuple[torch.device, torch.dtype, int]]) -> None:
+    """Allocate the buffers ``release_dequant_scratch`` dropped (wake, before the graphs are
+    captured: a capture with no buffer would put each dequantized weight in the graph pool)."""
+    for dev, dtype, numel in sizes:
+        if (dev, dtype) not in _SCRATCH:
+            _SCRATCH[(dev, dtype)] = torch.empty(numel, device=dev, dtype=dtype)
 
 
 def dequantize_w4a16(

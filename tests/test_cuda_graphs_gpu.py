@@ -10,7 +10,8 @@ and one in AWQ (the W4A16 Triton kernels inside the graph), both with word-level
   difference is at a near-tie of the eager run (the context split of a graph is sized for
   max_model_len, the eager one for the step, so fp32 partial sums round differently);
 - sleep (levels 1 and 2) drops the graphs and their memory, wake captures them again, and the
-  tokens after waking equal those before;
+  tokens after waking equal those before; wake restores the W4A16 dequantization buffer
+  before it captures;
 - the capture is reported (count, seconds, memory); enforce_eager and fp32 capture nothing;
 - with gpu_memory_utilization, the KV plan sets the graphs' memory aside, and the allocator's
   peak stays within that fraction of the card;
@@ -238,6 +239,23 @@ def test_sleep_drops_graphs_and_wake_captures_again(fp16_dir, level):
     assert [o.outputs[0].token_ids for o in after] == [o.outputs[0].token_ids for o in before]
     assert 16 in engine.runner.graphs.graphs, "the 16-row graph was not captured on first use"
     assert engine.runner.graphs.replays[16] > 0
+
+
+def test_wake_restores_the_dequant_buffer_before_capture(awq_dir):
+    """Sleep drops the reused W4A16 dequantization buffer; wake allocates it again at its size
+    before capturing, so no graph puts dequantized weights in its pool."""
+    import importlib
+
+    dq = importlib.import_module("edge_llm.kernels.w4a16_dequant")
+    llm = make_llm(awq_dir)  # the start-up profile (512 rows) dequantizes every weight
+    before = {key: buf.numel() for key, buf in dq._SCRATCH.items()}
+    assert before
+    llm.engine.sleep(1)
+    assert not dq._SCRATCH
+    llm.engine.wake_up()
+    assert {key: buf.numel() for key, buf in dq._SCRATCH.items()} == before
+    out = llm.generate([{"prompt_token_ids": [5, 6, 7]}], GREEDY, use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == GREEDY.max_tokens
 
 
 def test_enforce_eager_and_fp32_capture_nothing(fp16_dir):

@@ -91,3 +91,22 @@ def test_scratch_prefill_splits_a_step_into_sequences_of_max_seq_len():
     assert meta.max_query_len == meta.max_seq_len == 6
     _, one = scratch_prefill(lm, 10, 4, torch.float16, torch.device("cpu"))
     assert one.seq_lens.tolist() == [10] and one.block_tables.tolist() == [[0, 1, 2]]
+
+
+def test_dequant_buffer_released_on_sleep_comes_back_at_its_size():
+    from edge_llm.kernels import w4a16_dequant as dq
+
+    saved = dict(dq._SCRATCH)
+    try:
+        dq._SCRATCH.clear()
+        cpu = torch.device("cpu")
+        first = dq.dequant_scratch(cpu, torch.float16, 8, 16)
+        assert first.shape == (8, 16)
+        assert dq.dequant_scratch(cpu, torch.float16, 4, 4).data_ptr() == first.data_ptr()
+        sizes = dq.release_dequant_scratch()
+        assert sizes == [(cpu, torch.float16, 128)] and not dq._SCRATCH
+        dq.restore_dequant_scratch(sizes)
+        assert dq._SCRATCH[(cpu, torch.float16)].numel() == 128
+    finally:
+        dq._SCRATCH.clear()
+        dq._SCRATCH.update(saved)

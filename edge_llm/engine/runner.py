@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from edge_llm.config import CacheConfig, SchedulerConfig
-from edge_llm.kernels import release_dequant_scratch, triton_enabled
+from edge_llm.kernels import release_dequant_scratch, restore_dequant_scratch, triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
 from edge_llm.model.full_forward import scratch_prefill
 from edge_llm.model.loader import LoadedModel
@@ -111,6 +111,7 @@ class ModelRunner:
             self.plan.num_cpu_blocks, time.perf_counter() - start,
         )
         self._host_swap = None  # the swap space kept over a sleep
+        self._scratch_sizes = []  # the reused dequantization buffers dropped by a sleep
         self.graphs: DecodeGraphs | None = None
         self.graph_stats = GraphStats()
         self.prefill_graphs: PrefillGraphs | None = None
@@ -192,7 +193,7 @@ class ModelRunner:
         them (``wake_up`` then reloads from disk). The CUDA graphs go first: they hold the
         device addresses of both."""
         self._drop_graphs()
-        release_dequant_scratch()
+        self._scratch_sizes = release_dequant_scratch()
         self._host_swap = self.kv.host  # host memory stays: the next wake reuses it
         self.kv = None
         if level == 2:
@@ -212,6 +213,8 @@ class ModelRunner:
             _move_tensors(self.model, self.device, pin=False)
         self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.kv_dtype,
                           self.device, host=self._host_swap)
+        restore_dequant_scratch(self._scratch_sizes)
+        self._scratch_sizes = []
         self._capture_graphs(eager_max=WAKE_CAPTURE_MAX)
 
     @torch.inference_mode()
