@@ -106,9 +106,9 @@ def plan_kv_cache(
                   - SERVING_SLACK_BYTES)
         how = (
             f"gpu_memory_utilization={cache.gpu_memory_utilization} of {total / GiB:.1f} GiB "
-            f"minus {(peak_other_bytes + SERVING_SLACK_BYTES) / GiB:.2f} GiB for weights and "
-            "activations"
-            + (f" and {graph_bytes / GiB:.2f} GiB for CUDA graphs" if graph_bytes else "")
+            f"minus {peak_other_bytes / GiB:.2f} GiB for weights and activations"
+            + (f", {graph_bytes / GiB:.2f} GiB for CUDA graphs" if graph_bytes else "")
+            + f" and {SERVING_SLACK_BYTES >> 20} MiB of slack"
         )
     else:
         budget = CPU_DEFAULT_KV_BYTES
