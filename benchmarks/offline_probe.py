@@ -3,7 +3,8 @@
 growth reserve, preemption mode), with every step timed and classified.
 
     python benchmarks/offline_probe.py --ckpt DIR --kv-gib 40,80 --batched 2048,8192 \
-        [--reserves 0,128] [--modes default,recompute,swap] [--out F]
+        [--reserves 0,128] [--modes default,recompute,swap] [--cuda-graph-sizes 1,2,4,..]
+        [--out F]
 
 Per configuration: output tok/s, preemptions, the steps that decoded only (count, mean rows,
 share of the time, tokens per second in them) and the mixed / prefill steps (count, prompt
@@ -91,6 +92,8 @@ def main() -> int:
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
     ap.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"))
     ap.add_argument("--shape", default="llama2-7b")
+    ap.add_argument("--cuda-graph-sizes", default=None,
+                    help="comma-separated decode graph sizes (default: the engine's ladder)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     from edge_llm import LLM
@@ -106,6 +109,8 @@ def main() -> int:
     llm = LLM(str(args.ckpt), device=p.device, max_model_len=p.max_model_len,
               kv_cache_dtype=args.kv_cache_dtype,
               kv_cache_memory=int(kvs[0] * GiB),
+              cuda_graph_sizes=None if args.cuda_graph_sizes is None
+              else [int(v) for v in args.cuda_graph_sizes.split(",")],
               swap_space=4.0 if p.device == "cuda" else 0.0625)
     llm.generate([{"prompt_token_ids": w[0]} for w in work[:8]], greedy(4), use_tqdm=False)
     results = []
@@ -119,8 +124,13 @@ def main() -> int:
             new_scheduler(llm, scheduler=dict(  # mode "default": preemption_mode None
                 max_num_batched_tokens=b, growth_reserve=res,
                 preemption_mode=None if mode == "default" else mode))
+            graphs = llm.engine.runner.graphs
+            if graphs is not None:
+                graphs.replays.clear()
             r = traced_run(llm, work)
-            r.update(kv_gib=kv, batched=b, reserve=res, preemption_mode=mode,
+            r.update(graph_replays=dict(sorted(graphs.replays.items())) if graphs else {},
+                     graph_sizes=llm.engine.runner.graph_sizes,
+                     kv_gib=kv, batched=b, reserve=res, preemption_mode=mode,
                      gpu_blocks=llm.engine.runner.plan.num_gpu_blocks)
             results.append(r)
             print(f"{kv:6.1f} | {b:6d} | {res:7d} | {mode:10s} | {r['output_tok_s']:9.0f} | "

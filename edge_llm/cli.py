@@ -99,6 +99,7 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
                                       growth_reserve=args.growth_reserve,
                                       preemption_mode=args.preemption_mode),
             enforce_eager=args.enforce_eager,
+            cuda_graph_sizes=args.cuda_graph_sizes,
             async_output_proc=False if args.disable_async_output_proc else None,
         )
         server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 SUPPORTED_DTYPES = ("auto", "float32", "float16", "bfloat16")
 SUPPORTED_BLOCK_SIZES = (8, 16, 32)
+MAX_CUDA_GRAPH_SIZE = 512  # vLLM's largest default capture size
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,22 @@ class EngineConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     enforce_eager: bool = False
+    # decode batch sizes to capture as CUDA graphs (vLLM's cuda_graph_sizes); None: the
+    # ladder of engine/cuda_graphs.py up to max_num_seqs. Larger decode steps run eagerly.
+    cuda_graph_sizes: tuple[int, ...] | None = None
     # build a step's outputs while the GPU runs the next step (llm_engine.py); None: on a GPU
     async_output_proc: bool | None = None
     debug_integrity: bool = False  # check the block pool whenever the engine goes idle
+
+    def __post_init__(self) -> None:
+        sizes = self.cuda_graph_sizes
+        if sizes is not None:
+            if not sizes or any(not isinstance(b, int) or b < 1 for b in sizes):
+                raise ValueError(f"cuda_graph_sizes must be positive ints, got {sizes!r}.")
+            if max(sizes) > MAX_CUDA_GRAPH_SIZE:
+                raise ValueError(f"cuda_graph_sizes go up to {MAX_CUDA_GRAPH_SIZE}, got "
+                                 f"{max(sizes)}.")
+            object.__setattr__(self, "cuda_graph_sizes", tuple(sorted(set(sizes))))
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,15 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"expected true/false, got {text!r}")
 
 
+def parse_int_list(text: str) -> tuple[int, ...]:
+    """``1,2,4,8`` -> (1, 2, 4, 8)."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+    return values
+
+
 def parse_bytes(text: str) -> int:
     """``4294967296``, ``4GiB``, ``512MB``, ``2g`` -> bytes."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*", text.lower())
@@ -78,6 +87,9 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "sequences of n > 1 requests)"),
     Option("--seed", int, 0, "random seed"),
     _bool_flag("--enforce-eager", False, "no CUDA graphs"),
+    Option("--cuda-graph-sizes", parse_int_list, None, "decode batch sizes to capture as "
+           "CUDA graphs, e.g. 1,2,4,8,16,32,64,128,256 (default: 13 sizes up to "
+           "--max-num-seqs); larger decode steps run eagerly"),
     _bool_flag("--disable-async-output-proc", False, "build a step's outputs before launching "
                "the next one (default on a GPU: while the GPU runs it)"),
     Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),

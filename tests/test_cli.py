@@ -97,7 +97,7 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
         "--kv-cache-dtype", "fp8",
         "--no-enable-prefix-caching", "--max-num-seqs", "5", "--max-num-batched-tokens", "256",
         "--growth-reserve", "32", "--preemption-mode", "swap", "--seed", "9", "--enforce-eager",
-        "--disable-async-output-proc",
+        "--disable-async-output-proc", "--cuda-graph-sizes", "8,1,4",
         "--chat-template", str(template),
         "--served-model-name", "m", "--api-key", "k", "--max-queue", "4", "--host", "0.0.0.0",
     ], {})
@@ -114,6 +114,7 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
             engine.scheduler.growth_reserve, engine.scheduler.preemption_mode) == (5, 256, 32,
                                                                                "swap")
     assert engine.enforce_eager is True
+    assert engine.cuda_graph_sizes == (1, 4, 8)
     assert engine.async_output_proc is False
     plain = serve_args([], {})
     plain.model = None
@@ -173,3 +174,15 @@ def test_check_model_path_accepts_folders_and_hub_ids(tmp_path):
     for bad in ("./missing-folder", "no-slash-name", str(tmp_path / "config.json")):
         with pytest.raises(cli.RunError):
             cli.check_model_path(bad)
+
+
+def test_cuda_graph_sizes_bad_values_are_usage_errors():
+    from edge_llm.flags import parse_int_list
+
+    with pytest.raises(ValueError, match="comma-separated integers"):
+        parse_int_list("1,x")
+    for bad in ("0,4", "1024"):
+        args = serve_args(["--cuda-graph-sizes", bad], {})
+        args.model = None
+        with pytest.raises(cli.UsageError, match="cuda_graph_sizes"):
+            cli.build_configs(args)

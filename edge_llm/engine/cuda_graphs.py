@@ -40,9 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from edge_llm.config import MAX_CUDA_GRAPH_SIZE
 from edge_llm.model.attention_metadata import AttentionMetadata
 
-MAX_CAPTURE_SIZE = 512  # vLLM's largest default capture size
+MAX_CAPTURE_SIZE = MAX_CUDA_GRAPH_SIZE
 
 
 def _size_ladder():

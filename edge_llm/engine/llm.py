@@ -45,6 +45,7 @@ class LLM:
         revision: str | None = None,
         chat_template: str | None = None,
         enforce_eager: bool = False,
+        cuda_graph_sizes: Seq[int] | None = None,
         disable_async_output_proc: bool = False,
         num_gpu_blocks_override: int | None = None,
         kv_cache_dtype: str = "auto",
@@ -63,6 +64,7 @@ class LLM:
                                       growth_reserve=growth_reserve,
                                       preemption_mode=preemption_mode),
             enforce_eager=enforce_eager,
+            cuda_graph_sizes=None if cuda_graph_sizes is None else tuple(cuda_graph_sizes),
             async_output_proc=False if disable_async_output_proc else None,
         )
         self.engine = LLMEngine(config)

@@ -91,7 +91,8 @@ class LLMEngine:
         self.eos_token_ids = eos_token_ids(self.tokenizer, arch.eos_token_ids, gen)
         self.model_name = _model_name(model, mc.model is None)
         self.runner = ModelRunner(self.loaded, config.cache, config.scheduler, seed=mc.seed,
-                                  enforce_eager=config.enforce_eager)
+                                  enforce_eager=config.enforce_eager,
+                                  graph_sizes=config.cuda_graph_sizes)
         self.scheduler = Scheduler(
             config.scheduler, config.cache, self.runner.plan.num_gpu_blocks,
             self.runner.plan.num_cpu_blocks,

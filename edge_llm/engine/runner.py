@@ -84,6 +84,7 @@ class ModelRunner:
         scheduler_config: SchedulerConfig,
         seed: int = 0,
         enforce_eager: bool = False,
+        graph_sizes: tuple[int, ...] | None = None,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -95,6 +96,9 @@ class ModelRunner:
         self.scheduler_config = scheduler_config
         self.sampler = Sampler(seed=seed)
         self.enforce_eager = enforce_eager
+        # decode graph sizes: the given ones, or the ladder up to max_num_seqs
+        self.graph_sizes = (list(graph_sizes) if graph_sizes
+                            else capture_sizes(scheduler_config.max_num_seqs))
         peak = self._profile_peak_memory()
         self.graph_memory_estimate = self._profile_graph_memory()
         self.plan: KVCachePlan = plan_kv_cache(
@@ -133,8 +137,7 @@ class ModelRunner:
                 logger.info("CUDA graphs off: the %s forward runs the torch reference kernels",
                             self.dtype)
             return
-        sizes = capture_sizes(self.scheduler_config.max_num_seqs)
-        graphs = DecodeGraphs(self.model, self.kv.layers, sizes,
+        graphs = DecodeGraphs(self.model, self.kv.layers, self.graph_sizes,
                               self.scheduler_config.max_model_len, self.block_size, self.device)
         try:
             stats = graphs.capture(eager_max)
@@ -278,10 +281,9 @@ class ModelRunner:
         start = time.perf_counter()
         kv, _ = scratch_prefill(self.model, self.block_size, self.block_size, self.kv_dtype,
                                 self.device)
-        sizes = capture_sizes(self.scheduler_config.max_num_seqs)
+        largest = self.graph_sizes[-1]
         max_len = self.scheduler_config.max_model_len
-        decode = DecodeGraphs(self.model, kv, sizes[-1:], max_len, self.block_size,
-                              self.device)
+        decode = DecodeGraphs(self.model, kv, [largest], max_len, self.block_size, self.device)
         prefill = None
         try:
             held = decode.capture().memory_bytes
@@ -301,7 +303,7 @@ class ModelRunner:
             torch.cuda.empty_cache()
         logger.info("CUDA graph memory: %.0f MiB set aside (batch %d and %d-token prefill "
                     "graphs captured over a scratch cache in %.2f s)", held / (1 << 20),
-                    sizes[-1], PREFILL_SIZES[-1], time.perf_counter() - start)
+                    largest, PREFILL_SIZES[-1], time.perf_counter() - start)
         return held
 
     def execute(self, sched) -> RunnerOutput:
