@@ -260,7 +260,8 @@ def scenario_card(bench: EngineBench) -> dict[str, Any]:
         other, context = weights, 0
     from edge_llm.engine.kv_cache import SERVING_SLACK_BYTES
 
-    graphs = runner.graph_memory_estimate
+    # the engine measures it at start only for a fraction-of-the-card budget
+    graphs = runner.graph_memory_estimate or runner._profile_graph_memory()
     slack = SERVING_SLACK_BYTES if cuda else 0  # the engine's plan has it on CUDA only
     budget = p.card_bytes - other - graphs - slack - context
     if budget <= 0:

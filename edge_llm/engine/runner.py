@@ -100,7 +100,11 @@ class ModelRunner:
         self.graph_sizes = (list(graph_sizes) if graph_sizes
                             else capture_sizes(scheduler_config.max_num_seqs))
         peak = self._profile_peak_memory()
-        self.graph_memory_estimate = self._profile_graph_memory()
+        # only a fraction-of-the-card budget subtracts it (an explicit KV size is the KV
+        # alone): the probe costs 1-2 s of start-up on the H200
+        sized = (cache_config.kv_cache_memory is None
+                 and cache_config.num_gpu_blocks_override is None)
+        self.graph_memory_estimate = self._profile_graph_memory() if sized else 0
         self.plan: KVCachePlan = plan_kv_cache(
             loaded.arch, cache_config, self.kv_dtype, self.device,
             scheduler_config.max_model_len, peak, self.graph_memory_estimate,
@@ -155,10 +159,11 @@ class ModelRunner:
         if prefill_graphs_enabled():
             self._capture_prefill_graphs(graphs.pool, lazy=eager_max is not None)
         held = self.graph_stats.memory_bytes + self.prefill_graph_stats.memory_bytes
-        if eager_max is None and held > self.graph_memory_estimate * 1.1 + (64 << 20):
+        if (eager_max is None and self.plan.graph_bytes
+                and held > self.plan.graph_bytes * 1.1 + (64 << 20)):
             logger.warning("The CUDA graphs hold %.0f MiB, more than the %.0f MiB the KV "
                            "cache plan set aside for them", held / (1 << 20),
-                           self.graph_memory_estimate / (1 << 20))
+                           self.plan.graph_bytes / (1 << 20))
 
     def _capture_prefill_graphs(self, pool, lazy: bool) -> None:
         """Short-prefill graphs into the decode graphs' pool (start-up: every size now; wake:
