@@ -46,6 +46,11 @@ def _dequant_kernel(
 
 
 _SCRATCH: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+# buffers outgrown after a CUDA graph captured them: the graph still writes to them, so they
+# stay allocated until release_dequant_scratch (the engine's start-up profile runs every
+# linear at its largest row count first, so in the engine this stays empty)
+_RETIRED: list[torch.Tensor] = []
+_CAPTURED = [False]
 
 
 def dequant_scratch(device: torch.device, dtype: torch.dtype, k: int, n: int):
@@ -53,21 +58,28 @@ def dequant_scratch(device: torch.device, dtype: torch.dtype, k: int, n: int):
     when too small; None inside a CUDA graph capture when it is too small (no allocation
     that outlives a capture: the caller allocates into the graph's pool)."""
     key = (device, dtype)
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < k * n:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if capturing:
             return None
-        _SCRATCH.pop(key, None)
-        del buf  # the old buffer goes before the larger one is allocated
+        old = _SCRATCH.pop(key, None)
+        if old is not None and _CAPTURED[0]:
+            _RETIRED.append(old)
+        del buf, old  # an uncaptured old buffer goes before the larger one is allocated
         buf = _SCRATCH[key] = torch.empty(k * n, device=device, dtype=dtype)
+    _CAPTURED[0] = _CAPTURED[0] or capturing
     return buf[: k * n].view(k, n)
 
 
 def release_dequant_scratch() -> list[tuple[torch.device, torch.dtype, int]]:
-    """Drop the reused buffers (sleep; their memory returns on the next ``empty_cache``);
-    returns (device, dtype, elements) of each, for ``restore_dequant_scratch``."""
+    """Drop the reused buffers (sleep, after the CUDA graphs are dropped; their memory
+    returns on the next ``empty_cache``); returns (device, dtype, elements) of each, for
+    ``restore_dequant_scratch``."""
     sizes = [(dev, dtype, buf.numel()) for (dev, dtype), buf in _SCRATCH.items()]
     _SCRATCH.clear()
+    _RETIRED.clear()
+    _CAPTURED[0] = False
     return sizes
 
 

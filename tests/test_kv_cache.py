@@ -103,10 +103,15 @@ def test_dequant_buffer_released_on_sleep_comes_back_at_its_size():
         first = dq.dequant_scratch(cpu, torch.float16, 8, 16)
         assert first.shape == (8, 16)
         assert dq.dequant_scratch(cpu, torch.float16, 4, 4).data_ptr() == first.data_ptr()
+        dq._CAPTURED[0] = True  # as after a CUDA graph captured the buffer
+        grown = dq.dequant_scratch(cpu, torch.float16, 16, 16)
+        assert grown.data_ptr() != first.data_ptr()
+        assert [t.data_ptr() for t in dq._RETIRED] == [first.data_ptr()], \
+            "a captured buffer was freed while a graph may still write to it"
         sizes = dq.release_dequant_scratch()
-        assert sizes == [(cpu, torch.float16, 128)] and not dq._SCRATCH
+        assert sizes == [(cpu, torch.float16, 256)] and not dq._SCRATCH and not dq._RETIRED
         dq.restore_dequant_scratch(sizes)
-        assert dq._SCRATCH[(cpu, torch.float16)].numel() == 128
+        assert dq._SCRATCH[(cpu, torch.float16)].numel() == 256
     finally:
         dq._SCRATCH.clear()
         dq._SCRATCH.update(saved)
