@@ -23,7 +23,7 @@ from .fused import add_rms_norm_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref
 from .gather import gather_columns_ref
 from .paged_attention import paged_attention_ref, write_kv_ref
 from .w4a16 import dequantize_w4a16_ref, pack_w4_ref, w4a16_matmul_ref
-from .w4a16_dequant import release_dequant_scratch, restore_dequant_scratch
+from .w4a16_dequant import acquire_dequant_scratch, release_dequant_scratch
 
 __all__ = [
     "triton_enabled",
@@ -36,8 +36,8 @@ __all__ = [
     "rotary",
     "rotary_write_kv",
     "gather_columns",
+    "acquire_dequant_scratch",
     "release_dequant_scratch",
-    "restore_dequant_scratch",
     "paged_attention_ref",
     "write_kv_ref",
     "w4a16_matmul_ref",

@@ -7,6 +7,10 @@ after it, on the one stream the model runs on, so one buffer serves every linear
 [K, N] tensor per linear (32-180 MB each for a 7B model) left the caching allocator with
 segments of many sizes (fragmentation while serving), and put two of them (the q/k/v and
 gate/up sizes, 280 MB) in the CUDA graphs' pool.
+
+The buffers are shared by every engine of the process, and CUDA graphs write to them: an
+engine acquires them at start-up and wake and releases them at sleep, and they are freed
+only when no engine holds them (``acquire_dequant_scratch`` / ``release_dequant_scratch``).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ _SCRATCH: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 # linear at its largest row count first, so in the engine this stays empty)
 _RETIRED: list[torch.Tensor] = []
 _CAPTURED = [False]
+_USERS = [0]  # engines whose graphs may use the buffers (acquire / release)
 
 
 def dequant_scratch(device: torch.device, dtype: torch.dtype, k: int, n: int):
@@ -72,23 +77,29 @@ def dequant_scratch(device: torch.device, dtype: torch.dtype, k: int, n: int):
     return buf[: k * n].view(k, n)
 
 
+def acquire_dequant_scratch(sizes=()) -> None:
+    """One more engine uses the buffers (start-up, wake); allocate any of ``sizes`` (from
+    ``release_dequant_scratch``) that is missing, before the engine captures graphs: a
+    capture with no buffer would put each dequantized weight in the graph's pool."""
+    _USERS[0] += 1
+    for dev, dtype, numel in sizes:
+        if (dev, dtype) not in _SCRATCH:
+            _SCRATCH[(dev, dtype)] = torch.empty(numel, device=dev, dtype=dtype)
+
+
 def release_dequant_scratch() -> list[tuple[torch.device, torch.dtype, int]]:
-    """Drop the reused buffers (sleep, after the CUDA graphs are dropped; their memory
-    returns on the next ``empty_cache``); returns (device, dtype, elements) of each, for
-    ``restore_dequant_scratch``."""
+    """One engine fewer (sleep, after its CUDA graphs are dropped). The buffers go only when
+    no engine is left, since another engine's graphs may write to them; their memory returns
+    on the next ``empty_cache``. Returns (device, dtype, elements) of each buffer dropped,
+    for ``acquire_dequant_scratch`` at wake."""
+    _USERS[0] = max(_USERS[0] - 1, 0)
+    if _USERS[0]:
+        return []
     sizes = [(dev, dtype, buf.numel()) for (dev, dtype), buf in _SCRATCH.items()]
     _SCRATCH.clear()
     _RETIRED.clear()
     _CAPTURED[0] = False
     return sizes
-
-
-def restore_dequant_scratch(sizes: list[tuple[torch.device, torch.dtype, int]]) -> None:
-    """Allocate the buffers ``release_dequant_scratch`` dropped (wake, before the graphs are
-    captured: a capture with no buffer would put each dequantized weight in the graph pool)."""
-    for dev, dtype, numel in sizes:
-        if (dev, dtype) not in _SCRATCH:
-            _SCRATCH[(dev, dtype)] = torch.empty(numel, device=dev, dtype=dtype)
 
 
 def dequantize_w4a16(

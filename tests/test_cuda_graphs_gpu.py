@@ -241,12 +241,16 @@ def test_sleep_drops_graphs_and_wake_captures_again(fp16_dir, level):
     assert engine.runner.graphs.replays[16] > 0
 
 
-def test_wake_restores_the_dequant_buffer_before_capture(awq_dir):
-    """Sleep drops the reused W4A16 dequantization buffer; wake allocates it again at its size
-    before capturing, so no graph puts dequantized weights in its pool."""
+def test_wake_restores_the_dequant_buffer_before_capture(awq_dir, monkeypatch):
+    """Sleep drops the reused W4A16 dequantization buffer (this engine being its only user);
+    wake allocates it again at its size before capturing, so no graph puts dequantized
+    weights in its pool."""
     import importlib
 
     dq = importlib.import_module("edge_llm.kernels.w4a16_dequant")
+    for name, fresh in (("_SCRATCH", {}), ("_RETIRED", []), ("_CAPTURED", [False]),
+                        ("_USERS", [0])):  # earlier tests' engines keep theirs
+        monkeypatch.setattr(dq, name, fresh)
     llm = make_llm(awq_dir)  # the start-up profile (512 rows) dequantizes every weight
     before = {key: buf.numel() for key, buf in dq._SCRATCH.items()}
     assert before

@@ -176,11 +176,13 @@ def test_w4a16_gemv16_large_activations(dtype):
         assert err < 1e-2, f"M={m} {dtype}: rel err {err:.2e}"
 
 
-def test_dequant_path_reuses_one_buffer_and_is_capture_safe():
+def test_dequant_path_reuses_one_buffer_and_is_capture_safe(monkeypatch):
     """Above 64 rows the weights are dequantized into one reused buffer: a smaller weight
     reuses it, results stay right; inside a CUDA graph capture with no buffer yet, the
     dequantization allocates into the graph's pool instead, and the replay is right."""
     dq = importlib.import_module("edge_llm.kernels.w4a16_dequant")
+    monkeypatch.setattr(dq, "_SCRATCH", {})  # this test's own buffers
+    monkeypatch.setattr(dq, "_CAPTURED", [False])
     gs, m = 128, 128
 
     def weights(k, n):
@@ -192,7 +194,6 @@ def test_dequant_path_reuses_one_buffer_and_is_capture_safe():
     big, big_ref = weights(1024, 2048)
     small, small_ref = weights(1024, 512)
     x = torch.randn(m, 1024, device=DEV, dtype=torch.float16)
-    dq.release_dequant_scratch()
     y_big = kernels.w4a16_matmul(x, *big, gs)
     (key, buf), = dq._SCRATCH.items()
     y_small = kernels.w4a16_matmul(x, *small, gs)
@@ -200,7 +201,7 @@ def test_dequant_path_reuses_one_buffer_and_is_capture_safe():
     assert rel_err(y_big, x.float() @ big_ref) < 1e-2
     assert rel_err(y_small, x.float() @ small_ref) < 1e-2
 
-    dq.release_dequant_scratch()
+    dq._SCRATCH.clear()
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):

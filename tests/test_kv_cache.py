@@ -93,25 +93,27 @@ def test_scratch_prefill_splits_a_step_into_sequences_of_max_seq_len():
     assert one.seq_lens.tolist() == [10] and one.block_tables.tolist() == [[0, 1, 2]]
 
 
-def test_dequant_buffer_released_on_sleep_comes_back_at_its_size():
+def test_dequant_buffer_released_on_sleep_comes_back_at_its_size(monkeypatch):
     from edge_llm.kernels import w4a16_dequant as dq
 
-    saved = dict(dq._SCRATCH)
-    try:
-        dq._SCRATCH.clear()
-        cpu = torch.device("cpu")
-        first = dq.dequant_scratch(cpu, torch.float16, 8, 16)
-        assert first.shape == (8, 16)
-        assert dq.dequant_scratch(cpu, torch.float16, 4, 4).data_ptr() == first.data_ptr()
-        dq._CAPTURED[0] = True  # as after a CUDA graph captured the buffer
-        grown = dq.dequant_scratch(cpu, torch.float16, 16, 16)
-        assert grown.data_ptr() != first.data_ptr()
-        assert [t.data_ptr() for t in dq._RETIRED] == [first.data_ptr()], \
-            "a captured buffer was freed while a graph may still write to it"
-        sizes = dq.release_dequant_scratch()
-        assert sizes == [(cpu, torch.float16, 256)] and not dq._SCRATCH and not dq._RETIRED
-        dq.restore_dequant_scratch(sizes)
-        assert dq._SCRATCH[(cpu, torch.float16)].numel() == 256
-    finally:
-        dq._SCRATCH.clear()
-        dq._SCRATCH.update(saved)
+    monkeypatch.setattr(dq, "_SCRATCH", {})
+    monkeypatch.setattr(dq, "_RETIRED", [])
+    monkeypatch.setattr(dq, "_CAPTURED", [False])
+    monkeypatch.setattr(dq, "_USERS", [0])
+    cpu = torch.device("cpu")
+    dq.acquire_dequant_scratch()  # two engines
+    dq.acquire_dequant_scratch()
+    first = dq.dequant_scratch(cpu, torch.float16, 8, 16)
+    assert first.shape == (8, 16)
+    assert dq.dequant_scratch(cpu, torch.float16, 4, 4).data_ptr() == first.data_ptr()
+    dq._CAPTURED[0] = True  # as after a CUDA graph captured the buffer
+    grown = dq.dequant_scratch(cpu, torch.float16, 16, 16)
+    assert grown.data_ptr() != first.data_ptr()
+    assert [t.data_ptr() for t in dq._RETIRED] == [first.data_ptr()], \
+        "a captured buffer was freed while a graph may still write to it"
+    assert dq.release_dequant_scratch() == [] and dq._SCRATCH, \
+        "one engine's sleep dropped the buffer the other engine's graphs use"
+    sizes = dq.release_dequant_scratch()
+    assert sizes == [(cpu, torch.float16, 256)] and not dq._SCRATCH and not dq._RETIRED
+    dq.acquire_dequant_scratch(sizes)
+    assert dq._SCRATCH[(cpu, torch.float16)].numel() == 256 and dq._USERS == [1]

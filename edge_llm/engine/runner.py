@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from edge_llm.config import CacheConfig, SchedulerConfig
-from edge_llm.kernels import release_dequant_scratch, restore_dequant_scratch, triton_enabled
+from edge_llm.kernels import acquire_dequant_scratch, release_dequant_scratch, triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
 from edge_llm.model.full_forward import scratch_prefill
 from edge_llm.model.loader import LoadedModel
@@ -96,6 +96,7 @@ class ModelRunner:
         self.scheduler_config = scheduler_config
         self.sampler = Sampler(seed=seed)
         self.enforce_eager = enforce_eager
+        acquire_dequant_scratch()  # sleep releases it
         # decode graph sizes: the given ones, or the ladder up to max_num_seqs
         self.graph_sizes = (list(graph_sizes) if graph_sizes
                             else capture_sizes(scheduler_config.max_num_seqs))
@@ -221,7 +222,7 @@ class ModelRunner:
             _move_tensors(self.model, self.device, pin=False)
         self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.kv_dtype,
                           self.device, host=self._host_swap)
-        restore_dequant_scratch(self._scratch_sizes)
+        acquire_dequant_scratch(self._scratch_sizes)
         self._scratch_sizes = []
         self._capture_graphs(eager_max=WAKE_CAPTURE_MAX)
 
