@@ -102,7 +102,8 @@ class ModelRunner:
                             else capture_sizes(scheduler_config.max_num_seqs))
         peak = self._profile_peak_memory()
         # only a fraction-of-the-card budget subtracts it (an explicit KV size is the KV
-        # alone): the probe costs 1-2 s of start-up on the H200
+        # alone): the probe took 0.3 s for a 7B model on the H200 with compiled kernels
+        # cached, 1-2 s with a cold Triton cache (compiling what the capture needs anyway)
         sized = (cache_config.kv_cache_memory is None
                  and cache_config.num_gpu_blocks_override is None)
         self.graph_memory_estimate = self._profile_graph_memory() if sized else 0
