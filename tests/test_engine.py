@@ -296,3 +296,14 @@ def test_completion_snapshot_copies_every_field():
     snap = c.snapshot()
     assert asdict(snap) == asdict(c)
     assert snap.token_ids is not c.token_ids and snap.logprobs is not c.logprobs
+
+
+def test_cuda_graph_sizes_reach_the_runner(tiny_dir):  # noqa: F811
+    from edge_llm.engine.cuda_graphs import capture_sizes
+
+    llm = LLM(str(tiny_dir), device="cpu", max_num_seqs=48, cuda_graph_sizes=[8, 1, 4, 4])
+    assert llm.engine.runner.graph_sizes == [1, 4, 8]
+    assert LLM(str(tiny_dir), device="cpu", max_num_seqs=48).engine.runner.graph_sizes == \
+        capture_sizes(48) == [1, 2, 4, 8, 16, 24, 32, 48]
+    with pytest.raises(ValueError, match="positive ints"):
+        LLM(str(tiny_dir), device="cpu", cuda_graph_sizes=[0])
