@@ -36,10 +36,30 @@ def variants(m: int, n: int):
     plane dots; tiles of 64/128 weight columns. Next (benchmarks/gpu_call20.sh): stage-4
     pipelines at 128-256 rows, and ``--dtype bfloat16`` (fp32 unpacking; bf16 still takes
     the old paths). 1-4 rows (session 14): GEMV tiles of 256-1024 K, 32/64 columns, the
-    automatic split or none (at 3-4 rows against the dispatched swap tile)."""
+    automatic split or none (at 3-4 rows against the dispatched swap tile). 1-2 rows
+    (session 19): K tiles of one quantization group (128), so that scales and zeros are one
+    row per tile instead of one per word, 64-256 columns wide for the bytes in flight, 4 or 8
+    warps, with the zero point subtracted per word or folded into the PTX constants
+    (``fold``; the zero points here are integers)."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
+    if m <= 2:  # session 19's grid
+        for bn in (64, 128, 256):
+            for warps in (4, 8):
+                for fold in (False, True):
+                    out[f"g16 bn{bn} bk128 w{warps}{' fold' if fold else ''}"] = C(
+                        "gemv16", block_n=bn, block_k=128, split_k=0, num_warps=warps,
+                        rows=m, chain4=True, fold_zero=fold, waves=2.5, min_k_tiles=1,
+                        fused_reduce=n <= 8192)
+        for waves in (1.5, 4):
+            out[f"g16 bn128 bk128 w4 fold v{waves}"] = C(
+                "gemv16", block_n=128, block_k=128, split_k=0, num_warps=4, rows=m,
+                chain4=True, fold_zero=True, waves=waves, min_k_tiles=1, fused_reduce=n <= 8192)
+        out["g16 bn32 bk512 nochain"] = C("gemv16", block_n=32, block_k=512, split_k=0,
+                                          num_warps=4, rows=m, waves=2.5, min_k_tiles=1,
+                                          fused_reduce=n <= 8192)
+        return out
     if m <= 4:  # session 14's GEMV grid
         for bn in (32, 64):
             for bkk in (256, 512, 1024):

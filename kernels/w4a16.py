@@ -347,7 +347,8 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
         launch_gemv16(x2, qweight, scales, zeros, target, group_size, cfg.rows, cfg.block_n,
                       block_k, k_per_split, split, cfg.num_warps, cfg.num_stages,
                       use_asm=not _interpreting(), per_tile_scales=cfg.per_tile_scales,
-                      chain4=cfg.chain4, final=out if cnt is not None else None, counters=cnt)
+                      chain4=cfg.chain4, fold_zero=cfg.fold_zero,
+                      final=out if cnt is not None else None, counters=cnt)
     elif cfg.kind == "swap":
         launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,
                     cfg.block_n, block_k, k_per_split, split, one_group,

@@ -28,36 +28,52 @@ import triton.language as tl
 from .splitk import sum_if_last
 
 
-def _asm_text(rows: int, chain4: bool = False) -> str:
+def _asm_text(rows: int, chain4: bool = False, fold: bool = False) -> str:
     """PTX for one word and ``rows`` activation rows: outputs $0..$rows-1 (fp32 bits), inputs
     $rows = the word, $rows+1 = (z, z) as fp16x2, then four fp16x2 x pairs per row.
     ``chain4``: all four products per half summed in fp16 before one conversion (fewer
-    instructions; overflows for |x| above ~1,000 instead of ~2,000)."""
-    w, zz = f"${rows}", f"${rows + 1}"
+    instructions; overflows for |x| above ~1,000 instead of ~2,000). ``fold``: the zero
+    point is folded into the constants that remove the exponent bias, four fp16x2
+    instructions fewer per word: $rows+1 = (1024 + z, 1024 + z), $rows+2 = (-64 - z, -64 - z),
+    the x pairs from $rows+3 (worth it when z is built once per tile, not per word)."""
+    w = f"${rows}"
+    n_z = 2 if fold else 1
     lines = [
         "{",
         ".reg .b32 t0, t1, t2, t3, s8, c1024, c16, cm64, p0, p1;",
         ".reg .f16 h0, h1, h2, h3;",
         ".reg .f32 f0, f1, f2, f3;",
-        "mov.b32 c1024, 0x64006400;",  # (1024, 1024)
         "mov.b32 c16, 0x2C002C00;",  # (1/16, 1/16)
-        "mov.b32 cm64, 0xD400D400;",  # (-64, -64)
-        f"lop3.b32 t0, {w}, 0x000F000F, 0x64006400, 0xEA;",  # (a & b) | c
-        f"lop3.b32 t1, {w}, 0x00F000F0, 0x64006400, 0xEA;",
+        f"lop3.b32 t0, {w}, 0x000F000F, 0x64006400, 0xEA;",  # (a & b) | c: (1024 + q, ...)
+        f"lop3.b32 t1, {w}, 0x00F000F0, 0x64006400, 0xEA;",  # (1024 + 16 q, ...)
         f"shr.u32 s8, {w}, 8;",
         "lop3.b32 t2, s8, 0x000F000F, 0x64006400, 0xEA;",
         "lop3.b32 t3, s8, 0x00F000F0, 0x64006400, 0xEA;",
-        "sub.f16x2 t0, t0, c1024;",  # 1024 + q - 1024 = q
-        "fma.rn.f16x2 t1, t1, c16, cm64;",  # (1024 + 16 q) / 16 - 64 = q
-        "sub.f16x2 t2, t2, c1024;",
-        "fma.rn.f16x2 t3, t3, c16, cm64;",
-        f"sub.f16x2 t0, t0, {zz};",  # q - z (exact for integer zero points)
-        f"sub.f16x2 t1, t1, {zz};",
-        f"sub.f16x2 t2, t2, {zz};",
-        f"sub.f16x2 t3, t3, {zz};",
     ]
+    if fold:
+        za, zb = f"${rows + 1}", f"${rows + 2}"
+        lines += [
+            f"sub.f16x2 t0, t0, {za};",  # (1024 + q) - (1024 + z) = q - z, exact
+            f"fma.rn.f16x2 t1, t1, c16, {zb};",  # (1024 + 16 q) / 16 - 64 - z = q - z
+            f"sub.f16x2 t2, t2, {za};",
+            f"fma.rn.f16x2 t3, t3, c16, {zb};",
+        ]
+    else:
+        zz = f"${rows + 1}"
+        lines += [
+            "mov.b32 c1024, 0x64006400;",  # (1024, 1024)
+            "mov.b32 cm64, 0xD400D400;",  # (-64, -64)
+            "sub.f16x2 t0, t0, c1024;",  # 1024 + q - 1024 = q
+            "fma.rn.f16x2 t1, t1, c16, cm64;",  # (1024 + 16 q) / 16 - 64 = q
+            "sub.f16x2 t2, t2, c1024;",
+            "fma.rn.f16x2 t3, t3, c16, cm64;",
+            f"sub.f16x2 t0, t0, {zz};",  # q - z (exact for integer zero points)
+            f"sub.f16x2 t1, t1, {zz};",
+            f"sub.f16x2 t2, t2, {zz};",
+            f"sub.f16x2 t3, t3, {zz};",
+        ]
     for m in range(rows):
-        xa, xb, xc, xd = (f"${rows + 2 + 4 * m + i}" for i in range(4))
+        xa, xb, xc, xd = (f"${rows + 1 + n_z + 4 * m + i}" for i in range(4))
         if chain4:
             lines += [
                 f"mul.rn.f16x2 p0, t0, {xa};",
@@ -89,8 +105,8 @@ def _asm_text(rows: int, chain4: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _constraints(rows: int) -> str:
-    return ",".join(["=r"] * rows + ["r"] * (2 + 4 * rows))
+def _constraints(rows: int, fold: bool = False) -> str:
+    return ",".join(["=r"] * rows + ["r"] * ((3 if fold else 2) + 4 * rows))
 
 
 _ASM1 = tl.constexpr(_asm_text(1))
@@ -105,12 +121,27 @@ _CON1 = tl.constexpr(_constraints(1))
 _CON2 = tl.constexpr(_constraints(2))
 _CON3 = tl.constexpr(_constraints(3))
 _CON4 = tl.constexpr(_constraints(4))
+_ASM1CF = tl.constexpr(_asm_text(1, chain4=True, fold=True))
+_ASM2CF = tl.constexpr(_asm_text(2, chain4=True, fold=True))
+_ASM3CF = tl.constexpr(_asm_text(3, chain4=True, fold=True))
+_ASM4CF = tl.constexpr(_asm_text(4, chain4=True, fold=True))
+_CON1F = tl.constexpr(_constraints(1, fold=True))
+_CON2F = tl.constexpr(_constraints(2, fold=True))
+_CON3F = tl.constexpr(_constraints(3, fold=True))
+_CON4F = tl.constexpr(_constraints(4, fold=True))
 
 
 @triton.jit
 def _half_bits(v):
     """fp16 (or bf16 -> fp16) values as their 16 bits in the low half of an int32."""
     return v.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+
+
+@triton.jit
+def _pair(v):
+    """Values as (v, v) fp16x2 bits in an int32."""
+    b = _half_bits(v)
+    return b | (b << 16)
 
 
 @triton.jit
@@ -205,15 +236,17 @@ def _w4a16_gemv16_kernel(
     stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
-    CHAIN4: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
+    CHAIN4: tl.constexpr, FOLD: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
     Grid (n tiles, K splits, row chunks). 2-D fp32 accumulators [BK8, BN] per row, reduced
     once at the end. ONE_GROUP (every K tile inside one group): scales and zeros are one
     [1, BN] row per tile; else one per word row ([BK8, BN] loads, any group size % 8 == 0).
-    REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
-    writes their sum to ``final`` (kernels/splitk.py).
+    FOLD (ONE_GROUP and CHAIN4 only): the zero point enters the PTX's bias constants, built
+    once per tile and column instead of subtracted per word. REDUCE: ``out`` holds fp32
+    partials and the last program of each (row chunk, n tile) writes their sum to ``final``
+    (kernels/splitk.py).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -239,8 +272,12 @@ def _w4a16_gemv16_kernel(
                                     stride_zg, ONE_GROUP)
         r_mask = rows < r_end
         s = s.to(tl.float32)
-        zb = _half_bits(z)
-        zz = zb | (zb << 16)  # (z, z) as fp16x2
+        if FOLD:
+            zf = z.to(tl.float32)
+            z_a = _pair(zf + 1024.0)  # exact: zero points are integers (quant/linear.py)
+            z_b = _pair(-64.0 - zf)
+        else:
+            z_a = _pair(z)  # (z, z) as fp16x2
         xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
                                       r_mask, X_FP16)
         if ROWS >= 2:
@@ -256,31 +293,56 @@ def _w4a16_gemv16_kernel(
                                           xi_ptr + (m0 + 3) * stride_xim, rows,
                                           rows < r_end * _live(M, m0 + 3), X_FP16)
         if USE_ASM:
-            if ROWS == 1:
+            if FOLD and ROWS == 1:
                 p0 = _f32(tl.inline_asm_elementwise(
-                    _ASM1C if CHAIN4 else _ASM1, _CON1, [w, zz, xa0, xb0, xc0, xd0],
+                    _ASM1CF, _CON1F, [w, z_a, z_b, xa0, xb0, xc0, xd0],
+                    dtype=tl.int32, is_pure=True, pack=1))
+            elif FOLD and ROWS == 2:
+                p0, p1 = tl.inline_asm_elementwise(
+                    _ASM2CF, _CON2F, [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                    dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+                p0, p1 = _f32(p0), _f32(p1)
+            elif FOLD and ROWS == 3:
+                p0, p1, p2 = tl.inline_asm_elementwise(
+                    _ASM3CF, _CON3F,
+                    [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
+                    dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+                p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
+            elif FOLD:
+                p0, p1, p2, p3 = tl.inline_asm_elementwise(
+                    _ASM4CF, _CON4F,
+                    [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
+                     xa3, xb3, xc3, xd3],
+                    dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+                p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
+            elif ROWS == 1:
+                p0 = _f32(tl.inline_asm_elementwise(
+                    _ASM1C if CHAIN4 else _ASM1, _CON1, [w, z_a, xa0, xb0, xc0, xd0],
                     dtype=tl.int32, is_pure=True, pack=1))
             elif ROWS == 2:
                 p0, p1 = tl.inline_asm_elementwise(
                     _ASM2C if CHAIN4 else _ASM2, _CON2,
-                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                    [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1 = _f32(p0), _f32(p1)
             elif ROWS == 3:
                 p0, p1, p2 = tl.inline_asm_elementwise(
                     _ASM3C if CHAIN4 else _ASM3, _CON3,
-                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
+                    [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
                     dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
             else:
                 p0, p1, p2, p3 = tl.inline_asm_elementwise(
                     _ASM4C if CHAIN4 else _ASM4, _CON4,
-                    [w, zz, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
+                    [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
                      xa3, xb3, xc3, xd3],
                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
         else:
-            zf = z.to(tl.float16).to(tl.float32)
+            if FOLD:  # z back from both folded constants (checks how they are built)
+                zf = 0.5 * (_bits_half(z_a >> 16) - 1024.0 - 64.0 - _bits_half(z_b))
+            else:
+                zf = z.to(tl.float16).to(tl.float32)
             p0 = _dot8_emulated(w, zf, xa0, xb0, xc0, xd0)
             if ROWS >= 2:
                 p1 = _dot8_emulated(w, zf, xa1, xb1, xc1, xd1)
@@ -314,12 +376,15 @@ def _w4a16_gemv16_kernel(
 def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,
                   block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
-                  chain4: bool = False, final: torch.Tensor | None = None,
+                  chain4: bool = False, fold_zero: bool = False,
+                  final: torch.Tensor | None = None,
                   counters: torch.Tensor | None = None) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
-    one group; False forces per-word-row scales (benchmarks compare the two). ``final``
+    one group; False forces per-word-row scales (benchmarks compare the two). ``fold_zero``:
+    with one scale row per tile and ``chain4``, the zero point goes into the PTX constants
+    (FOLD in the kernel; exact for integer zero points only). ``final``
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
     ``final`` (no second launch)."""
     m, k = x2.shape
@@ -338,5 +403,6 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
         zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
-        CHAIN4=chain4, REDUCE=reduce, SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
+        CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, REDUCE=reduce,
+        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
         num_warps=num_warps, num_stages=num_stages)

@@ -37,7 +37,7 @@ def _tol(dtype) -> float:
     return FP32_TOL if dtype == torch.float32 else FP16_TOL
 
 
-def _w4_problem(m, k, n, gs, dtype, lead=()):
+def _w4_problem(m, k, n, gs, dtype, lead=(), integer_zeros=False):
     import torch
 
     from edge_llm.kernels.w4a16 import pack_w4_ref
@@ -45,15 +45,18 @@ def _w4_problem(m, k, n, gs, dtype, lead=()):
     g = -(-k // gs)
     qw = pack_w4_ref(torch.randint(0, 16, (k, n)))
     s = (torch.rand(g, n) * 0.05 + 0.005).to(dtype)
-    z = (torch.rand(g, n) * 15).to(dtype)  # non-integer zero points
+    if integer_zeros:  # as every checkpoint format has
+        z = torch.randint(0, 17, (g, n)).to(dtype)
+    else:
+        z = (torch.rand(g, n) * 15).to(dtype)  # non-integer zero points
     x = torch.randn(*lead, m, k).to(dtype)
     return x, qw, s, z
 
 
-def _check_w4(m, k, n, gs, dtype, cfg=None, lead=()):
+def _check_w4(m, k, n, gs, dtype, cfg=None, lead=(), integer_zeros=False):
     from edge_llm.kernels.w4a16 import w4a16_matmul, w4a16_matmul_ref
 
-    x, qw, s, z = _w4_problem(m, k, n, gs, dtype, lead)
+    x, qw, s, z = _w4_problem(m, k, n, gs, dtype, lead, integer_zeros)
     y = w4a16_matmul(x, qw, s, z, gs, config=cfg)
     assert y.shape == (*lead, m, n) and y.dtype == dtype
     err = _rel(y, w4a16_matmul_ref(x, qw, s, z, gs))
@@ -138,6 +141,14 @@ def case_w4a16_gemv16():
     _check_w4(2, 1088, 80, 64, torch.float16, C("gemv16", block_n=32, block_k=256, split_k=2,
                                                 rows=2))
     _check_w4(1, 512, 64, 32, torch.float16, C("gemv16", block_n=32, block_k=512, rows=1))
+    # integer zero points folded into the bias constants (K tiles inside one group): one row,
+    # and three rows with a split and a missing fourth row; bf16 activations
+    for m, k, gs, split, dtype in ((1, 512, 128, 1, torch.float16),
+                                   (3, 1024, 256, 3, torch.float16),
+                                   (2, 512, 64, 2, torch.bfloat16)):
+        cfg = C("gemv16", block_n=64, block_k=min(gs, 128), split_k=split, rows=m,
+                chain4=True, fold_zero=True)
+        _check_w4(m, k, 96, gs, dtype, cfg, integer_zeros=True)
 
 
 def case_w4a16_small_m():
