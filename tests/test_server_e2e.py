@@ -21,6 +21,7 @@ def client(live_server) -> openai.OpenAI:
 def model(client) -> str:
     models = client.models.list().data
     assert len(models) == 1 and models[0].id == "SmolLM2-135M-Instruct-AWQ"
+    assert client.models.retrieve(models[0].id).id == models[0].id
     return models[0].id
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.test_server_fake_engine import FakeEngine, make_app, sse_payloads
+from tests.test_server_fake_engine import FakeEngine, assert_error, make_app, sse_payloads
 
 pytestmark = pytest.mark.anyio
 
@@ -144,6 +144,10 @@ async def test_models_version_schema_and_page(fake_tokenizer, token_scripts):
         models = (await c.get("/v1/models")).json()
         assert models["object"] == "list" and models["data"][0]["object"] == "model"
         assert models["data"][0]["max_model_len"] == 256
+        one = (await c.get("/v1/models/fake-model")).json()
+        assert one == models["data"][0]
+        assert_error(await c.get("/v1/models/gpt-9"), 404, "model")
+        assert_error(await c.get("/v1/models/org/gpt-9"), 404, "model")
         assert (await c.get("/version")).json()["version"]
         schema = (await c.get("/schema/openapi.json")).json()
         assert "/v1/chat/completions" in schema["paths"] and "/v1/completions" in schema["paths"]

@@ -15,6 +15,8 @@ from tests.test_server_fake_engine import FakeEngine, assert_error, make_app, ss
 
 pytestmark = pytest.mark.anyio
 
+_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
 
 @pytest.mark.parametrize("body, status, param", [
     ({"messages": []}, 400, "messages"),
@@ -36,6 +38,20 @@ pytestmark = pytest.mark.anyio
      "messages[0].content"),
     ({"messages": "hello"}, 400, "messages"),
     ({"messages": [{"role": "user", "content": "x"}], "model": "gpt-9"}, 404, "model"),
+    # answers this server cannot give are refused, not silently replaced by plain text
+    ({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_object"}}, 400, "response_format"),
+    ({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}, 400,
+     "response_format"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [_TOOL]}, 400, "tools"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [_TOOL], "tool_choice": "auto"},
+     400, "tools"),
+    ({"messages": [{"role": "user", "content": "x"}], "functions": [_TOOL["function"]]}, 400,
+     "functions"),
+    ({"messages": [{"role": "user", "content": "x"},
+                   {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function"}]}]},
+     400, "messages[1].tool_calls"),
 ])
 async def test_chat_invalid_values_are_openai_errors(fake_tokenizer, token_scripts, body, status,
                                                      param):
@@ -55,6 +71,8 @@ async def test_chat_invalid_values_are_openai_errors(fake_tokenizer, token_scrip
     ({"prompt": "x", "logprobs": 21}, "logprobs"),
     ({"prompt": "x", "stop_token_ids": [10**8]}, "stop_token_ids"),
     ({"prompt": "x", "suffix": "y"}, "suffix"),
+    ({"prompt": "x", "best_of": 3}, "best_of"),
+    ({"prompt": "x", "n": 2, "best_of": 1}, "best_of"),
     ({"prompt": "x " * 300}, "prompt"),
 ])
 async def test_completion_invalid_values(fake_tokenizer, token_scripts, body, param):
@@ -62,6 +80,23 @@ async def test_completion_invalid_values(fake_tokenizer, token_scripts, body, pa
         err = assert_error(await c.post("/v1/completions", json=body), 400, param)
     if body["prompt"] == "x " * 300:
         assert "256" in err["message"] and "301" in err["message"]
+
+
+async def test_supported_forms_of_the_refused_fields_are_served(fake_tokenizer, token_scripts):
+    """The plain-text forms of the refused fields: response_format text, tools with
+    tool_choice none (a plain reply), best_of equal to n."""
+    msgs = [{"role": "user", "content": "x"}]
+    async with AsyncTestClient(make_app(FakeEngine(fake_tokenizer, token_scripts))) as c:
+        for extra in ({"response_format": {"type": "text"}},
+                      {"tools": [_TOOL], "tool_choice": "none"},
+                      {"functions": [_TOOL["function"]], "function_call": "none"}):
+            r = await c.post("/v1/chat/completions",
+                             json={"messages": msgs, "max_tokens": 2, **extra})
+            assert r.status_code == 200, (extra, r.text)
+            assert r.json()["choices"][0]["message"]["content"]
+        r = await c.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, "n": 2,
+                                                  "best_of": 2})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 2
 
 
 async def test_malformed_bodies_routes_and_size_are_openai_errors(fake_tokenizer, token_scripts):

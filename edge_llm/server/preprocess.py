@@ -61,6 +61,9 @@ def messages_to_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
                     )
                 texts.append(part.text)
             content = "\n".join(texts)
+        if msg.tool_calls:
+            raise bad_request(f"{where}.tool_calls: tool calls are not supported by this "
+                              "server.", f"{where}.tool_calls")
         if content is None:
             if msg.role != "assistant":
                 raise bad_request(f"{where}.content is required for role {msg.role!r}.",
@@ -182,8 +185,23 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
         raise bad_request(f"Invalid sampling parameters: {exc}", None) from exc
 
 
+def check_chat_features(req: ChatCompletionRequest) -> None:
+    """Refuse what would change the answer and is not served: structured (JSON) output and
+    tool calling. ``tool_choice: "none"`` asks for a plain reply, which is what comes back."""
+    fmt = req.response_format
+    if fmt is not None and fmt.type != "text":
+        raise bad_request(f"response_format type {fmt.type!r} is not supported: this server "
+                          "does not constrain the output (only 'text').", "response_format")
+    for field, choice_field, choice in (("tools", "tool_choice", req.tool_choice),
+                                        ("functions", "function_call", req.function_call)):
+        if getattr(req, field) and choice != "none":
+            raise bad_request(f"{field} are not supported: this server does not produce tool "
+                              f"calls (set {choice_field} to 'none' for a plain reply).", field)
+
+
 def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
                 ) -> tuple[Prompt, SamplingParams]:
+    check_chat_features(req)
     messages = messages_to_dicts(req.messages)
     text = render_chat(engine, messages, template, req.add_generation_prompt)
     prompt = Prompt(tokenize_text(engine.tokenizer, text), text)
@@ -209,6 +227,9 @@ def completion_inputs(req: CompletionRequest, engine: Any
     """One (prompt, params) per prompt; params differ only in the ``max_tokens`` left."""
     if req.suffix:
         raise bad_request("suffix is not supported.", "suffix")
+    if req.best_of is not None and req.best_of != req.n:
+        raise bad_request(f"best_of must equal n ({req.n}) here: generating more completions "
+                          f"than are returned is not supported, got {req.best_of}.", "best_of")
     if req.logprobs is not None and req.logprobs > 20:
         raise bad_request(f"logprobs must be in [0, 20], got {req.logprobs}.", "logprobs")
     if req.max_tokens == 0:

@@ -1,7 +1,9 @@
 """OpenAI request and response bodies as msgspec Structs.
 
 Request structs mirror OpenAI's schema plus the extra sampling fields vLLM accepts. Unknown
-fields are ignored (msgspec's default), as OpenAI does. Types are checked by msgspec while
+fields are ignored (msgspec's default), as OpenAI does; the OpenAI fields that would change
+the answer and are not served here (JSON output, tools, ``best_of``, ``suffix``) are read so
+that they get a 400. Types are checked by msgspec while
 Litestar decodes the body; value ranges are checked by ``SamplingParams`` and ``preprocess``.
 Response structs serialise to exactly OpenAI's JSON (``None`` fields are written as ``null``).
 """
@@ -29,6 +31,12 @@ class ChatMessage(Struct):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[Any] | None = None  # read only to refuse them (no tool calling here)
+
+
+class ResponseFormat(Struct):
+    type: str
+    json_schema: Any = None
 
 
 class StreamOptions(Struct):
@@ -69,6 +77,13 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     logprobs: bool = False
     top_logprobs: Count | None = None
     add_generation_prompt: bool = True
+    # OpenAI fields that change what must come back; read so that preprocess can refuse
+    # what this server cannot honour instead of ignoring it
+    response_format: ResponseFormat | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -78,6 +93,7 @@ class CompletionRequest(SamplingFields, kw_only=True):
     logprobs: Count | None = None
     echo: bool = False
     suffix: str | None = None
+    best_of: Count | None = None
 
 
 # ---- responses ---------------------------------------------------------------------------

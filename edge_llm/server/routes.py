@@ -13,11 +13,12 @@ from litestar.connection import ASGIConnection
 from litestar.enums import RequestEncodingType
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Body, QueryParameter
+from litestar.params import Body, FromPath, QueryParameter
 
 from .context import ServerContext, until_disconnect
 from .errors import OpenAIError, bad_request
 from .metrics import CONTENT_TYPE
+from .preprocess import check_model
 from .protocol import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -68,17 +69,30 @@ async def completions(data: CompletionBody, request: Request) -> Response:
     return await serve_completions(ctx_of(request), data, request)
 
 
-@get("/models", summary="The served model")
-async def list_models(request: Request) -> ModelList:
+async def _model_card(request: Request, name: str | None = None) -> ModelCard:
+    """The served model's card, under ``name`` (one of its served names) if given."""
     ctx = ctx_of(request)
     engine = await until_disconnect(request, ctx.holder.wait_ready())
-    name = ctx.model_name()
-    return ModelList([ModelCard(name, ctx.created, root=getattr(engine, "model_name", name),
-                                max_model_len=engine.max_model_len)])
+    served = ctx.model_name()
+    return ModelCard(name or served, ctx.created, root=getattr(engine, "model_name", served),
+                     max_model_len=engine.max_model_len)
 
 
-v1_router = Router("/v1", route_handlers=[chat_completions, completions, list_models],
-                   guards=[require_api_key])
+@get("/models", summary="The served model")
+async def list_models(request: Request) -> ModelList:
+    return ModelList([await _model_card(request)])
+
+
+@get("/models/{model_id:path}", summary="One served model (OpenAI's model retrieve)")
+async def retrieve_model(request: Request, model_id: FromPath[str]) -> ModelCard:
+    name = model_id.lstrip("/")  # ids may hold a slash ("org/name")
+    card = await _model_card(request, name)
+    check_model(name or "/", ctx_of(request).served_names())
+    return card
+
+
+v1_router = Router("/v1", route_handlers=[chat_completions, completions, list_models,
+                                          retrieve_model], guards=[require_api_key])
 
 
 _HEALTH_MESSAGES = {
