@@ -2,6 +2,12 @@
 random-weight Llama-2-7B-shape AWQ checkpoint (benchmarks/random_checkpoint.py). One table.
 
     python benchmarks/decode_graphs.py [--ckpt /tmp/ckpt-llama2-7b-awq] [--out graphs.json]
+    python benchmarks/decode_graphs.py --graphs-only --variant NAME [--rounds 2]
+
+``--variant NAME``: a 1-2 row W4A16 launch variant of benchmarks/gemv_sweep.py (its name there,
+e.g. "g16 bn128 bk128 w4 fold"; ``--variant best:SWEEP_JSON`` takes the best geometric mean at
+one row from a sweep's JSON) runs against the dispatched choice, interleaved ``--rounds`` times
+(graphs only): the engine with ``pick_config`` patched at M <= 2, nothing else changed.
 
 Each mode runs in its own process. Decode rate at batch B: the same B prompts (128 tokens)
 generated to N1 and to N2 tokens, rate = B * (N2 - N1) / (t(N2) - t(N1)), so prefill and
@@ -23,10 +29,52 @@ HERE = Path(__file__).resolve().parent
 BATCHES = (1, 4, 16)
 
 
+def patch_gemv(variant: str) -> None:
+    """Route fp16 matmuls of 1-2 rows to gemv_sweep's ``variant`` (this process only)."""
+    import importlib.util
+
+    from edge_llm.kernels import w4a16
+
+    spec = importlib.util.spec_from_file_location("gemv_sweep", HERE / "gemv_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    variants = sweep.variants
+
+    dispatched = w4a16.pick_config
+
+    def pick(m, n, k, group_size, sms, half=True, fp16=None):
+        if half and fp16 is not False and m <= 2:
+            return variants(m, n)[variant]
+        return dispatched(m, n, k, group_size, sms, half=half, fp16=fp16)
+
+    variants(1, 4096)[variant]  # an unknown name fails here, before the engine loads
+    w4a16.pick_config = pick
+
+
+def best_variant(sweep_json: Path, m: int = 1) -> str:
+    """The variant with the best geometric-mean speed-up over cuBLAS at ``m`` rows (every
+    shape measured, relative error under 1e-2), "auto" excluded."""
+    import math
+
+    rows = [r for r in json.loads(sweep_json.read_text())["rows"] if r["m"] == m]
+    names = {v for r in rows for v in r["res"] if v != "auto"}
+    scores = {}
+    for v in names:
+        vals = [r["res"][v] for r in rows if v in r["res"] and r["res"][v]["err"] < 1e-2]
+        if len(vals) == len(rows):
+            scores[v] = sum(math.log(x["speedup"]) for x in vals) / len(vals)
+    if not scores:
+        raise SystemExit(f"{sweep_json}: no variant measured on every shape at M={m}")
+    return max(scores, key=scores.get)
+
+
 def worker(ckpt: str, mode: str, n1: int, n2: int, reps: int) -> dict:
     import torch
 
     from edge_llm import LLM, SamplingParams
+
+    if mode.startswith("graphs:"):
+        patch_gemv(mode.split(":", 1)[1])
 
     llm = LLM(ckpt, device="cuda", dtype="float16", max_model_len=1024, max_num_seqs=16,
               max_num_batched_tokens=2048, kv_cache_memory=4 << 30, swap_space=0.0,
@@ -65,6 +113,24 @@ def run(ckpt: Path, mode: str, n1: int, n2: int, reps: int) -> dict:
     return out
 
 
+def compare_variant(a, name: str) -> None:
+    """The dispatched choice and ``name`` in alternating processes; one table of rates."""
+    runs = []
+    for _ in range(a.rounds):
+        for mode in ("graphs", f"graphs:{name}"):
+            runs.append(run(a.ckpt, mode, a.n1, a.n2, a.reps))
+    print(f"decode tokens/s with graphs, dispatched vs {name!r} at 1-2 rows, interleaved")
+    print(f"{'batch':>5} | " + " | ".join(f"{'auto' if r['mode'] == 'graphs' else 'variant':>9}"
+                                          for r in runs) + " | variant/auto (mean)")
+    for b in BATCHES:
+        auto = [r["tok_s"][b] for r in runs if r["mode"] == "graphs"]
+        var = [r["tok_s"][b] for r in runs if r["mode"] != "graphs"]
+        cells = " | ".join(f"{r['tok_s'][b]:>9.1f}" for r in runs)
+        print(f"{b:>5} | {cells} | {sum(var) / len(var) / (sum(auto) / len(auto)):.3f}")
+    if a.out:
+        a.out.write_text(json.dumps({"variant": name, "runs": runs}, indent=1))
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         ckpt, mode, n1, n2, reps = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
@@ -77,9 +143,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--graphs-only", action="store_true", help="skip the eager engine")
+    ap.add_argument("--variant", help="a gemv_sweep variant name, or best:SWEEP_JSON")
+    ap.add_argument("--rounds", type=int, default=2, help="--variant: interleaved rounds")
     a = ap.parse_args()
     if a.n2 <= a.n1 or a.n1 < 1:
         ap.error("need 1 <= --n1 < --n2")
+    if a.variant:
+        name = (best_variant(Path(a.variant[5:])) if a.variant.startswith("best:")
+                else a.variant)
+        compare_variant(a, name)
+        return
     if not (a.ckpt / "config.json").is_file():
         sys.path.insert(0, str(HERE))
         from random_checkpoint import make_random_checkpoint
