@@ -151,30 +151,49 @@ def _bits_half(b):
 
 
 @triton.jit
-def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr):
+def _ld(ptrs, mask, other, EVEN: tl.constexpr):
+    """tl.load, masked unless EVEN (every address in range)."""
+    if EVEN:
+        return tl.load(ptrs)
+    else:
+        return tl.load(ptrs, mask=mask, other=other)
+
+
+@triton.jit
+def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr, EVEN: tl.constexpr,
+             VEC: tl.constexpr):
     """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
     (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
-    (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert."""
-    if X_FP16:
+    (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
+    EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load
+    (fewer instructions per word in the one-group tiles: benchmarks/gemv_sass.py)."""
+    if X_FP16 and VEC:
+        xv = _ld(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :], r_mask[:, None], 0,
+                 EVEN)  # (BK8, 4): x01, x23, x45, x67
+        lo, hi = tl.split(tl.reshape(xv, (rows.shape[0], 2, 2)))  # (x01, x45), (x23, x67)
+        x01, x45 = tl.split(lo)
+        x23, x67 = tl.split(hi)
+    elif X_FP16:
         base = xi_ptr + rows * 4
-        x01 = tl.load(base + 0, mask=r_mask, other=0)
-        x23 = tl.load(base + 1, mask=r_mask, other=0)
-        x45 = tl.load(base + 2, mask=r_mask, other=0)
-        x67 = tl.load(base + 3, mask=r_mask, other=0)
+        x01 = _ld(base + 0, r_mask, 0, EVEN)
+        x23 = _ld(base + 1, r_mask, 0, EVEN)
+        x45 = _ld(base + 2, r_mask, 0, EVEN)
+        x67 = _ld(base + 3, r_mask, 0, EVEN)
+    if X_FP16:
         xa = (x01 & 0xFFFF) | (x45 << 16)
         xb = ((x01 >> 16) & 0xFFFF) | (x45 & -65536)
         xc = (x23 & 0xFFFF) | (x67 << 16)
         xd = ((x23 >> 16) & 0xFFFF) | (x67 & -65536)
     else:
         base = x_ptr + rows * 8
-        xa = (_half_bits(tl.load(base + 0, mask=r_mask, other=0.0))
-              | (_half_bits(tl.load(base + 4, mask=r_mask, other=0.0)) << 16))
-        xb = (_half_bits(tl.load(base + 1, mask=r_mask, other=0.0))
-              | (_half_bits(tl.load(base + 5, mask=r_mask, other=0.0)) << 16))
-        xc = (_half_bits(tl.load(base + 2, mask=r_mask, other=0.0))
-              | (_half_bits(tl.load(base + 6, mask=r_mask, other=0.0)) << 16))
-        xd = (_half_bits(tl.load(base + 3, mask=r_mask, other=0.0))
-              | (_half_bits(tl.load(base + 7, mask=r_mask, other=0.0)) << 16))
+        xa = (_half_bits(_ld(base + 0, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 4, r_mask, 0.0, EVEN)) << 16))
+        xb = (_half_bits(_ld(base + 1, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 5, r_mask, 0.0, EVEN)) << 16))
+        xc = (_half_bits(_ld(base + 2, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 6, r_mask, 0.0, EVEN)) << 16))
+        xd = (_half_bits(_ld(base + 3, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 7, r_mask, 0.0, EVEN)) << 16))
     return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
 
 
@@ -205,21 +224,22 @@ def _f32(bits):
 
 @triton.jit
 def _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k0, group_size,
-                stride_qk, stride_sg, stride_zg, ONE_GROUP: tl.constexpr):
+                stride_qk, stride_sg, stride_zg, ONE_GROUP: tl.constexpr, EVEN: tl.constexpr):
     """Words [BK8, BN] of word rows ``rows`` (rows >= r_end masked off), and their scales and
-    zeros: one [1, BN] row (ONE_GROUP) or one per word row [BK8, BN]."""
+    zeros: one [1, BN] row (ONE_GROUP) or one per word row [BK8, BN]. EVEN: the tile lies
+    inside the matrix (no masks)."""
     r_mask = rows < r_end
     mask = r_mask[:, None] & n_mask[None, :]
-    w = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
+    w = _ld(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask, 0, EVEN)
     if ONE_GROUP:
         g = k0 // group_size
-        sz_mask = offs_n[None, :] < N * tl.minimum(tl.maximum(r_end * 8 - k0, 0), 1)
-        s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=sz_mask, other=0.0)
-        z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=sz_mask, other=0.0)
+        sz_mask = offs_n < N * tl.minimum(tl.maximum(r_end * 8 - k0, 0), 1)
+        s = _ld(s_ptr + g * stride_sg + offs_n, sz_mask, 0.0, EVEN)[None, :]
+        z = _ld(z_ptr + g * stride_zg + offs_n, sz_mask, 0.0, EVEN)[None, :]
     else:
         g = (rows * 8) // group_size
-        s = tl.load(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask=mask, other=0.0)
-        z = tl.load(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask=mask, other=0.0)
+        s = _ld(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask, 0.0, EVEN)
+        z = _ld(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask, 0.0, EVEN)
     return w, s, z
 
 
@@ -236,7 +256,8 @@ def _w4a16_gemv16_kernel(
     stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
-    CHAIN4: tl.constexpr, FOLD: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
+    CHAIN4: tl.constexpr, FOLD: tl.constexpr, EVEN: tl.constexpr, REDUCE: tl.constexpr,
+    SPLIT_P2: tl.constexpr,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -246,7 +267,9 @@ def _w4a16_gemv16_kernel(
     FOLD (ONE_GROUP and CHAIN4 only): the zero point enters the PTX's bias constants, built
     once per tile and column instead of subtracted per word. REDUCE: ``out`` holds fp32
     partials and the last program of each (row chunk, n tile) writes their sum to ``final``
-    (kernels/splitk.py).
+    (kernels/splitk.py). EVEN (K a multiple of BLOCK_K, N of BLOCK_N): no load is masked; the
+    last tile's prefetch reads that tile again, a missing activation row reads row M - 1 (its
+    result is not stored).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -262,14 +285,21 @@ def _w4a16_gemv16_kernel(
     acc3 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
     w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k_lo,
-                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP)
+                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, EVEN)
+    # activation rows past M: EVEN reads row M - 1 instead of masking
+    m1, m2, m3 = m0 + 1, m0 + 2, m0 + 3
+    if EVEN:
+        m1, m2, m3 = tl.minimum(m1, M - 1), tl.minimum(m2, M - 1), tl.minimum(m3, M - 1)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         # the next tile's words and scales are requested before this one is computed
         # (register double buffering: Triton pipelines only loads that feed a tl.dot)
         w, s, z = w_n, s_n, z_n
-        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + BLOCK_K // 8, r_end, offs_n,
-                                    n_mask, N, k0 + BLOCK_K, group_size, stride_qk, stride_sg,
-                                    stride_zg, ONE_GROUP)
+        k_next = k0 + BLOCK_K
+        if EVEN:  # the last tile prefetches itself again rather than read past the split
+            k_next = tl.minimum(k_next, k_hi - BLOCK_K)
+        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + (k_next - k0) // 8, r_end,
+                                    offs_n, n_mask, N, k_next, group_size, stride_qk,
+                                    stride_sg, stride_zg, ONE_GROUP, EVEN)
         r_mask = rows < r_end
         s = s.to(tl.float32)
         if FOLD:
@@ -279,19 +309,19 @@ def _w4a16_gemv16_kernel(
         else:
             z_a = _pair(z)  # (z, z) as fp16x2
         xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
-                                      r_mask, X_FP16)
+                                      r_mask, X_FP16, EVEN, ONE_GROUP)
         if ROWS >= 2:
-            xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + (m0 + 1) * stride_xm,
-                                          xi_ptr + (m0 + 1) * stride_xim, rows,
-                                          rows < r_end * _live(M, m0 + 1), X_FP16)
+            xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
+                                          rows, rows < r_end * _live(M, m1), X_FP16, EVEN,
+                                          ONE_GROUP)
         if ROWS >= 3:
-            xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + (m0 + 2) * stride_xm,
-                                          xi_ptr + (m0 + 2) * stride_xim, rows,
-                                          rows < r_end * _live(M, m0 + 2), X_FP16)
+            xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
+                                          rows, rows < r_end * _live(M, m2), X_FP16, EVEN,
+                                          ONE_GROUP)
         if ROWS >= 4:
-            xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + (m0 + 3) * stride_xm,
-                                          xi_ptr + (m0 + 3) * stride_xim, rows,
-                                          rows < r_end * _live(M, m0 + 3), X_FP16)
+            xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
+                                          rows, rows < r_end * _live(M, m3), X_FP16, EVEN,
+                                          ONE_GROUP)
         if USE_ASM:
             if FOLD and ROWS == 1:
                 p0 = _f32(tl.inline_asm_elementwise(
@@ -403,6 +433,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
         zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
-        CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, REDUCE=reduce,
+        CHAIN4=chain4, FOLD=fold_zero and one_group and chain4,
+        EVEN=one_group and k % block_k == 0 and n % block_n == 0, REDUCE=reduce,
         SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
         num_warps=num_warps, num_stages=num_stages)

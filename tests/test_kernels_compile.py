@@ -182,3 +182,29 @@ def test_fused_configs_fit(hidden, inter, h, hkv, d):
         specialisations.setdefault(key, set()).add(str(kern.src.attrs))
     assert all(len(v) == 1 for v in specialisations.values()), "specialised on the row count"
     _assert_fits(records)
+
+
+@pytest.mark.parametrize("arch", [86, 89])
+def test_w4a16_folded_zero_points_compile(arch):
+    """The one-row GEMV with the zero point folded into the PTX constants compiles (ptxas
+    checks the inline PTX) for 1-4 rows and fits; per word it has 2 fp16x2 subtractions where
+    the same tile with the zero subtracted per word has 6 (kernels/w4a16_gemv.py's _asm_text:
+    the bias removal's two subtractions and two FMAs stay, the four zero subtractions go)."""
+    k, n, gs = 4096, 4608, 128
+    qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
+    s = torch.rand(k // gs, n).half()
+    subs = {}
+    for fold in (False, True):
+        with compile_only(arch) as records:
+            for m in (1, 2, 3, 4):
+                cfg = w4.W4A16Config("gemv16", block_n=128, block_k=128, split_k=0, rows=m,
+                                     chain4=True, fold_zero=fold, waves=2.5, min_k_tiles=1)
+                w4.w4a16_matmul(torch.randn(m, k).half(), qw, s, s.clone(), gs, config=cfg)
+        _assert_fits(records)
+        kern = next(kn for name, kw, kn in records if kw.get("ROWS") == 1)
+        assert kern.asm.get("cubin"), "no cubin: ptxas did not run"
+        ptx = kern.asm["ptx"]
+        subs[fold] = (ptx.count("sub.f16x2"), ptx.count("lop3.b32"))
+    (sub_plain, lop_plain), (sub_fold, lop_fold) = subs[False], subs[True]
+    assert lop_fold == lop_plain > 0  # the same words unpacked
+    assert sub_fold * 3 == sub_plain, subs

@@ -142,11 +142,13 @@ def case_w4a16_gemv16():
                                                 rows=2))
     _check_w4(1, 512, 64, 32, torch.float16, C("gemv16", block_n=32, block_k=512, rows=1))
     # integer zero points folded into the bias constants (K tiles inside one group): one row,
-    # and three rows with a split and a missing fourth row; bf16 activations
-    for m, k, gs, split, dtype in ((1, 512, 128, 1, torch.float16),
-                                   (3, 1024, 256, 3, torch.float16),
-                                   (2, 512, 64, 2, torch.bfloat16)):
-        cfg = C("gemv16", block_n=64, block_k=min(gs, 128), split_k=split, rows=m,
+    # three rows with a split; bf16 activations; two rows with no masked load (K and N whole
+    # tiles: the last tile of each split prefetches itself again)
+    for m, k, gs, split, dtype, bn in ((1, 512, 128, 1, torch.float16, 64),
+                                       (3, 1024, 256, 3, torch.float16, 64),
+                                       (2, 512, 64, 2, torch.bfloat16, 64),
+                                       (2, 1024, 128, 3, torch.float16, 32)):
+        cfg = C("gemv16", block_n=bn, block_k=min(gs, 128), split_k=split, rows=m,
                 chain4=True, fold_zero=True)
         _check_w4(m, k, 96, gs, dtype, cfg, integer_zeros=True)
 
