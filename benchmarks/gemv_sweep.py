@@ -40,7 +40,8 @@ def variants(m: int, n: int):
     (session 19): K tiles of one quantization group (128), so that scales and zeros are one
     row per tile instead of one per word, 64-256 columns wide for the bytes in flight, 4 or 8
     warps, with the zero point subtracted per word or folded into the PTX constants
-    (``fold``; the zero points here are integers)."""
+    (``fold``; the zero points here are integers), all with ``flat_scales`` (1-D scale rows,
+    16-byte x loads, no masks on whole tiles)."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
@@ -50,12 +51,13 @@ def variants(m: int, n: int):
                 for fold in (False, True):
                     out[f"g16 bn{bn} bk128 w{warps}{' fold' if fold else ''}"] = C(
                         "gemv16", block_n=bn, block_k=128, split_k=0, num_warps=warps,
-                        rows=m, chain4=True, fold_zero=fold, waves=2.5, min_k_tiles=1,
-                        fused_reduce=n <= 8192)
+                        rows=m, chain4=True, fold_zero=fold, flat_scales=True, waves=2.5,
+                        min_k_tiles=1, fused_reduce=n <= 8192)
         for waves in (1.5, 4):
             out[f"g16 bn128 bk128 w4 fold v{waves}"] = C(
                 "gemv16", block_n=128, block_k=128, split_k=0, num_warps=4, rows=m,
-                chain4=True, fold_zero=True, waves=waves, min_k_tiles=1, fused_reduce=n <= 8192)
+                chain4=True, fold_zero=True, flat_scales=True, waves=waves, min_k_tiles=1,
+                fused_reduce=n <= 8192)
         out["g16 bn32 bk512 nochain"] = C("gemv16", block_n=32, block_k=512, split_k=0,
                                           num_warps=4, rows=m, waves=2.5, min_k_tiles=1,
                                           fused_reduce=n <= 8192)

@@ -348,6 +348,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                       block_k, k_per_split, split, cfg.num_warps, cfg.num_stages,
                       use_asm=not _interpreting(), per_tile_scales=cfg.per_tile_scales,
                       chain4=cfg.chain4, fold_zero=cfg.fold_zero,
+                      flat_scales=cfg.flat_scales,
                       final=out if cnt is not None else None, counters=cnt)
     elif cfg.kind == "swap":
         launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,

@@ -30,6 +30,8 @@ class W4A16Config:
     per_tile_scales: bool = True  # "gemv16": one scale row per K tile when tiles fit groups
     fold_zero: bool = False  # "gemv16", per-tile scales, chain4: z in the PTX constants
     # (exact only for integer zero points, which every checkpoint format has)
+    flat_scales: bool = False  # "gemv16", per-tile scales: 1-D scale rows, 16-byte x loads,
+    # no masks on whole tiles (kernels/w4a16_gemv.py FLAT/EVEN; not yet timed on a GPU)
     waves: float = 2  # split_k=0: programs per multiprocessor to aim for (see auto_split)
     min_k_tiles: int = 4  # split_k=0: K tiles each split keeps at least
     fused_reduce: bool = True  # split K: the kernel's last program sums (kernels/splitk.py)

@@ -43,7 +43,9 @@ def _asm_text(rows: int, chain4: bool = False, fold: bool = False) -> str:
         ".reg .b32 t0, t1, t2, t3, s8, c1024, c16, cm64, p0, p1;",
         ".reg .f16 h0, h1, h2, h3;",
         ".reg .f32 f0, f1, f2, f3;",
+        "mov.b32 c1024, 0x64006400;",  # (1024, 1024)
         "mov.b32 c16, 0x2C002C00;",  # (1/16, 1/16)
+        "mov.b32 cm64, 0xD400D400;",  # (-64, -64)
         f"lop3.b32 t0, {w}, 0x000F000F, 0x64006400, 0xEA;",  # (a & b) | c: (1024 + q, ...)
         f"lop3.b32 t1, {w}, 0x00F000F0, 0x64006400, 0xEA;",  # (1024 + 16 q, ...)
         f"shr.u32 s8, {w}, 8;",
@@ -61,8 +63,6 @@ def _asm_text(rows: int, chain4: bool = False, fold: bool = False) -> str:
     else:
         zz = f"${rows + 1}"
         lines += [
-            "mov.b32 c1024, 0x64006400;",  # (1024, 1024)
-            "mov.b32 cm64, 0xD400D400;",  # (-64, -64)
             "sub.f16x2 t0, t0, c1024;",  # 1024 + q - 1024 = q
             "fma.rn.f16x2 t1, t1, c16, cm64;",  # (1024 + 16 q) / 16 - 64 = q
             "sub.f16x2 t2, t2, c1024;",
@@ -165,8 +165,7 @@ def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr, EVEN: tl.constex
     """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
     (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
     (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
-    EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load
-    (fewer instructions per word in the one-group tiles: benchmarks/gemv_sass.py)."""
+    EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load."""
     if X_FP16 and VEC:
         xv = _ld(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :], r_mask[:, None], 0,
                  EVEN)  # (BK8, 4): x01, x23, x45, x67
@@ -224,18 +223,24 @@ def _f32(bits):
 
 @triton.jit
 def _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k0, group_size,
-                stride_qk, stride_sg, stride_zg, ONE_GROUP: tl.constexpr, EVEN: tl.constexpr):
+                stride_qk, stride_sg, stride_zg, ONE_GROUP: tl.constexpr, FLAT: tl.constexpr,
+                EVEN: tl.constexpr):
     """Words [BK8, BN] of word rows ``rows`` (rows >= r_end masked off), and their scales and
-    zeros: one [1, BN] row (ONE_GROUP) or one per word row [BK8, BN]. EVEN: the tile lies
-    inside the matrix (no masks)."""
+    zeros: one [1, BN] row (ONE_GROUP; loaded as a 1-D row if FLAT) or one per word row
+    [BK8, BN]. EVEN: the tile lies inside the matrix (no masks)."""
     r_mask = rows < r_end
     mask = r_mask[:, None] & n_mask[None, :]
     w = _ld(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask, 0, EVEN)
-    if ONE_GROUP:
+    if ONE_GROUP and FLAT:
         g = k0 // group_size
         sz_mask = offs_n < N * tl.minimum(tl.maximum(r_end * 8 - k0, 0), 1)
         s = _ld(s_ptr + g * stride_sg + offs_n, sz_mask, 0.0, EVEN)[None, :]
         z = _ld(z_ptr + g * stride_zg + offs_n, sz_mask, 0.0, EVEN)[None, :]
+    elif ONE_GROUP:
+        g = k0 // group_size
+        sz_mask = offs_n[None, :] < N * tl.minimum(tl.maximum(r_end * 8 - k0, 0), 1)
+        s = _ld(s_ptr + g * stride_sg + offs_n[None, :], sz_mask, 0.0, EVEN)
+        z = _ld(z_ptr + g * stride_zg + offs_n[None, :], sz_mask, 0.0, EVEN)
     else:
         g = (rows * 8) // group_size
         s = _ld(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask, 0.0, EVEN)
@@ -256,8 +261,8 @@ def _w4a16_gemv16_kernel(
     stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
-    CHAIN4: tl.constexpr, FOLD: tl.constexpr, EVEN: tl.constexpr, REDUCE: tl.constexpr,
-    SPLIT_P2: tl.constexpr,
+    CHAIN4: tl.constexpr, FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
+    REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -265,11 +270,13 @@ def _w4a16_gemv16_kernel(
     once at the end. ONE_GROUP (every K tile inside one group): scales and zeros are one
     [1, BN] row per tile; else one per word row ([BK8, BN] loads, any group size % 8 == 0).
     FOLD (ONE_GROUP and CHAIN4 only): the zero point enters the PTX's bias constants, built
-    once per tile and column instead of subtracted per word. REDUCE: ``out`` holds fp32
-    partials and the last program of each (row chunk, n tile) writes their sum to ``final``
-    (kernels/splitk.py). EVEN (K a multiple of BLOCK_K, N of BLOCK_N): no load is masked; the
-    last tile's prefetch reads that tile again, a missing activation row reads row M - 1 (its
-    result is not stored).
+    once per tile and column instead of subtracted per word. FLAT (ONE_GROUP only): scales and
+    zeros load as 1-D rows and each word row's x as one 16-byte load (a [1, BN] load had set
+    a one-column-per-thread layout for the whole tile: benchmarks/gemv_sass.py). EVEN (FLAT,
+    K a multiple of BLOCK_K, N of BLOCK_N): no load is masked; the last tile's prefetch reads
+    that tile again, a missing activation row reads row M - 1 (its result is not stored).
+    REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
+    writes their sum to ``final`` (kernels/splitk.py).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -285,7 +292,8 @@ def _w4a16_gemv16_kernel(
     acc3 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
     w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k_lo,
-                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, EVEN)
+                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT,
+                                EVEN)
     # activation rows past M: EVEN reads row M - 1 instead of masking
     m1, m2, m3 = m0 + 1, m0 + 2, m0 + 3
     if EVEN:
@@ -299,7 +307,7 @@ def _w4a16_gemv16_kernel(
             k_next = tl.minimum(k_next, k_hi - BLOCK_K)
         w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + (k_next - k0) // 8, r_end,
                                     offs_n, n_mask, N, k_next, group_size, stride_qk,
-                                    stride_sg, stride_zg, ONE_GROUP, EVEN)
+                                    stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
         r_mask = rows < r_end
         s = s.to(tl.float32)
         if FOLD:
@@ -309,19 +317,19 @@ def _w4a16_gemv16_kernel(
         else:
             z_a = _pair(z)  # (z, z) as fp16x2
         xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
-                                      r_mask, X_FP16, EVEN, ONE_GROUP)
+                                      r_mask, X_FP16, EVEN, FLAT)
         if ROWS >= 2:
             xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
                                           rows, rows < r_end * _live(M, m1), X_FP16, EVEN,
-                                          ONE_GROUP)
+                                          FLAT)
         if ROWS >= 3:
             xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
                                           rows, rows < r_end * _live(M, m2), X_FP16, EVEN,
-                                          ONE_GROUP)
+                                          FLAT)
         if ROWS >= 4:
             xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
                                           rows, rows < r_end * _live(M, m3), X_FP16, EVEN,
-                                          ONE_GROUP)
+                                          FLAT)
         if USE_ASM:
             if FOLD and ROWS == 1:
                 p0 = _f32(tl.inline_asm_elementwise(
@@ -406,7 +414,7 @@ def _w4a16_gemv16_kernel(
 def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,
                   block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
-                  chain4: bool = False, fold_zero: bool = False,
+                  chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
                   final: torch.Tensor | None = None,
                   counters: torch.Tensor | None = None) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
@@ -414,7 +422,8 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
     one group; False forces per-word-row scales (benchmarks compare the two). ``fold_zero``:
     with one scale row per tile and ``chain4``, the zero point goes into the PTX constants
-    (FOLD in the kernel; exact for integer zero points only). ``final``
+    (FOLD in the kernel; exact for integer zero points only). ``flat_scales``: FLAT and, on
+    whole tiles, EVEN (off by default until timed on a GPU). ``final``
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
     ``final`` (no second launch)."""
     m, k = x2.shape
@@ -424,6 +433,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     fp16 = x2.dtype == torch.float16
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
     one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
+    flat = flat_scales and one_group
     grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, rows))
     reduce = final is not None and counters is not None
     if not reduce:
@@ -433,7 +443,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
         zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
-        CHAIN4=chain4, FOLD=fold_zero and one_group and chain4,
-        EVEN=one_group and k % block_k == 0 and n % block_n == 0, REDUCE=reduce,
+        CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
+        EVEN=flat and k % block_k == 0 and n % block_n == 0, REDUCE=reduce,
         SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
         num_warps=num_warps, num_stages=num_stages)

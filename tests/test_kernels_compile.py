@@ -198,7 +198,8 @@ def test_w4a16_folded_zero_points_compile(arch):
         with compile_only(arch) as records:
             for m in (1, 2, 3, 4):
                 cfg = w4.W4A16Config("gemv16", block_n=128, block_k=128, split_k=0, rows=m,
-                                     chain4=True, fold_zero=fold, waves=2.5, min_k_tiles=1)
+                                     chain4=True, fold_zero=fold, flat_scales=True, waves=2.5,
+                                     min_k_tiles=1)
                 w4.w4a16_matmul(torch.randn(m, k).half(), qw, s, s.clone(), gs, config=cfg)
         _assert_fits(records)
         kern = next(kn for name, kw, kn in records if kw.get("ROWS") == 1)

@@ -179,18 +179,20 @@ def test_w4a16_gemv16_large_activations(dtype):
 @pytest.mark.parametrize("gs", [32, 128])
 def test_w4a16_gemv16_folded_zero_points(gs):
     """The zero point folded into the PTX's bias constants (integer zero points, as every
-    checkpoint has; K tiles inside one group): 1-4 rows, split K summed in the kernel and by
-    a second launch, activations with outliers of 600 included."""
+    checkpoint has; K tiles inside one group), with flat scale rows and without: 1-4 rows,
+    split K summed in the kernel and by a second launch, activations with outliers of 600
+    included."""
     k, n = 4096, 4608
     qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=DEV))
     s = (torch.rand(k // gs, n, device=DEV) * 0.02 + 0.001).half()
     z = torch.randint(0, 17, (k // gs, n), device=DEV).half()
     w = w4.dequantize_w4a16_ref(qw, s, z, gs)
     for m in (1, 2, 3, 4):
-        for bn, split, fused in ((128, 0, True), (64, 3, False), (256, 1, True)):
+        for bn, split, fused, flat in ((128, 0, True, True), (64, 3, False, True),
+                                       (256, 1, True, True), (128, 0, True, False)):
             cfg = w4.W4A16Config("gemv16", block_n=bn, block_k=min(gs, 128), split_k=split,
-                                 rows=m, chain4=True, fold_zero=True, waves=2.5,
-                                 min_k_tiles=1, fused_reduce=fused)
+                                 rows=m, chain4=True, fold_zero=True, flat_scales=flat,
+                                 waves=2.5, min_k_tiles=1, fused_reduce=fused)
             x = torch.randn(m, k, device=DEV, dtype=torch.float16)
             if bn == 256:
                 idx = torch.randint(0, k, (m, 8), device=DEV)

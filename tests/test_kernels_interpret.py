@@ -141,15 +141,18 @@ def case_w4a16_gemv16():
     _check_w4(2, 1088, 80, 64, torch.float16, C("gemv16", block_n=32, block_k=256, split_k=2,
                                                 rows=2))
     _check_w4(1, 512, 64, 32, torch.float16, C("gemv16", block_n=32, block_k=512, rows=1))
-    # integer zero points folded into the bias constants (K tiles inside one group): one row,
-    # three rows with a split; bf16 activations; two rows with no masked load (K and N whole
-    # tiles: the last tile of each split prefetches itself again)
-    for m, k, gs, split, dtype, bn in ((1, 512, 128, 1, torch.float16, 64),
-                                       (3, 1024, 256, 3, torch.float16, 64),
-                                       (2, 512, 64, 2, torch.bfloat16, 64),
-                                       (2, 1024, 128, 3, torch.float16, 32)):
-        cfg = C("gemv16", block_n=bn, block_k=min(gs, 128), split_k=split, rows=m,
-                chain4=True, fold_zero=True)
+    # K tiles inside one group, integer zero points, the zero point folded into the bias
+    # constants or not, flat scale rows or not: one row; three rows with a split; bf16; with
+    # flat rows on whole tiles nothing is masked (the last tile of each split prefetches
+    # itself again, a missing activation row reads the last one)
+    for m, k, gs, split, dtype, bn, fold, flat in (
+            (1, 512, 128, 1, torch.float16, 64, True, False),
+            (3, 1024, 256, 3, torch.float16, 64, True, True),
+            (2, 512, 64, 2, torch.bfloat16, 64, True, True),
+            (2, 1024, 128, 3, torch.float16, 32, True, True),
+            (7, 1024, 128, 3, torch.float16, 32, False, True)):
+        cfg = C("gemv16", block_n=bn, block_k=min(gs, 128), split_k=split, rows=min(m, 3),
+                chain4=True, fold_zero=fold, flat_scales=flat)
         _check_w4(m, k, 96, gs, dtype, cfg, integer_zeros=True)
 
 
