@@ -3,8 +3,8 @@
 Request structs mirror OpenAI's schema plus the extra sampling fields vLLM accepts. Unknown
 fields are ignored (msgspec's default), as OpenAI does; the OpenAI fields that would change
 the answer and are not served here (JSON output, tools, ``best_of``, ``suffix``) are read so
-that they get a 400. Types are checked by msgspec while
-Litestar decodes the body; value ranges are checked by ``SamplingParams`` and ``preprocess``.
+that they get a 400. Types are checked by msgspec while Litestar decodes the body; value
+ranges are checked by ``SamplingParams`` and ``preprocess``.
 Response structs serialise to exactly OpenAI's JSON (``None`` fields are written as ``null``).
 """
 
@@ -35,8 +35,7 @@ class ChatMessage(Struct):
 
 
 class ResponseFormat(Struct):
-    type: str
-    json_schema: Any = None
+    type: str  # "text" is served; "json_object" / "json_schema" are refused
 
 
 class StreamOptions(Struct):
