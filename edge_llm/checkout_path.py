@@ -10,9 +10,11 @@ CUDAProperties``); finding our folder instead, every ``import transformers.<mode
 ``unshadow()`` runs when edge_llm is imported: for each of those names that would resolve to
 the checkout's folder while an installed distribution of that name exists elsewhere on
 sys.path, it puts the installed one into ``sys.modules`` first (loaded lazily, on first use),
-so later imports get it. Nothing happens outside a checkout (a wheel install has no such
-folders beside it), when no such distribution is installed, or when the name is already
-imported.
+so later imports get it. When no such distribution is installed, the name is marked absent
+(``None`` in ``sys.modules``), as it is for a wheel install: transformers 5.17, which does not
+depend on the Hub's ``kernels`` but imports it when found, had imported our folder as
+``kernels``. Nothing happens outside a checkout (a wheel install has no such folders beside
+it) or when the name is already imported.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def _root() -> str:
 
 
 def unshadow(names: tuple[str, ...] = SOURCE_FOLDERS, root: str | None = None) -> list[str]:
-    """Import the installed distribution behind each shadowed name; returns the names done."""
+    """Import the installed distribution behind each shadowed name, or mark the name absent
+    when none is installed; returns the names done."""
     root = os.path.normcase(root or _root())
     if not os.path.isfile(os.path.join(root, "pyproject.toml")):
         return []  # not a checkout
@@ -47,8 +50,10 @@ def unshadow(names: tuple[str, ...] = SOURCE_FOLDERS, root: str | None = None) -
             continue  # not shadowed: the name resolves elsewhere, or to nothing
         rest = [p for p in sys.path if os.path.normcase(os.path.abspath(p or os.curdir)) != root]
         spec = importlib.machinery.PathFinder.find_spec(name, rest)
-        if spec is None or spec.loader is None:
-            continue  # no such distribution installed
+        if spec is None or spec.loader is None:  # no such distribution installed
+            sys.modules[name] = None  # `import name` fails, find_spec says None
+            done.append(name)
+            continue
         # lazily: the distribution's own imports (torch, for one) wait for its first use
         spec.loader = importlib.util.LazyLoader(spec.loader)
         module = importlib.util.module_from_spec(spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -40,10 +41,16 @@ def test_installed_distribution_wins_over_the_checkout_folder(fake_paths):
     assert fakedist.MARK == "installed"  # loaded lazily, on this first use
 
 
-def test_nothing_installed_leaves_the_name_alone(fake_paths):
+def test_nothing_installed_marks_the_name_absent(fake_paths):
+    """As for a wheel install: the checkout's folder is not importable under the name."""
     checkout, _ = fake_paths
-    assert unshadow(("fakedist",), root=str(checkout)) == []
-    assert "fakedist" not in sys.modules
+    try:
+        assert unshadow(("fakedist",), root=str(checkout)) == ["fakedist"]
+        assert importlib.util.find_spec("fakedist") is None
+        with pytest.raises(ImportError):
+            import fakedist  # noqa: F401
+    finally:
+        sys.modules.pop("fakedist", None)
 
 
 def test_outside_a_checkout_nothing_happens(fake_paths):
