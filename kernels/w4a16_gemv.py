@@ -26,109 +26,28 @@ import triton
 import triton.language as tl
 
 from .splitk import sum_if_last
-
-
-def _asm_text(rows: int, chain4: bool = False, fold: bool = False) -> str:
-    """PTX for one word and ``rows`` activation rows: outputs $0..$rows-1 (fp32 bits), inputs
-    $rows = the word, $rows+1 = (z, z) as fp16x2, then four fp16x2 x pairs per row.
-    ``chain4``: all four products per half summed in fp16 before one conversion (fewer
-    instructions; overflows for |x| above ~1,000 instead of ~2,000). ``fold``: the zero
-    point is folded into the constants that remove the exponent bias, four fp16x2
-    instructions fewer per word: $rows+1 = (1024 + z, 1024 + z), $rows+2 = (-64 - z, -64 - z),
-    the x pairs from $rows+3 (worth it when z is built once per tile, not per word)."""
-    w = f"${rows}"
-    n_z = 2 if fold else 1
-    lines = [
-        "{",
-        ".reg .b32 t0, t1, t2, t3, s8, c1024, c16, cm64, p0, p1;",
-        ".reg .f16 h0, h1, h2, h3;",
-        ".reg .f32 f0, f1, f2, f3;",
-        "mov.b32 c1024, 0x64006400;",  # (1024, 1024)
-        "mov.b32 c16, 0x2C002C00;",  # (1/16, 1/16)
-        "mov.b32 cm64, 0xD400D400;",  # (-64, -64)
-        f"lop3.b32 t0, {w}, 0x000F000F, 0x64006400, 0xEA;",  # (a & b) | c: (1024 + q, ...)
-        f"lop3.b32 t1, {w}, 0x00F000F0, 0x64006400, 0xEA;",  # (1024 + 16 q, ...)
-        f"shr.u32 s8, {w}, 8;",
-        "lop3.b32 t2, s8, 0x000F000F, 0x64006400, 0xEA;",
-        "lop3.b32 t3, s8, 0x00F000F0, 0x64006400, 0xEA;",
-    ]
-    if fold:
-        za, zb = f"${rows + 1}", f"${rows + 2}"
-        lines += [
-            f"sub.f16x2 t0, t0, {za};",  # (1024 + q) - (1024 + z) = q - z, exact
-            f"fma.rn.f16x2 t1, t1, c16, {zb};",  # (1024 + 16 q) / 16 - 64 - z = q - z
-            f"sub.f16x2 t2, t2, {za};",
-            f"fma.rn.f16x2 t3, t3, c16, {zb};",
-        ]
-    else:
-        zz = f"${rows + 1}"
-        lines += [
-            "sub.f16x2 t0, t0, c1024;",  # 1024 + q - 1024 = q
-            "fma.rn.f16x2 t1, t1, c16, cm64;",  # (1024 + 16 q) / 16 - 64 = q
-            "sub.f16x2 t2, t2, c1024;",
-            "fma.rn.f16x2 t3, t3, c16, cm64;",
-            f"sub.f16x2 t0, t0, {zz};",  # q - z (exact for integer zero points)
-            f"sub.f16x2 t1, t1, {zz};",
-            f"sub.f16x2 t2, t2, {zz};",
-            f"sub.f16x2 t3, t3, {zz};",
-        ]
-    for m in range(rows):
-        xa, xb, xc, xd = (f"${rows + 1 + n_z + 4 * m + i}" for i in range(4))
-        if chain4:
-            lines += [
-                f"mul.rn.f16x2 p0, t0, {xa};",
-                f"fma.rn.f16x2 p0, t1, {xb}, p0;",
-                f"fma.rn.f16x2 p0, t2, {xc}, p0;",
-                f"fma.rn.f16x2 p0, t3, {xd}, p0;",
-                "mov.b32 {h0, h1}, p0;",
-                "cvt.f32.f16 f0, h0;",
-                "cvt.f32.f16 f1, h1;",
-                f"add.f32 ${m}, f0, f1;",
-            ]
-            continue
-        lines += [
-            f"mul.rn.f16x2 p0, t0, {xa};",
-            f"fma.rn.f16x2 p0, t1, {xb}, p0;",
-            f"mul.rn.f16x2 p1, t2, {xc};",
-            f"fma.rn.f16x2 p1, t3, {xd}, p1;",
-            "mov.b32 {h0, h1}, p0;",
-            "mov.b32 {h2, h3}, p1;",
-            "cvt.f32.f16 f0, h0;",
-            "cvt.f32.f16 f1, h1;",
-            "cvt.f32.f16 f2, h2;",
-            "cvt.f32.f16 f3, h3;",
-            "add.f32 f0, f0, f1;",
-            "add.f32 f2, f2, f3;",
-            f"add.f32 ${m}, f0, f2;",
-        ]
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _constraints(rows: int, fold: bool = False) -> str:
-    return ",".join(["=r"] * rows + ["r"] * ((3 if fold else 2) + 4 * rows))
-
-
-_ASM1 = tl.constexpr(_asm_text(1))
-_ASM2 = tl.constexpr(_asm_text(2))
-_ASM3 = tl.constexpr(_asm_text(3))
-_ASM4 = tl.constexpr(_asm_text(4))
-_ASM1C = tl.constexpr(_asm_text(1, chain4=True))
-_ASM2C = tl.constexpr(_asm_text(2, chain4=True))
-_ASM3C = tl.constexpr(_asm_text(3, chain4=True))
-_ASM4C = tl.constexpr(_asm_text(4, chain4=True))
-_CON1 = tl.constexpr(_constraints(1))
-_CON2 = tl.constexpr(_constraints(2))
-_CON3 = tl.constexpr(_constraints(3))
-_CON4 = tl.constexpr(_constraints(4))
-_ASM1CF = tl.constexpr(_asm_text(1, chain4=True, fold=True))
-_ASM2CF = tl.constexpr(_asm_text(2, chain4=True, fold=True))
-_ASM3CF = tl.constexpr(_asm_text(3, chain4=True, fold=True))
-_ASM4CF = tl.constexpr(_asm_text(4, chain4=True, fold=True))
-_CON1F = tl.constexpr(_constraints(1, fold=True))
-_CON2F = tl.constexpr(_constraints(2, fold=True))
-_CON3F = tl.constexpr(_constraints(3, fold=True))
-_CON4F = tl.constexpr(_constraints(4, fold=True))
+from .w4a16_gemv_ptx import (
+    ASM1,
+    ASM1C,
+    ASM1CF,
+    ASM2,
+    ASM2C,
+    ASM2CF,
+    ASM3,
+    ASM3C,
+    ASM3CF,
+    ASM4,
+    ASM4C,
+    ASM4CF,
+    CON1,
+    CON1F,
+    CON2,
+    CON2F,
+    CON3,
+    CON3F,
+    CON4,
+    CON4F,
+)
 
 
 @triton.jit
@@ -333,45 +252,45 @@ def _w4a16_gemv16_kernel(
         if USE_ASM:
             if FOLD and ROWS == 1:
                 p0 = _f32(tl.inline_asm_elementwise(
-                    _ASM1CF, _CON1F, [w, z_a, z_b, xa0, xb0, xc0, xd0],
+                    ASM1CF, CON1F, [w, z_a, z_b, xa0, xb0, xc0, xd0],
                     dtype=tl.int32, is_pure=True, pack=1))
             elif FOLD and ROWS == 2:
                 p0, p1 = tl.inline_asm_elementwise(
-                    _ASM2CF, _CON2F, [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                    ASM2CF, CON2F, [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1 = _f32(p0), _f32(p1)
             elif FOLD and ROWS == 3:
                 p0, p1, p2 = tl.inline_asm_elementwise(
-                    _ASM3CF, _CON3F,
+                    ASM3CF, CON3F,
                     [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
                     dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
             elif FOLD:
                 p0, p1, p2, p3 = tl.inline_asm_elementwise(
-                    _ASM4CF, _CON4F,
+                    ASM4CF, CON4F,
                     [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
                      xa3, xb3, xc3, xd3],
                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
             elif ROWS == 1:
                 p0 = _f32(tl.inline_asm_elementwise(
-                    _ASM1C if CHAIN4 else _ASM1, _CON1, [w, z_a, xa0, xb0, xc0, xd0],
+                    ASM1C if CHAIN4 else ASM1, CON1, [w, z_a, xa0, xb0, xc0, xd0],
                     dtype=tl.int32, is_pure=True, pack=1))
             elif ROWS == 2:
                 p0, p1 = tl.inline_asm_elementwise(
-                    _ASM2C if CHAIN4 else _ASM2, _CON2,
+                    ASM2C if CHAIN4 else ASM2, CON2,
                     [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1 = _f32(p0), _f32(p1)
             elif ROWS == 3:
                 p0, p1, p2 = tl.inline_asm_elementwise(
-                    _ASM3C if CHAIN4 else _ASM3, _CON3,
+                    ASM3C if CHAIN4 else ASM3, CON3,
                     [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
                     dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
                 p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
             else:
                 p0, p1, p2, p3 = tl.inline_asm_elementwise(
-                    _ASM4C if CHAIN4 else _ASM4, _CON4,
+                    ASM4C if CHAIN4 else ASM4, CON4,
                     [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
                      xa3, xb3, xc3, xd3],
                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)

@@ -188,7 +188,7 @@ def test_fused_configs_fit(hidden, inter, h, hkv, d):
 def test_w4a16_folded_zero_points_compile(arch):
     """The one-row GEMV with the zero point folded into the PTX constants compiles (ptxas
     checks the inline PTX) for 1-4 rows and fits; per word it has 2 fp16x2 subtractions where
-    the same tile with the zero subtracted per word has 6 (kernels/w4a16_gemv.py's _asm_text:
+    the same tile with the zero subtracted per word has 6 (kernels/w4a16_gemv_ptx.py's asm_text:
     the bias removal's two subtractions and two FMAs stay, the four zero subtractions go)."""
     k, n, gs = 4096, 4608, 128
     qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
