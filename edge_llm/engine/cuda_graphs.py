@@ -43,8 +43,6 @@ import torch
 from edge_llm.config import MAX_CUDA_GRAPH_SIZE
 from edge_llm.model.attention_metadata import AttentionMetadata
 
-MAX_CAPTURE_SIZE = MAX_CUDA_GRAPH_SIZE
-
 
 def _size_ladder():
     """1, 2, 4, 8, 16, 24, 32, then steps of half the last power of two (48, 64, 96, 128, 192,
@@ -93,7 +91,7 @@ def capture_graph(forward, pool, device: torch.device) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def capture_sizes(max_num_seqs: int, limit: int = MAX_CAPTURE_SIZE) -> list[int]:
+def capture_sizes(max_num_seqs: int, limit: int = MAX_CUDA_GRAPH_SIZE) -> list[int]:
     """Padded batch sizes, ascending (``_size_ladder``), up to the first size >=
     ``max_num_seqs`` (so every batch the scheduler can form has a graph), at most ``limit``."""
     if max_num_seqs < 1:

@@ -20,7 +20,6 @@ import torch
 from edge_llm.config import CacheConfig, SchedulerConfig
 from edge_llm.kernels import acquire_dequant_scratch, release_dequant_scratch, triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
-from edge_llm.model.full_forward import scratch_prefill
 from edge_llm.model.loader import LoadedModel
 
 from .cuda_graphs import (
@@ -31,18 +30,14 @@ from .cuda_graphs import (
     wants_prompt_logprobs,
 )
 from .kv_cache import KVCache, KVCachePlan, kv_storage_dtype, plan_kv_cache
-from .prefill_graphs import PREFILL_SIZES, PrefillGraphs, prefill_graphs_enabled
+from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
+from .startup_probes import profile_graph_memory, profile_peak_memory, warm_up_kernels
 
 logger = logging.getLogger(__name__)
 
 # decode graphs captured during a wake-up; larger batch sizes are captured on first use
 WAKE_CAPTURE_MAX = 8
-
-# prefill token counts that reach every W4A16 launch variant before the first request
-# (kernels/w4a16_config.py: 1-4 rows on the fp16x2 path, tl.dot tiles of 16/32/64 rows,
-# dequantize + cuBLAS above 64); the kernels do not specialise on the row count itself
-WARMUP_TOKENS = (1, 2, 3, 4, 5, 17, 33, 65)
 
 
 @dataclass
@@ -126,7 +121,9 @@ class ModelRunner:
         self.graph_stats = GraphStats()
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_graph_stats = GraphStats()
-        self.kernel_warmup_seconds = self._warm_up_kernels()
+        self.kernel_warmup_seconds = warm_up_kernels(
+            self.model, self.block_size, self.dtype, self.device,
+            min(scheduler_config.max_num_batched_tokens, scheduler_config.max_model_len))
         self._capture_graphs()
 
     # ---- CUDA graphs -----------------------------------------------------------------------
@@ -227,91 +224,18 @@ class ModelRunner:
         self._scratch_sizes = []
         self._capture_graphs(eager_max=WAKE_CAPTURE_MAX)
 
-    @torch.inference_mode()
-    def _warm_up_kernels(self) -> float:
-        """One eager forward per ``WARMUP_TOKENS`` count over a scratch cache, so that every
-        Triton variant a prefill can need is compiled (or loaded from the cache directory)
-        before serving. CUDA with the Triton kernels only; returns the seconds spent."""
-        if self.device.type != "cuda" or not triton_enabled(self.device, self.dtype):
-            return 0.0
-        start = time.perf_counter()
-        limit = min(self.scheduler_config.max_num_batched_tokens,
-                    self.scheduler_config.max_model_len)
-        counts = [t for t in WARMUP_TOKENS if t <= limit]
-        for t in counts:
-            kv, meta = scratch_prefill(self.model, t, self.block_size, self.dtype, self.device)
-            ids = torch.zeros(t, dtype=torch.int64, device=self.device)
-            hidden = self.model(ids, torch.arange(t, device=self.device), kv, meta)
-            self.model.compute_logits(hidden[-1:])
-            del kv, hidden
-        torch.cuda.synchronize(self.device)
-        seconds = time.perf_counter() - start
-        logger.info("Kernel warm-up: prefills of %s tokens in %.2f s",
-                    ", ".join(map(str, counts)), seconds)
-        return seconds
-
-    @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
-        """Peak device memory of the weights plus the largest batch's activations (CUDA), the
-        reused dequantization buffer (kernels/w4a16_dequant.py) included."""
-        if self.device.type != "cuda":
-            return 0
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(self.device)
-        # a step's full token budget, in sequences of at most max_model_len (one sequence
-        # of max_model_len measured half the activations of LLM's 8,192-token steps)
-        tokens = self.scheduler_config.max_num_batched_tokens
-        kv, meta = scratch_prefill(self.model, tokens, self.block_size, self.dtype, self.device,
-                                   max_seq_len=self.scheduler_config.max_model_len)
-        ids = torch.randint(0, self.loaded.arch.vocab_size, (tokens,), device=self.device)
-        positions = torch.cat([torch.arange(n) for n in meta.seq_lens.tolist()])
-        hidden = self.model(ids, positions.to(self.device), kv, meta)
-        rows = min(self.scheduler_config.max_num_seqs, tokens)
-        self.model.compute_logits(hidden[:rows]).softmax(-1)
-        torch.cuda.synchronize(self.device)
-        # reserved, not allocated: what the caching allocator holds, its rounding included
-        peak = torch.cuda.max_memory_reserved(self.device)
-        kv_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
-        del kv, hidden
-        torch.cuda.empty_cache()
-        return peak - kv_bytes
+        return profile_peak_memory(self.model, self.loaded.arch.vocab_size,
+                                   self.scheduler_config, self.block_size, self.dtype,
+                                   self.device)
 
-    @torch.inference_mode()
     def _profile_graph_memory(self) -> int:
-        """Device memory the CUDA graphs will hold, for the KV plan to set aside: the largest
-        decode graph and the largest prefill graph captured into one pool over a one-block
-        scratch cache, measured, then dropped. The smaller sizes, captured after the largest
-        into the same pool, reuse its scratch (their own part is the static buffers, a few
-        MiB). 0 without graphs, or when the capture fails (``_capture_graphs`` says why)."""
+        """The graphs' memory for the KV plan (startup_probes.py); 0 without graphs."""
         if not self._graphs_wanted():
             return 0
-        start = time.perf_counter()
-        kv, _ = scratch_prefill(self.model, self.block_size, self.block_size, self.kv_dtype,
-                                self.device)
-        largest = self.graph_sizes[-1]
-        max_len = self.scheduler_config.max_model_len
-        decode = DecodeGraphs(self.model, kv, [largest], max_len, self.block_size, self.device)
-        prefill = None
-        try:
-            held = decode.capture().memory_bytes
-            if prefill_graphs_enabled():
-                prefill = PrefillGraphs(self.model, kv, max_len, self.block_size, self.device,
-                                        sizes=PREFILL_SIZES[-1:])
-                held += prefill.capture(decode.pool).memory_bytes
-        except Exception as exc:
-            logger.debug("graph memory probe failed (%s: %s)", type(exc).__name__, exc)
-            held = 0
-        finally:
-            decode.release()
-            if prefill is not None:
-                prefill.release()
-            del decode, prefill, kv
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
-        logger.info("CUDA graph memory: %.0f MiB set aside (batch %d and %d-token prefill "
-                    "graphs captured over a scratch cache in %.2f s)", held / (1 << 20),
-                    largest, PREFILL_SIZES[-1], time.perf_counter() - start)
-        return held
+        return profile_graph_memory(self.model, self.graph_sizes[-1],
+                                    self.scheduler_config.max_model_len, self.block_size,
+                                    self.kv_dtype, self.device)
 
     def execute(self, sched) -> RunnerOutput:
         """Apply swap-out, swap-in, copies; run the scheduled tokens; sample ``do_sample`` rows."""

@@ -1,0 +1,111 @@
+"""What the runner measures and compiles at start-up with scratch forwards, before serving:
+the activations' peak memory and the CUDA graphs' memory (for the KV plan), and every Triton
+variant a prefill can need (kernel warm-up). CUDA only: elsewhere each returns 0."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from edge_llm.config import SchedulerConfig
+from edge_llm.kernels import triton_enabled
+from edge_llm.model.full_forward import scratch_prefill
+
+from .cuda_graphs import DecodeGraphs
+from .prefill_graphs import PREFILL_SIZES, PrefillGraphs, prefill_graphs_enabled
+
+logger = logging.getLogger(__name__)
+
+# prefill token counts that reach every W4A16 launch variant before the first request
+# (kernels/w4a16_config.py: 1-4 rows on the fp16x2 path, tl.dot tiles of 16/32/64 rows,
+# dequantize + cuBLAS above 64); the kernels do not specialise on the row count itself
+WARMUP_TOKENS = (1, 2, 3, 4, 5, 17, 33, 65)
+
+
+@torch.inference_mode()
+def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.device,
+                    max_tokens: int) -> float:
+    """One eager forward per ``WARMUP_TOKENS`` count up to ``max_tokens`` over a scratch
+    cache, so that every Triton variant a prefill can need is compiled (or loaded from the
+    cache directory) before serving. CUDA with the Triton kernels only; returns the seconds
+    spent."""
+    if device.type != "cuda" or not triton_enabled(device, dtype):
+        return 0.0
+    start = time.perf_counter()
+    counts = [t for t in WARMUP_TOKENS if t <= max_tokens]
+    for t in counts:
+        kv, meta = scratch_prefill(model, t, block_size, dtype, device)
+        ids = torch.zeros(t, dtype=torch.int64, device=device)
+        hidden = model(ids, torch.arange(t, device=device), kv, meta)
+        model.compute_logits(hidden[-1:])
+        del kv, hidden
+    torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    logger.info("Kernel warm-up: prefills of %s tokens in %.2f s",
+                ", ".join(map(str, counts)), seconds)
+    return seconds
+
+
+@torch.inference_mode()
+def profile_peak_memory(model, vocab_size: int, scheduler_config: SchedulerConfig,
+                        block_size: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Peak device memory of the weights plus the largest batch's activations (CUDA), the
+    reused dequantization buffer (kernels/w4a16_dequant.py) included."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    # a step's full token budget, in sequences of at most max_model_len (one sequence
+    # of max_model_len measured half the activations of LLM's 8,192-token steps)
+    tokens = scheduler_config.max_num_batched_tokens
+    kv, meta = scratch_prefill(model, tokens, block_size, dtype, device,
+                               max_seq_len=scheduler_config.max_model_len)
+    ids = torch.randint(0, vocab_size, (tokens,), device=device)
+    positions = torch.cat([torch.arange(n) for n in meta.seq_lens.tolist()])
+    hidden = model(ids, positions.to(device), kv, meta)
+    rows = min(scheduler_config.max_num_seqs, tokens)
+    model.compute_logits(hidden[:rows]).softmax(-1)
+    torch.cuda.synchronize(device)
+    # reserved, not allocated: what the caching allocator holds, its rounding included
+    peak = torch.cuda.max_memory_reserved(device)
+    kv_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
+    del kv, hidden
+    torch.cuda.empty_cache()
+    return peak - kv_bytes
+
+
+@torch.inference_mode()
+def profile_graph_memory(model, largest: int, max_model_len: int, block_size: int,
+                         kv_dtype: torch.dtype, device: torch.device) -> int:
+    """Device memory the CUDA graphs will hold, for the KV plan to set aside: the decode
+    graph of ``largest`` rows and the largest prefill graph captured into one pool over a
+    one-block scratch cache, measured, then dropped. The smaller sizes, captured after the
+    largest into the same pool, reuse its scratch (their own part is the static buffers, a
+    few MiB). 0 when the capture fails (the runner's own capture says why). The caller
+    checks that graphs are wanted at all."""
+    start = time.perf_counter()
+    kv, _ = scratch_prefill(model, block_size, block_size, kv_dtype, device)
+    decode = DecodeGraphs(model, kv, [largest], max_model_len, block_size, device)
+    prefill = None
+    try:
+        held = decode.capture().memory_bytes
+        if prefill_graphs_enabled():
+            prefill = PrefillGraphs(model, kv, max_model_len, block_size, device,
+                                    sizes=PREFILL_SIZES[-1:])
+            held += prefill.capture(decode.pool).memory_bytes
+    except Exception as exc:
+        logger.debug("graph memory probe failed (%s: %s)", type(exc).__name__, exc)
+        held = 0
+    finally:
+        decode.release()
+        if prefill is not None:
+            prefill.release()
+        del decode, prefill, kv
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+    logger.info("CUDA graph memory: %.0f MiB set aside (batch %d and %d-token prefill "
+                "graphs captured over a scratch cache in %.2f s)", held / (1 << 20),
+                largest, PREFILL_SIZES[-1], time.perf_counter() - start)
+    return held
