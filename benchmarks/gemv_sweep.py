@@ -41,43 +41,28 @@ def variants(m: int, n: int):
     row per tile instead of one per word, 64-256 columns wide for the bytes in flight, 4 or 8
     warps, with the zero point subtracted per word or folded into the PTX constants
     (``fold``; the zero points here are integers), all with ``flat_scales`` (1-D scale rows,
-    16-byte x loads, no masks on whole tiles)."""
+    16-byte x loads, no masks on whole tiles): no gain (BENCHMARKS.md, session 20). 1-4 rows
+    (session 20): the tile loads staged through shared memory by cp.async ``pipe_stages``
+    tiles ahead instead of one tile ahead in registers (64 registers instead of 95 for the
+    dispatched tile), on the dispatched tile and wider ones; call 3 refines the best of
+    call 2 (64 columns, K tiles of one group, flat scales, folded zero points, 4 stages)."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
-    if m <= 2:  # session 19's grid
-        for bn in (64, 128, 256):
-            for warps in (4, 8):
-                for fold in (False, True):
-                    out[f"g16 bn{bn} bk128 w{warps}{' fold' if fold else ''}"] = C(
-                        "gemv16", block_n=bn, block_k=128, split_k=0, num_warps=warps,
-                        rows=m, chain4=True, fold_zero=fold, flat_scales=True, waves=2.5,
-                        min_k_tiles=1, fused_reduce=n <= 8192)
-        for waves in (1.5, 4):
-            out[f"g16 bn128 bk128 w4 fold v{waves}"] = C(
-                "gemv16", block_n=128, block_k=128, split_k=0, num_warps=4, rows=m,
-                chain4=True, fold_zero=True, flat_scales=True, waves=waves, min_k_tiles=1,
-                fused_reduce=n <= 8192)
-        out["g16 bn32 bk512 nochain"] = C("gemv16", block_n=32, block_k=512, split_k=0,
-                                          num_warps=4, rows=m, waves=2.5, min_k_tiles=1,
-                                          fused_reduce=n <= 8192)
-        return out
-    if m <= 4:  # session 14's GEMV grid
-        for bn in (32, 64):
-            for bkk in (256, 512, 1024):
-                for split in (0, 1):
-                    out[f"g16 bn{bn} bk{bkk} s{split or 'auto'}"] = C(
-                        "gemv16", block_n=bn, block_k=bkk, split_k=split, num_warps=4,
-                        rows=m, chain4=True, waves=2.5, min_k_tiles=1,
-                        fused_reduce=n <= 8192)
-        for split in (2, 4):
-            out[f"g16 bn32 bk512 s{split}"] = C(
-                "gemv16", block_n=32, block_k=512, split_k=split, num_warps=4, rows=m,
-                chain4=True, fused_reduce=n <= 8192)
-        if m > 2:  # the dispatched swap tile, beside the GEMV with four rows per program
-            out["swap bm16 bn64 bk128 w4 st3"] = C("swap", 16, 64, 128, split_k=0,
-                                                   num_warps=4, num_stages=3,
-                                                   fp16_planes=True, fused_reduce=True)
+    if m <= 2:  # session 20, call 3: around call 2's best (bn64 bk128 flat fold p4)
+        def g(bn, bkk, pipe, warps=4, waves=2.5):
+            return C("gemv16", block_n=bn, block_k=bkk, split_k=0, num_warps=warps, rows=m,
+                     chain4=True, fold_zero=True, flat_scales=True, waves=waves,
+                     min_k_tiles=1, fused_reduce=n <= 8192, pipe_stages=pipe)
+        for bn, bkk, pipes in ((64, 128, (2, 3, 4, 5)), (32, 128, (2, 3, 4)), (64, 64, (4, 6)),
+                               (128, 128, (2,))):
+            for pipe in pipes:
+                out[f"g16 bn{bn} bk{bkk} flat fold p{pipe}"] = g(bn, bkk, pipe)
+        for waves in (1.5, 4, 8):
+            out[f"g16 bn64 bk128 flat fold p4 v{waves}"] = g(64, 128, 4, waves=waves)
+        for warps in (2, 8):
+            out[f"g16 bn64 bk128 flat fold p4 w{warps}"] = g(64, 128, 4, warps=warps)
+        out["g16 bn128 bk128 flat fold p3 w8"] = g(128, 128, 3, warps=8)
         return out
     bms = (16,) if m <= 16 else (min(m, 64),) if m <= 64 else (64, 128)
     for bm in bms:

@@ -109,10 +109,13 @@ def w4a16_matmul(
     scales: torch.Tensor,  # (G, N)
     zeros: torch.Tensor,  # (G, N)
     group_size: int,
+    integer_zeros: bool = False,
 ) -> torch.Tensor:
-    """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype."""
+    """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype.
+    ``integer_zeros``: the caller vouches that every zero point is an integer."""
     if x.is_cuda and x.dtype in _HALF and _TRITON:
-        return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size)
+        return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size,
+                                integer_zeros=integer_zeros)
     return w4a16_matmul_ref(x, qweight, scales, zeros, group_size)
 
 

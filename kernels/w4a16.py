@@ -25,7 +25,9 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
   * fp16 activations at M <= 2, bf16 at M <= 4: "gemv16" (kernels/w4a16_gemv.py), words
     turned into fp16 pairs by inline PTX and shared by up to four activation rows per
     program (it serves any M <= 16 when asked). At 1-2 rows K is split for about 2.5
-    programs per multiprocessor (the per-shape best on the H200).
+    programs per multiprocessor (the per-shape best on the H200). fp16 with groups of a
+    multiple of 128: K tiles of one group, loads staged through shared memory (cp.async)
+    and, when the caller vouches for integer zero points, the zeros folded into the PTX.
   * fp32 activations (the interpreter's tests), M == 1, GEMV: no tensor cores; works on the
     packed [BK/8, BN] tile nibble by nibble (no reshape), accumulating in a 2-D fp32 register
     tile reduced once at the end.
@@ -288,13 +290,16 @@ def w4a16_matmul(
     zeros: torch.Tensor,
     group_size: int,
     config: W4A16Config | None = None,
+    integer_zeros: bool = False,
 ) -> torch.Tensor:
     """y = x @ W for the runtime 4-bit layout; x [..., K] fp16/bf16 (fp32 in the interpreter).
 
     fp32 accumulation; returns x's dtype, shape [..., N]. ``config`` overrides the tuned
-    choice (benchmarks use it). Any group_size works: one not a multiple of 8 (a word would
-    straddle two groups), or not of 16 on the plain "dot" path, is served by dequantize +
-    torch.matmul. "dot" with nibble_dots needs block_k >= 128.
+    choice (benchmarks use it). ``integer_zeros``: every zero point is an integer, as in
+    every checkpoint format (pick_config may then fold them into the GEMV's constants).
+    Any group_size works: one not a multiple of 8 (a word would straddle two groups), or
+    not of 16 on the plain "dot" path, is served by dequantize + torch.matmul. "dot" with
+    nibble_dots needs block_k >= 128.
     """
     k, n = _check_inputs(x, qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
@@ -304,7 +309,7 @@ def w4a16_matmul(
         return torch.empty((*lead, n), device=x.device, dtype=x.dtype)
     sms = num_sms(x.device)
     cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32,
-                                fp16=x.dtype == torch.float16)
+                                fp16=x.dtype == torch.float16, integer_zeros=integer_zeros)
     block_k = cfg.block_k
     if cfg.kind == "dot" and not cfg.nibble_dots and group_size < k:
         # keep each K tile inside one group: per-row [BK, BN] scale tiles would be staged in
@@ -348,7 +353,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                       block_k, k_per_split, split, cfg.num_warps, cfg.num_stages,
                       use_asm=not _interpreting(), per_tile_scales=cfg.per_tile_scales,
                       chain4=cfg.chain4, fold_zero=cfg.fold_zero,
-                      flat_scales=cfg.flat_scales,
+                      flat_scales=cfg.flat_scales, pipe=cfg.pipe_stages,
                       final=out if cnt is not None else None, counters=cnt)
     elif cfg.kind == "swap":
         launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,

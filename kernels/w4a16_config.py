@@ -31,7 +31,9 @@ class W4A16Config:
     fold_zero: bool = False  # "gemv16", per-tile scales, chain4: z in the PTX constants
     # (exact only for integer zero points, which every checkpoint format has)
     flat_scales: bool = False  # "gemv16", per-tile scales: 1-D scale rows, 16-byte x loads,
-    # no masks on whole tiles (kernels/w4a16_gemv.py FLAT/EVEN; not yet timed on a GPU)
+    # no masks on whole tiles (kernels/w4a16_gemv.py FLAT/EVEN)
+    pipe_stages: int = 0  # "gemv16": > 0 stages the tile loads through shared memory by
+    # cp.async (kernels/w4a16_gemv.py PIPE) instead of register double buffering
     waves: float = 2  # split_k=0: programs per multiprocessor to aim for (see auto_split)
     min_k_tiles: int = 4  # split_k=0: K tiles each split keeps at least
     fused_reduce: bool = True  # split K: the kernel's last program sums (kernels/splitk.py)
@@ -52,7 +54,8 @@ def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
 
 
 def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
-                half: bool = True, fp16: bool | None = None) -> W4A16Config:
+                half: bool = True, fp16: bool | None = None,
+                integer_zeros: bool = False) -> W4A16Config:
     """The tuned launch choice for an (M, N, K) problem.
 
     From the sweep in benchmarks/kernels_bench.py on an H200 (notes/kernels.md): the best
@@ -61,9 +64,20 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     memory on sm_86/89 (tests/test_kernels_compile.py). ``half``: fp16/bf16 activations, which
     the fp16x2 "gemv16" path serves for M <= 2 (fp32 ones keep the fp32 kernels). ``fp16``
     (default: ``half``): fp16 rather than bf16 activations, which take the "swap" kernel at
-    3-64 rows (bf16 keeps the paths measured for it).
+    3-64 rows (bf16 keeps the paths measured for it). ``integer_zeros``: the caller vouches
+    that every zero point is an integer (QuantLinear's are), so the one-row GEMV may fold
+    them into its PTX constants.
     """
     fp16 = half if fp16 is None else fp16
+    if fp16 and m <= 2 and group_size % 128 == 0:
+        # session 20 (BENCHMARKS.md): K tiles of one group (one scale row per tile, 1-D),
+        # 64 columns, the tile loads staged through shared memory 4 tiles ahead (cp.async),
+        # zero points folded when they are integers: geomean 2.01x / 1.61x fp16 cuBLAS at 1 /
+        # 2 rows against 1.85x / 1.50x for the register-double-buffered tile below (1.90x /
+        # 1.52x without the fold); the best of the sweep on every shape at one row
+        return W4A16Config("gemv16", block_n=64, block_k=128, split_k=0, num_warps=4, rows=m,
+                           chain4=True, fold_zero=integer_zeros, flat_scales=True, waves=2.5,
+                           min_k_tiles=1, fused_reduce=n <= 8192, pipe_stages=4)
     if half and m <= 2:
         # the per-shape sweep of session 12 (BENCHMARKS.md): the best split per shape gave
         # about 2.5 programs per multiprocessor (q/k/v at N = 12,288 unsplit: 2.02x where 8

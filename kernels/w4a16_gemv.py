@@ -173,6 +173,103 @@ def _store_row(out, acc, m, M, N, offs_n, stride_om):
              mask=offs_n < N * _live(M, m))
 
 
+@triton.jit
+def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
+                 M, stride_xm, stride_xim, ROWS: tl.constexpr, USE_ASM: tl.constexpr,
+                 X_FP16: tl.constexpr, CHAIN4: tl.constexpr, FOLD: tl.constexpr,
+                 FLAT: tl.constexpr, EVEN: tl.constexpr):
+    """The accumulators after one K tile: words ``w`` [BK8, BN] of word rows ``rows`` with
+    their scales and zeros, times the activation rows m0..m0+ROWS-1."""
+    r_mask = rows < r_end
+    s = s.to(tl.float32)
+    if FOLD:
+        zf = z.to(tl.float32)
+        z_a = _pair(zf + 1024.0)  # exact: zero points are integers (quant/linear.py)
+        z_b = _pair(-64.0 - zf)
+    else:
+        z_a = _pair(z)  # (z, z) as fp16x2
+    xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
+                                  r_mask, X_FP16, EVEN, FLAT)
+    if ROWS >= 2:
+        xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
+                                      rows, rows < r_end * _live(M, m1), X_FP16, EVEN,
+                                      FLAT)
+    if ROWS >= 3:
+        xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
+                                      rows, rows < r_end * _live(M, m2), X_FP16, EVEN,
+                                      FLAT)
+    if ROWS >= 4:
+        xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
+                                      rows, rows < r_end * _live(M, m3), X_FP16, EVEN,
+                                      FLAT)
+    if USE_ASM:
+        if FOLD and ROWS == 1:
+            p0 = _f32(tl.inline_asm_elementwise(
+                ASM1CF, CON1F, [w, z_a, z_b, xa0, xb0, xc0, xd0],
+                dtype=tl.int32, is_pure=True, pack=1))
+        elif FOLD and ROWS == 2:
+            p0, p1 = tl.inline_asm_elementwise(
+                ASM2CF, CON2F, [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+            p0, p1 = _f32(p0), _f32(p1)
+        elif FOLD and ROWS == 3:
+            p0, p1, p2 = tl.inline_asm_elementwise(
+                ASM3CF, CON3F,
+                [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
+                dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+            p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
+        elif FOLD:
+            p0, p1, p2, p3 = tl.inline_asm_elementwise(
+                ASM4CF, CON4F,
+                [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
+                 xa3, xb3, xc3, xd3],
+                dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+            p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
+        elif ROWS == 1:
+            p0 = _f32(tl.inline_asm_elementwise(
+                ASM1C if CHAIN4 else ASM1, CON1, [w, z_a, xa0, xb0, xc0, xd0],
+                dtype=tl.int32, is_pure=True, pack=1))
+        elif ROWS == 2:
+            p0, p1 = tl.inline_asm_elementwise(
+                ASM2C if CHAIN4 else ASM2, CON2,
+                [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+            p0, p1 = _f32(p0), _f32(p1)
+        elif ROWS == 3:
+            p0, p1, p2 = tl.inline_asm_elementwise(
+                ASM3C if CHAIN4 else ASM3, CON3,
+                [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
+                dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+            p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
+        else:
+            p0, p1, p2, p3 = tl.inline_asm_elementwise(
+                ASM4C if CHAIN4 else ASM4, CON4,
+                [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
+                 xa3, xb3, xc3, xd3],
+                dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+            p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
+    else:
+        if FOLD:  # z back from both folded constants (checks how they are built)
+            zf = 0.5 * (_bits_half(z_a >> 16) - 1024.0 - 64.0 - _bits_half(z_b))
+        else:
+            zf = z.to(tl.float16).to(tl.float32)
+        p0 = _dot8_emulated(w, zf, xa0, xb0, xc0, xd0)
+        if ROWS >= 2:
+            p1 = _dot8_emulated(w, zf, xa1, xb1, xc1, xd1)
+        if ROWS >= 3:
+            p2 = _dot8_emulated(w, zf, xa2, xb2, xc2, xd2)
+        if ROWS >= 4:
+            p3 = _dot8_emulated(w, zf, xa3, xb3, xc3, xd3)
+    acc0 += p0 * s
+    if ROWS >= 2:
+        acc1 += p1 * s
+    if ROWS >= 3:
+        acc2 += p2 * s
+    if ROWS >= 4:
+        acc3 += p3 * s
+    return acc0, acc1, acc2, acc3
+
+
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_gemv16_kernel(
     x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
@@ -181,7 +278,7 @@ def _w4a16_gemv16_kernel(
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
     CHAIN4: tl.constexpr, FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
-    REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
+    PIPE: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -194,6 +291,9 @@ def _w4a16_gemv16_kernel(
     a one-column-per-thread layout for the whole tile: benchmarks/gemv_sass.py). EVEN (FLAT,
     K a multiple of BLOCK_K, N of BLOCK_N): no load is masked; the last tile's prefetch reads
     that tile again, a missing activation row reads row M - 1 (its result is not stored).
+    PIPE > 0: the loop's loads are staged through shared memory PIPE - 1 tiles ahead by
+    cp.async (Triton's pipeliner, asked for by tl.range), so the bytes in flight no longer
+    cost registers; 0: the next tile is loaded into registers while this one is computed.
     REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
     writes their sum to ``final`` (kernels/splitk.py).
     """
@@ -209,112 +309,40 @@ def _w4a16_gemv16_kernel(
     acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     acc3 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
-    rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
-    w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k_lo,
-                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT,
-                                EVEN)
     # activation rows past M: EVEN reads row M - 1 instead of masking
     m1, m2, m3 = m0 + 1, m0 + 2, m0 + 3
     if EVEN:
         m1, m2, m3 = tl.minimum(m1, M - 1), tl.minimum(m2, M - 1), tl.minimum(m3, M - 1)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        # the next tile's words and scales are requested before this one is computed
-        # (register double buffering: Triton pipelines only loads that feed a tl.dot)
-        w, s, z = w_n, s_n, z_n
-        k_next = k0 + BLOCK_K
-        if EVEN:  # the last tile prefetches itself again rather than read past the split
-            k_next = tl.minimum(k_next, k_hi - BLOCK_K)
-        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + (k_next - k0) // 8, r_end,
-                                    offs_n, n_mask, N, k_next, group_size, stride_qk,
-                                    stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
-        r_mask = rows < r_end
-        s = s.to(tl.float32)
-        if FOLD:
-            zf = z.to(tl.float32)
-            z_a = _pair(zf + 1024.0)  # exact: zero points are integers (quant/linear.py)
-            z_b = _pair(-64.0 - zf)
-        else:
-            z_a = _pair(z)  # (z, z) as fp16x2
-        xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
-                                      r_mask, X_FP16, EVEN, FLAT)
-        if ROWS >= 2:
-            xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
-                                          rows, rows < r_end * _live(M, m1), X_FP16, EVEN,
-                                          FLAT)
-        if ROWS >= 3:
-            xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
-                                          rows, rows < r_end * _live(M, m2), X_FP16, EVEN,
-                                          FLAT)
-        if ROWS >= 4:
-            xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
-                                          rows, rows < r_end * _live(M, m3), X_FP16, EVEN,
-                                          FLAT)
-        if USE_ASM:
-            if FOLD and ROWS == 1:
-                p0 = _f32(tl.inline_asm_elementwise(
-                    ASM1CF, CON1F, [w, z_a, z_b, xa0, xb0, xc0, xd0],
-                    dtype=tl.int32, is_pure=True, pack=1))
-            elif FOLD and ROWS == 2:
-                p0, p1 = tl.inline_asm_elementwise(
-                    ASM2CF, CON2F, [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
-                    dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
-                p0, p1 = _f32(p0), _f32(p1)
-            elif FOLD and ROWS == 3:
-                p0, p1, p2 = tl.inline_asm_elementwise(
-                    ASM3CF, CON3F,
-                    [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
-                    dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
-                p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
-            elif FOLD:
-                p0, p1, p2, p3 = tl.inline_asm_elementwise(
-                    ASM4CF, CON4F,
-                    [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
-                     xa3, xb3, xc3, xd3],
-                    dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
-                p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
-            elif ROWS == 1:
-                p0 = _f32(tl.inline_asm_elementwise(
-                    ASM1C if CHAIN4 else ASM1, CON1, [w, z_a, xa0, xb0, xc0, xd0],
-                    dtype=tl.int32, is_pure=True, pack=1))
-            elif ROWS == 2:
-                p0, p1 = tl.inline_asm_elementwise(
-                    ASM2C if CHAIN4 else ASM2, CON2,
-                    [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
-                    dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
-                p0, p1 = _f32(p0), _f32(p1)
-            elif ROWS == 3:
-                p0, p1, p2 = tl.inline_asm_elementwise(
-                    ASM3C if CHAIN4 else ASM3, CON3,
-                    [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
-                    dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
-                p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
-            else:
-                p0, p1, p2, p3 = tl.inline_asm_elementwise(
-                    ASM4C if CHAIN4 else ASM4, CON4,
-                    [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
-                     xa3, xb3, xc3, xd3],
-                    dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
-                p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
-        else:
-            if FOLD:  # z back from both folded constants (checks how they are built)
-                zf = 0.5 * (_bits_half(z_a >> 16) - 1024.0 - 64.0 - _bits_half(z_b))
-            else:
-                zf = z.to(tl.float16).to(tl.float32)
-            p0 = _dot8_emulated(w, zf, xa0, xb0, xc0, xd0)
-            if ROWS >= 2:
-                p1 = _dot8_emulated(w, zf, xa1, xb1, xc1, xd1)
-            if ROWS >= 3:
-                p2 = _dot8_emulated(w, zf, xa2, xb2, xc2, xd2)
-            if ROWS >= 4:
-                p3 = _dot8_emulated(w, zf, xa3, xb3, xc3, xd3)
-        acc0 += p0 * s
-        if ROWS >= 2:
-            acc1 += p1 * s
-        if ROWS >= 3:
-            acc2 += p2 * s
-        if ROWS >= 4:
-            acc3 += p3 * s
-        rows += BLOCK_K // 8
+    if PIPE > 0:
+        # the tile loads inside the loop, staged through shared memory by cp.async PIPE
+        # tiles ahead (tl.range pipelines loads that feed no tl.dot; plain range does not)
+        for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=PIPE):
+            rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+            w, s, z = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k0,
+                                  group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP,
+                                  FLAT, EVEN)
+            acc0, acc1, acc2, acc3 = _tile_update(
+                acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
+                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN)
+    else:
+        rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
+        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N,
+                                    k_lo, group_size, stride_qk, stride_sg, stride_zg,
+                                    ONE_GROUP, FLAT, EVEN)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            # the next tile's words and scales are requested before this one is computed
+            # (register double buffering, no shared memory)
+            w, s, z = w_n, s_n, z_n
+            k_next = k0 + BLOCK_K
+            if EVEN:  # the last tile prefetches itself again rather than read past the split
+                k_next = tl.minimum(k_next, k_hi - BLOCK_K)
+            w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + (k_next - k0) // 8,
+                                        r_end, offs_n, n_mask, N, k_next, group_size,
+                                        stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
+            acc0, acc1, acc2, acc3 = _tile_update(
+                acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
+                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN)
+            rows += BLOCK_K // 8
     out = out_ptr + pid_k * stride_os + offs_n
     _store_row(out, acc0, m0, M, N, offs_n, stride_om)
     if ROWS >= 2:
@@ -334,7 +362,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
                   block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
                   chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
-                  final: torch.Tensor | None = None,
+                  pipe: int = 0, final: torch.Tensor | None = None,
                   counters: torch.Tensor | None = None) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
@@ -342,7 +370,9 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     one group; False forces per-word-row scales (benchmarks compare the two). ``fold_zero``:
     with one scale row per tile and ``chain4``, the zero point goes into the PTX constants
     (FOLD in the kernel; exact for integer zero points only). ``flat_scales``: FLAT and, on
-    whole tiles, EVEN (off by default until timed on a GPU). ``final``
+    whole tiles, EVEN (off by default until timed on a GPU). ``pipe`` > 0: the tile loads
+    staged through shared memory that many tiles ahead (PIPE) instead of one tile ahead in
+    registers. ``final``
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
     ``final`` (no second launch)."""
     m, k = x2.shape
@@ -363,6 +393,6 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
         CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
-        EVEN=flat and k % block_k == 0 and n % block_n == 0, REDUCE=reduce,
+        EVEN=flat and k % block_k == 0 and n % block_n == 0, PIPE=pipe, REDUCE=reduce,
         SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
         num_warps=num_warps, num_stages=num_stages)

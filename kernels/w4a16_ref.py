@@ -47,9 +47,10 @@ def dequantize_w4a16_ref(
 
 def w4a16_matmul_ref(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
-    group_size: int,
+    group_size: int, integer_zeros: bool = False,
 ) -> torch.Tensor:
-    """y = x @ W in fp32, returned in x's dtype; shape [..., N]."""
+    """y = x @ W in fp32, returned in x's dtype; shape [..., N]. ``integer_zeros`` is the
+    kernels' hint (see w4a16_matmul); the reference is exact for any zero point."""
     _check_inputs(x, qweight, scales, zeros, group_size)
     w = dequantize_w4a16_ref(qweight, scales, zeros, group_size)
     return (x.float() @ w).to(x.dtype)

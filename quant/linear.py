@@ -294,7 +294,9 @@ class QuantLinear(nn.Module):
         if self.perm is not None and not self.input_permuted:
             x = _gather_columns(x, self.perm.long())
         x2 = x.reshape(-1, self.in_features)  # (M, K)
-        y = kernel(x2, self.qweight, self.scales, self.zeros, self.group_size)  # (M, N)
+        # zero points are integers here: every format's are validated as 0..15 at load
+        y = kernel(x2, self.qweight, self.scales, self.zeros, self.group_size,
+                   integer_zeros=True)  # (M, N)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)

@@ -45,30 +45,30 @@ def test_patch_gemv_routes_one_and_two_rows_only(monkeypatch):
     before = w4a16.pick_config(16, 4096, 4096, 128, 132, half=True, fp16=True)
     with pytest.raises(KeyError):
         decode_graphs.patch_gemv("no such variant")
-    decode_graphs.patch_gemv("g16 bn128 bk128 w4 fold")
+    decode_graphs.patch_gemv("g16 bn64 bk128 flat fold p4")
     for m in (1, 2):
         cfg = w4a16.pick_config(m, 4096, 4096, 128, 132, half=True, fp16=True)
-        assert (cfg.kind, cfg.block_n, cfg.block_k, cfg.rows, cfg.fold_zero) == (
-            "gemv16", 128, 128, m, True)
+        assert (cfg.kind, cfg.block_n, cfg.block_k, cfg.rows, cfg.fold_zero,
+                cfg.pipe_stages) == ("gemv16", 64, 128, m, True, 4)
     assert w4a16.pick_config(16, 4096, 4096, 128, 132, half=True, fp16=True) == before
     bf16 = w4a16.pick_config(1, 4096, 4096, 128, 132, half=True, fp16=False)
     assert not bf16.fold_zero  # bf16 keeps its dispatched path
 
 
-def test_gemv_sass_counts_fewer_instructions_for_the_folded_one_group_tile(tmp_path):
+def test_gemv_sass_counts_fewer_fp16x2_instructions_for_the_folded_tile(tmp_path):
     """benchmarks/gemv_sass.py (no GPU: Triton's ptxas and nvdisasm): the one-group tile with
-    the zero point folded issues fewer SASS instructions per packed word than the dispatched
-    one-row GEMV, and fewer fp16x2 ones (the four zero subtractions gone)."""
+    the zero point folded issues fewer fp16x2 instructions per packed word than the
+    dispatched one-row GEMV (the four zero subtractions gone; its staged loads add shared
+    loads, so the totals are close)."""
     pytest.importorskip("triton.tools.disasm")
     from tests.helpers import run_bench_script
 
-    proc = run_bench_script("gemv_sass.py", tmp_path, "--only", "g16 bn128 bk128 w4 fold",
+    proc = run_bench_script("gemv_sass.py", tmp_path, "--only", "g16 bn64 bk128 flat fold p4",
                             timeout=600)
     rows = {}
     for line in proc.stdout.splitlines():
         parts = line.rsplit(None, 15)
         if len(parts) == 16 and parts[1].replace(".", "").isdigit():
             rows[parts[0].strip()] = [float(v) for v in parts[1:]]
-    auto, fold = rows["auto"], rows["g16 bn128 bk128 w4 fold"]
-    assert fold[0] < auto[0] - 4, rows  # total per word
-    assert fold[2] < auto[2] - 3, rows  # fp16x2 per word
+    auto, fold = rows["auto"], rows["g16 bn64 bk128 flat fold p4"]
+    assert 0 < fold[2] < auto[2] - 3, rows  # fp16x2 per word

@@ -77,9 +77,14 @@ def test_w4a16_dispatched_configs_fit(k, n, monkeypatch):
             for gs in (128, 32, k):
                 g = -(-k // gs)
                 s = torch.rand(g, n).to(dtype)
-                for m in (1, 3, 8, 16, 33, 64, 200):
-                    w4.w4a16_matmul(torch.randn(m, k).to(dtype), qw, s, s.clone(), gs)
+                for m in (1, 2, 3, 8, 16, 33, 64, 200):
+                    for integer_zeros in (False, True) if m <= 2 else (False,):
+                        w4.w4a16_matmul(torch.randn(m, k).to(dtype), qw, s, s.clone(), gs,
+                                        integer_zeros=integer_zeros)
     _assert_fits(records)
+    # the one-row GEMV's loads staged through shared memory (cp.async, sm_80+)
+    assert any(kw.get("PIPE", 0) > 0 and "cp.async" in kern.asm["ptx"]
+               for _name, kw, kern in records)
 
 
 def test_attention_configs_fit():

@@ -201,6 +201,27 @@ def test_w4a16_gemv16_folded_zero_points(gs):
             assert err < 1e-2, f"gs={gs} M={m} {cfg}: rel err {err:.2e}"
 
 
+@pytest.mark.parametrize("k,n,gs", [(4096, 12288, 128), (11008, 4096, 128), (3584, 4608, 64)])
+def test_w4a16_gemv16_staged_loads(k, n, gs):
+    """The tile loads staged through shared memory (pipe_stages: cp.async, tl.range's
+    pipeliner) against the reference at full size: 1-4 rows, 2-6 stages, K split and summed
+    in the kernel or by a second launch, per-row and per-tile scales, folded zero points."""
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=DEV))
+    s = (torch.rand(k // gs, n, device=DEV) * 0.02 + 0.001).half()
+    z = torch.randint(0, 17, (k // gs, n), device=DEV).half()
+    w = w4.dequantize_w4a16_ref(qw, s, z, gs)
+    cases = ((32, 512, 0, 2, False, True), (32, 512, 0, 4, False, False),
+             (64, 256, 3, 6, False, True), (128, 128, 0, 4, True, True))
+    for m in (1, 2, 3, 4):
+        for bn, bk, split, pipe, flat, fused in cases:
+            cfg = w4.W4A16Config("gemv16", block_n=bn, block_k=bk, split_k=split, rows=m,
+                                 chain4=True, fold_zero=flat, flat_scales=flat, waves=2.5,
+                                 min_k_tiles=1, fused_reduce=fused, pipe_stages=pipe)
+            x = torch.randn(m, k, device=DEV, dtype=torch.float16)
+            err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
+            assert err < 1e-2, f"k={k} n={n} M={m} {cfg}: rel err {err:.2e}"
+
+
 def test_dequant_path_reuses_one_buffer_and_is_capture_safe(monkeypatch):
     """Above 64 rows the weights are dequantized into one reused buffer: a smaller weight
     reuses it, results stay right; inside a CUDA graph capture with no buffer yet, the

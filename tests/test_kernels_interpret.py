@@ -154,6 +154,16 @@ def case_w4a16_gemv16():
         cfg = C("gemv16", block_n=bn, block_k=min(gs, 128), split_k=split, rows=min(m, 3),
                 chain4=True, fold_zero=fold, flat_scales=flat)
         _check_w4(m, k, 96, gs, dtype, cfg, integer_zeros=True)
+    # the tile loads staged through shared memory (tl.range's pipeliner; the interpreter runs
+    # the same loop unstaged): dispatched tile, ragged split, per-row scales, flat + folded
+    for m, k, gs, cfg in (
+            (1, 1024, 128, C("gemv16", block_n=32, block_k=512, split_k=0, rows=1,
+                             chain4=True, waves=2.5, min_k_tiles=1, pipe_stages=3)),
+            (3, 1088, 64, C("gemv16", block_n=32, block_k=256, split_k=2, rows=3,
+                            pipe_stages=4)),
+            (2, 1024, 128, C("gemv16", block_n=64, block_k=128, split_k=3, rows=2,
+                             chain4=True, fold_zero=True, flat_scales=True, pipe_stages=2))):
+        _check_w4(m, k, 96, gs, torch.float16, cfg, integer_zeros=True)
 
 
 def case_w4a16_small_m():

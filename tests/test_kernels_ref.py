@@ -87,16 +87,36 @@ def test_pick_config_buckets():
             assert cfg.fp16_planes == (half and 5 <= m <= 64) and not cfg.plane_major
 
 
+def test_one_row_gemv_dispatch():
+    """fp16 at 1-2 rows with groups of a multiple of 128: one-group K tiles with flat scale
+    rows and loads staged 4 tiles ahead; the zero points folded only when the caller vouches
+    for integers (QuantLinear does); bf16, or groups of 32/64, keep the 32-column tile."""
+    for m in (1, 2):
+        for gs in (128, 256, 4096):
+            for integer_zeros in (False, True):
+                cfg = w4.pick_config(m, 12288, 4096, gs, 132, fp16=True,
+                                     integer_zeros=integer_zeros)
+                assert (cfg.kind, cfg.block_n, cfg.block_k, cfg.rows, cfg.pipe_stages,
+                        cfg.flat_scales, cfg.fold_zero) == (
+                    "gemv16", 64, 128, m, 4, True, integer_zeros), (m, gs, cfg)
+        for gs, fp16 in ((64, True), (32, True), (128, False)):
+            cfg = w4.pick_config(m, 12288, 4096, gs, 132, fp16=fp16, integer_zeros=True)
+            assert (cfg.kind, cfg.block_n, cfg.pipe_stages, cfg.fold_zero) == (
+                "gemv16", 32, 0, False), (m, gs, fp16, cfg)
+
+
 def test_gemv_split_matches_the_measured_best():
     """At 1-2 rows the split comes from ~2.5 programs per multiprocessor: on the 132-SM H200
-    of session 12's sweep that is the measured best split of every 7B shape (BENCHMARKS.md)."""
+    of session 12's sweep that is the measured best split of every 7B shape for the 32-column
+    tile (BENCHMARKS.md), which bf16 activations and groups not a multiple of 128 keep."""
     import triton
 
     best = {(4096, 12288): 1, (4096, 4096): 4, (4096, 22016): 1, (11008, 4096): 4,
             (3584, 4608): 4, (3584, 3584): 4, (3584, 37888): 1, (18944, 3584): 4}
     for (k, n), split in best.items():
-        for m in (1, 2):
-            cfg = w4.pick_config(m, n, k, 128, 132)
+        for m, fp16, gs in ((1, False, 128), (2, False, 128), (1, True, 64)):
+            cfg = w4.pick_config(m, n, k, gs, 132, fp16=fp16)
+            assert (cfg.block_n, cfg.block_k, cfg.pipe_stages) == (32, 512, 0)
             got = w4.auto_split(triton.cdiv(n, cfg.block_n), k, cfg.block_k, 132, cfg.waves,
                                 cfg.min_k_tiles)
             assert got == split, (k, n, m, got)

@@ -42,13 +42,14 @@ def test_kernel_seam_gets_runtime_layout_and_permuted_input():
     lin.load_checkpoint_tensors(pack_gptq(w), "cpu")
     calls = []
 
-    def fake_kernel(x2, qweight, scales, zeros, group_size):
-        calls.append((x2.shape, group_size))
+    def fake_kernel(x2, qweight, scales, zeros, group_size, integer_zeros=False):
+        assert torch.equal(zeros, zeros.round())  # what integer_zeros vouches for
+        calls.append((x2.shape, group_size, integer_zeros))
         return x2 @ dequantize_runtime(qweight, scales, zeros, group_size)
 
     x = torch.randn(2, 3, k, generator=gen)
     y = lin._forward_kernel(fake_kernel, x)
-    assert calls == [((6, k), gs)]
+    assert calls == [((6, k), gs, True)]
     torch.testing.assert_close(y, x @ w.dequantize())
 
 
