@@ -222,6 +222,29 @@ def test_w4a16_gemv16_staged_loads(k, n, gs):
             assert err < 1e-2, f"k={k} n={n} M={m} {cfg}: rel err {err:.2e}"
 
 
+@pytest.mark.parametrize("k,n", [(4096, 4608), (4160, 4608), (1088, 320)])
+def test_w4a16_one_row_dispatch(k, n):
+    """The dispatched 1-2 row tile at groups of 128 (one-group K tiles, flat scales, staged
+    loads): zero points folded when vouched for as integers, subtracted otherwise (fractional
+    zero points then stay exact); K a whole number of tiles or not (4,160 and 1,088 end in
+    half a group), N not a multiple of the tile."""
+    gs = 128
+    g = -(-k // gs)
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=DEV))
+    s = (torch.rand(g, n, device=DEV) * 0.02 + 0.001).half()
+    for integer_zeros in (True, False):
+        z = (torch.randint(0, 17, (g, n), device=DEV) if integer_zeros
+             else torch.rand(g, n, device=DEV) * 15).half()
+        w = w4.dequantize_w4a16_ref(qw, s, z, gs)
+        for m in (1, 2):
+            cfg = w4.pick_config(m, n, k, gs, 132, fp16=True, integer_zeros=integer_zeros)
+            assert cfg.pipe_stages == 4 and cfg.fold_zero == integer_zeros
+            x = torch.randn(m, k, device=DEV, dtype=torch.float16)
+            y = w4.w4a16_matmul(x, qw, s, z, gs, integer_zeros=integer_zeros)
+            err = rel_err(y, x.float() @ w)
+            assert err < 1e-2, f"k={k} n={n} M={m} integer_zeros={integer_zeros}: {err:.2e}"
+
+
 def test_dequant_path_reuses_one_buffer_and_is_capture_safe(monkeypatch):
     """Above 64 rows the weights are dequantized into one reused buffer: a smaller weight
     reuses it, results stay right; inside a CUDA graph capture with no buffer yet, the

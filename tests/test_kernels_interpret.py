@@ -57,7 +57,7 @@ def _check_w4(m, k, n, gs, dtype, cfg=None, lead=(), integer_zeros=False):
     from edge_llm.kernels.w4a16 import w4a16_matmul, w4a16_matmul_ref
 
     x, qw, s, z = _w4_problem(m, k, n, gs, dtype, lead, integer_zeros)
-    y = w4a16_matmul(x, qw, s, z, gs, config=cfg)
+    y = w4a16_matmul(x, qw, s, z, gs, config=cfg, integer_zeros=integer_zeros)
     assert y.shape == (*lead, m, n) and y.dtype == dtype
     err = _rel(y, w4a16_matmul_ref(x, qw, s, z, gs))
     assert err < _tol(dtype), f"M={m} K={k} N={n} gs={gs} {dtype} {cfg}: rel err {err:.2e}"
@@ -164,6 +164,12 @@ def case_w4a16_gemv16():
             (2, 1024, 128, C("gemv16", block_n=64, block_k=128, split_k=3, rows=2,
                              chain4=True, fold_zero=True, flat_scales=True, pipe_stages=2))):
         _check_w4(m, k, 96, gs, torch.float16, cfg, integer_zeros=True)
+    # the dispatched one-row tile (groups of 128: one-group K tiles, flat scales, staged
+    # loads), zero points folded only when vouched for as integers; whole and ragged K
+    for m in (1, 2):
+        for k in (1024, 1088):
+            for integer_zeros in (False, True):
+                _check_w4(m, k, 96, 128, torch.float16, integer_zeros=integer_zeros)
 
 
 def case_w4a16_small_m():
