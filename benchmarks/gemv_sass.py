@@ -3,8 +3,10 @@ variant, compiled without a GPU (Triton's bundled ptxas and nvdisasm). One table
 
     python benchmarks/gemv_sass.py [--arch 90] [--rows 1]
 
-Why: on the H200 the one-row GEMV is limited by instructions issued per weight, not by its
-loads (BENCHMARKS.md session 14: 55-72% of a loads-only kernel with the same tiling). This
+Why: session 14 inferred that the one-row GEMV was limited by the instructions it issues per
+weight (55-72% of a loads-only kernel with the same tiling). Session 20 timed it: 23% fewer
+instructions alone did not help, staging the loads through shared memory did, so these
+counts explain a variant's arithmetic, not its speed (BENCHMARKS.md, sessions 19-20). This
 counts what each variant issues per 32-bit word of eight weights: the loop body between the
 label and its backward branch, divided by the words a thread handles per iteration (block_k /
 8 x block_n / (32 x num_warps)), by instruction class. Static counts from this machine's

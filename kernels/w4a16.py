@@ -148,7 +148,8 @@ def _w4a16_gemv_kernel(
     r holds k = k0 + 8r + j in nibble j, all in one group, so
     sum_j x[k] W[k, n] = s[r, n] * sum_j q_j[r, n] x_j[r] - (z s)[r, n] * sum_j x_j[r].
     The next tile's words and scales are loaded before this tile is computed (register
-    double buffering: Triton's pipeliner only stages loads that feed a tl.dot).
+    double buffering: in a plain range loop Triton's pipeliner stages only loads that feed a
+    tl.dot; tl.range(num_stages=) would stage them, see kernels/w4a16_gemv.py PIPE).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
