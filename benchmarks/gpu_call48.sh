@@ -7,10 +7,4 @@ set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 (cd /tmp/checks && timeout 260 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gpu.py tests/test_cuda_graphs_gpu.py tests/test_quant_linear.py tests/test_splitk_gpu.py > $OUT/tests.log 2>&1); tail -1 $OUT/tests.log
 grep -E "^FAILED|^ERROR|^E  " $OUT/tests.log | head -12
-rm -rf /tmp/old && mkdir -p /tmp/old && tar -xf old20.tar -C /tmp/old
-python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/oldsite /tmp/old > /dev/null 2>&1 || echo "old install failed"
-for run in new1 old1 new2 old2; do
-  if [[ $run == old* ]]; then pp=/tmp/oldsite:$PYTHONPATH; b=/tmp/old/benchmarks; else pp=$PYTHONPATH; b=$PWD/benchmarks; fi
-  (cd /tmp && PYTHONPATH=$pp timeout 100 python3 $b/e2e.py --shapes llama2-7b --scenarios decode --out $OUT/$run > $OUT/$run.log 2>&1)
-  echo "$run $(grep -E 'decode b' $OUT/$run.log | grep INFO | sed 's/.*decode/decode/' | tr '\n' ' ')"
-done
+decode_interleaved old20.tar

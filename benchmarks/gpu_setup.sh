@@ -18,3 +18,15 @@ for f in sys.argv[1:]:
     make_random_checkpoint('llama2-7b', f, Path('/tmp/ck-' + f), 128, 'cuda')
 PY
 }
+# decode_interleaved TAR: e2e decode at batch 1/4/16 of this checkout against an older commit
+# (`git archive` into TAR, installed aside), interleaved new/old/new/old; logs under $OUT.
+decode_interleaved() {
+  rm -rf /tmp/old && mkdir -p /tmp/old && tar -xf "$1" -C /tmp/old
+  python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/oldsite /tmp/old > /dev/null 2>&1 || echo "old install failed"
+  local run pp b
+  for run in new1 old1 new2 old2; do
+    if [[ $run == old* ]]; then pp=/tmp/oldsite:$PYTHONPATH; b=/tmp/old/benchmarks; else pp=$PYTHONPATH; b=$PWD/benchmarks; fi
+    (cd /tmp && PYTHONPATH=$pp timeout 100 python3 $b/e2e.py --shapes llama2-7b --scenarios decode --out $OUT/$run > $OUT/$run.log 2>&1)
+    echo "$run $(grep -E 'decode b' $OUT/$run.log | grep INFO | sed 's/.*decode/decode/' | tr '\n' ' ')"
+  done
+}
