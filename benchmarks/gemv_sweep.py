@@ -45,7 +45,11 @@ def variants(m: int, n: int):
     (session 20): the tile loads staged through shared memory by cp.async ``pipe_stages``
     tiles ahead instead of one tile ahead in registers (64 registers instead of 95 for the
     dispatched tile), on the dispatched tile and wider ones; call 3 refines the best of
-    call 2 (64 columns, K tiles of one group, flat scales, folded zero points, 4 stages)."""
+    call 2 (64 columns, K tiles of one group, flat scales, folded zero points, 4 stages).
+    Session 21: at 4-16 rows the dispatched swap tile with 3-5 stages and more programs
+    (waves, fewer K tiles per split); at 32-1024 rows swap tiles of 64-256 activation rows
+    and 64-256 weight columns (Triton 3.6 puts the weights in registers as the wgmma's left
+    operand and keeps several MMAs in flight there), against dequantize + cuBLAS."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
@@ -64,27 +68,31 @@ def variants(m: int, n: int):
             out[f"g16 bn64 bk128 flat fold p4 w{warps}"] = g(64, 128, 4, warps=warps)
         out["g16 bn128 bk128 flat fold p3 w8"] = g(128, 128, 3, warps=8)
         return out
-    bms = (16,) if m <= 16 else (min(m, 64),) if m <= 64 else (64, 128)
-    for bm in bms:
-        for bn, bkk, warps, stages in ((64, 128, 4, 3), (128, 128, 8, 3), (64, 256, 4, 3),
-                                       (128, 64, 4, 4), (128, 128, 4, 3), (256, 64, 8, 3)):
-            if m > 64 and bkk > 128:
-                continue
-            out[f"swap bm{bm} bn{bn} bk{bkk} w{warps} st{stages}"] = C(
-                "swap", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=stages,
-                fp16_planes=True, fused_reduce=m <= 16)
-        if m > 64:  # deeper pipelines for the bigger tiles (session 13 tried stage 3 only)
-            for bn, bkk, warps in ((64, 128, 4), (128, 128, 8), (128, 64, 8)):
-                out[f"swap bm{bm} bn{bn} bk{bkk} w{warps} st4"] = C(
-                    "swap", bm, bn, bkk, split_k=0, num_warps=warps, num_stages=4,
-                    fp16_planes=True, fused_reduce=False)
-        for bn, bkk, warps in ((64, 128, 4), (128, 128, 8)) if m <= 64 else ():
-            out[f"swap8 bm{bm} bn{bn} bk{bkk} w{warps}"] = C(
-                "swap", bm, bn, bkk, split_k=0, num_warps=warps, nibble_dots=True,
-                fp16_planes=True, fused_reduce=m <= 16)
-    if m <= 16:  # the split rule, without splits
-        out["swap bm16 bn64 bk128 w4 nosplit"] = C("swap", 16, 64, 128, split_k=1,
-                                                    num_warps=4, fp16_planes=True)
+    def sw(bm, bn, bkk, warps, stages, split=0, waves=2, min_k=4):
+        return C("swap", bm, bn, bkk, split_k=split, num_warps=warps, num_stages=stages,
+                 fp16_planes=True, fused_reduce=True, waves=waves, min_k_tiles=min_k)
+    if m <= 16:  # session 21: deeper pipelines and more programs for the dispatched tile
+        for st in (3, 4, 5):
+            for waves, min_k in ((2, 4), (2.5, 1), (4, 1)):
+                out[f"swap bm16 bn64 bk128 w4 st{st} v{waves} mk{min_k}"] = sw(
+                    16, 64, 128, 4, st, waves=waves, min_k=min_k)
+        out["swap bm16 bn128 bk64 w4 st5 v2.5 mk1"] = sw(16, 128, 64, 4, 5, waves=2.5, min_k=1)
+        out["swap bm16 bn64 bk256 w4 st3 v2.5 mk1"] = sw(16, 64, 256, 4, 3, waves=2.5, min_k=1)
+        return out
+    # session 21, 32-1024 rows: big swap tiles (BM up to 256 activation rows as the MMA's N,
+    # 64-256 weight columns), 2-4 stages, K split by the rule (summed in the kernel) or not;
+    # all fit 99 KB of shared memory on sm_89 and sm_90 (Triton 3.6 compiles on the CPU)
+    tiles = [(64, 64, 128, 4, 3), (64, 128, 64, 4, 4), (64, 128, 64, 8, 4),
+             (64, 128, 128, 8, 3)]
+    if m >= 128:
+        tiles += [(128, 64, 64, 4, 4), (128, 128, 64, 8, 3), (128, 128, 64, 8, 4),
+                  (128, 128, 32, 8, 4), (128, 128, 128, 8, 2), (128, 256, 64, 8, 3)]
+    if m >= 256:
+        tiles += [(256, 128, 32, 8, 4), (256, 128, 64, 8, 2)]
+    for bm, bn, bkk, warps, stages in tiles:
+        for split in (0, 1):
+            out[f"swap bm{bm} bn{bn} bk{bkk} w{warps} st{stages}"
+                + (" nosplit" if split else "")] = sw(bm, bn, bkk, warps, stages, split)
     return out
 
 
