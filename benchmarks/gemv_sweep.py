@@ -49,7 +49,12 @@ def variants(m: int, n: int):
     Session 21: at 4-16 rows the dispatched swap tile with 3-5 stages and more programs
     (waves, fewer K tiles per split); at 32-1024 rows swap tiles of 64-256 activation rows
     and 64-256 weight columns (Triton 3.6 puts the weights in registers as the wgmma's left
-    operand and keeps several MMAs in flight there), against dequantize + cuBLAS."""
+    operand and keeps several MMAs in flight there), against dequantize + cuBLAS: none won
+    (call 1, BENCHMARKS.md). Its compiled loop sends the joined tile through shared memory
+    (a layout conversion, with barriers) every K step; the eight plane dots need none, but
+    read every eighth column of x. Call 2: the plane dots with x's columns in plane order
+    (``x_planes``; the permutation is done outside the timed call, as weights repacked in
+    that order at load would make it unnecessary), BK 128, at 4-1024 rows."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
@@ -68,31 +73,24 @@ def variants(m: int, n: int):
             out[f"g16 bn64 bk128 flat fold p4 w{warps}"] = g(64, 128, 4, warps=warps)
         out["g16 bn128 bk128 flat fold p3 w8"] = g(128, 128, 3, warps=8)
         return out
-    def sw(bm, bn, bkk, warps, stages, split=0, waves=2, min_k=4):
-        return C("swap", bm, bn, bkk, split_k=split, num_warps=warps, num_stages=stages,
-                 fp16_planes=True, fused_reduce=True, waves=waves, min_k_tiles=min_k)
-    if m <= 16:  # session 21: deeper pipelines and more programs for the dispatched tile
+    def pl(bm, bn, warps, stages, split=0, waves=2, min_k=4):
+        return C("swap", bm, bn, 128, split_k=split, num_warps=warps, num_stages=stages,
+                 fp16_planes=True, fused_reduce=True, waves=waves, min_k_tiles=min_k,
+                 nibble_dots=True, x_planes=True)
+    if m <= 16:
         for st in (3, 4, 5):
             for waves, min_k in ((2, 4), (2.5, 1), (4, 1)):
-                out[f"swap bm16 bn64 bk128 w4 st{st} v{waves} mk{min_k}"] = sw(
-                    16, 64, 128, 4, st, waves=waves, min_k=min_k)
-        out["swap bm16 bn128 bk64 w4 st5 v2.5 mk1"] = sw(16, 128, 64, 4, 5, waves=2.5, min_k=1)
-        out["swap bm16 bn64 bk256 w4 st3 v2.5 mk1"] = sw(16, 64, 256, 4, 3, waves=2.5, min_k=1)
+                out[f"planes bm16 bn64 w4 st{st} v{waves} mk{min_k}"] = pl(
+                    16, 64, 4, st, waves=waves, min_k=min_k)
         return out
-    # session 21, 32-1024 rows: big swap tiles (BM up to 256 activation rows as the MMA's N,
-    # 64-256 weight columns), 2-4 stages, K split by the rule (summed in the kernel) or not;
-    # all fit 99 KB of shared memory on sm_89 and sm_90 (Triton 3.6 compiles on the CPU)
-    tiles = [(64, 64, 128, 4, 3), (64, 128, 64, 4, 4), (64, 128, 64, 8, 4),
-             (64, 128, 128, 8, 3)]
-    if m >= 128:
-        tiles += [(128, 64, 64, 4, 4), (128, 128, 64, 8, 3), (128, 128, 64, 8, 4),
-                  (128, 128, 32, 8, 4), (128, 128, 128, 8, 2), (128, 256, 64, 8, 3)]
+    tiles = [(64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 8, 3)] if m <= 64 else [
+        (128, 128, 8, 2), (128, 64, 4, 3), (64, 128, 8, 3), (64, 64, 4, 4)]
     if m >= 256:
-        tiles += [(256, 128, 32, 8, 4), (256, 128, 64, 8, 2)]
-    for bm, bn, bkk, warps, stages in tiles:
+        tiles += [(256, 64, 8, 4), (256, 128, 8, 2)]
+    for bm, bn, warps, stages in tiles:
         for split in (0, 1):
-            out[f"swap bm{bm} bn{bn} bk{bkk} w{warps} st{stages}"
-                + (" nosplit" if split else "")] = sw(bm, bn, bkk, warps, stages, split)
+            out[f"planes bm{bm} bn{bn} w{warps} st{stages}" + (" nosplit" if split else "")] = \
+                pl(bm, bn, warps, stages, split)
     return out
 
 
@@ -116,6 +114,7 @@ def main() -> int:
         pick_config,
         w4a16_matmul,
     )
+    from edge_llm.kernels.w4a16_swap import plane_order
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -155,8 +154,15 @@ def main() -> int:
                        res={})
             chosen = [(v, c) for v, c in variants(m, n).items()
                       if not args.only or v.startswith(tuple(args.only.split(",")))]
+            planed = {}  # block_k -> xs with the columns in plane order (x_planes variants)
             for vname, cfg in [("auto", None)] + chosen:
-                def run(i, cfg=cfg, xs=xs, sets=sets):
+                xv = xs
+                if cfg is not None and cfg.x_planes:
+                    if cfg.block_k not in planed:
+                        planed[cfg.block_k] = [plane_order(x, cfg.block_k) for x in xs]
+                    xv = planed[cfg.block_k]
+
+                def run(i, cfg=cfg, xs=xv, sets=sets):
                     qw, s, z = sets[i]
                     return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
                 try:

@@ -323,6 +323,9 @@ def w4a16_matmul(
             cfg.kind == "gemv" and m != 1):
         w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype, reuse=True)
         return torch.matmul(x2, w).reshape(*lead, n)
+    if cfg.x_planes and (cfg.kind != "swap" or not cfg.nibble_dots or k % block_k):
+        raise ValueError("x_planes needs the swap kernel's plane dots and K a multiple of "
+                         f"block_k (K={k}, {cfg})")
     out = torch.empty((m, n), device=x.device, dtype=x.dtype)
     _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
                   group_size, cfg, block_k, one_group, sms)
@@ -361,7 +364,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                     cfg.block_n, block_k, k_per_split, split, one_group,
                     joined=not cfg.nibble_dots, planes=cfg.fp16_planes,
                     use_asm=not _interpreting(), num_warps=cfg.num_warps,
-                    num_stages=cfg.num_stages)
+                    num_stages=cfg.num_stages, x_planes=cfg.x_planes)
     elif cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,

@@ -66,6 +66,16 @@ def _x_plane(x_ptr, offs_m, m_mask, rows, j: tl.constexpr, stride_xm, stride_xk,
                    mask=r_mask[:, None] & m_mask[None, :], other=0.0)
 
 
+@triton.jit
+def _x_plane_ordered(x_ptr, offs_m, m_mask, k0, j: tl.constexpr, stride_xm, stride_xk,
+                     BLOCK_K: tl.constexpr):
+    """x^T rows of plane j when x's columns are in plane order within each K tile (column
+    k0 + j BK8 + r holds k = k0 + 8 r + j): one contiguous [BK8, BM] slice."""
+    cols = k0 + j * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
+    return tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
+                   mask=m_mask[None, :], other=0.0)
+
+
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_swap_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
@@ -74,6 +84,7 @@ def _w4a16_swap_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, JOINED: tl.constexpr, PLANES: tl.constexpr, USE_ASM: tl.constexpr,
     DOT_PRECISION: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
+    X_PLANES: tl.constexpr,
 ):
     pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
     pid_n = tl.program_id(1)
@@ -114,6 +125,31 @@ def _w4a16_swap_kernel(
             xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
                          mask=(cols[:, None] < K) & m_mask[None, :], other=0.0)  # (BK, BM)
             acc = tl.dot(w, xt, acc, input_precision=DOT_PRECISION)
+        elif X_PLANES:  # (a tuple unpacked into the call would drop BLOCK_K's constexpr)
+            xp0 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 0, stride_xm, stride_xk,
+                                   BLOCK_K)
+            acc = tl.dot(w0, xp0, acc, input_precision=DOT_PRECISION)
+            xp1 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 1, stride_xm, stride_xk,
+                                   BLOCK_K)
+            acc = tl.dot(w1, xp1, acc, input_precision=DOT_PRECISION)
+            xp2 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 2, stride_xm, stride_xk,
+                                   BLOCK_K)
+            acc = tl.dot(w2, xp2, acc, input_precision=DOT_PRECISION)
+            xp3 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 3, stride_xm, stride_xk,
+                                   BLOCK_K)
+            acc = tl.dot(w3, xp3, acc, input_precision=DOT_PRECISION)
+            xp4 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 4, stride_xm, stride_xk,
+                                   BLOCK_K)
+            acc = tl.dot(w4, xp4, acc, input_precision=DOT_PRECISION)
+            xp5 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 5, stride_xm, stride_xk,
+                                   BLOCK_K)
+            acc = tl.dot(w5, xp5, acc, input_precision=DOT_PRECISION)
+            xp6 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 6, stride_xm, stride_xk,
+                                   BLOCK_K)
+            acc = tl.dot(w6, xp6, acc, input_precision=DOT_PRECISION)
+            xp7 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 7, stride_xm, stride_xk,
+                                   BLOCK_K)
+            acc = tl.dot(w7, xp7, acc, input_precision=DOT_PRECISION)
         else:
             a = (x_ptr, offs_m, m_mask, rows)
             b = (stride_xm, stride_xk, r_mask)
@@ -136,9 +172,10 @@ def _w4a16_swap_kernel(
 def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size: int,
                 block_m: int, block_n: int, block_k: int, k_per_split: int, split: int,
                 one_group: bool, joined: bool, planes: bool, use_asm: bool, num_warps: int,
-                num_stages: int) -> None:
+                num_stages: int, x_planes: bool = False) -> None:
     """Launch into ``target`` [SPLIT, M, N]; with ``counters`` the last program of each tile
-    also writes the sum of the partials to ``final`` [M, N]."""
+    also writes the sum of the partials to ``final`` [M, N]. ``x_planes`` (eight plane
+    dots only): x2's columns are in plane order within each K tile (``plane_order``)."""
     m, k = x2.shape
     n = qweight.shape[1]
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)
@@ -151,5 +188,13 @@ def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size:
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, JOINED=joined,
         PLANES=planes and x2.dtype == torch.float16, USE_ASM=use_asm,
         DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
-        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
+        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1, X_PLANES=x_planes,
         num_warps=num_warps, num_stages=num_stages)
+
+
+def plane_order(x2: torch.Tensor, block_k: int) -> torch.Tensor:
+    """x2 [M, K] with the columns of each K tile in plane order: column k0 + j BK8 + r takes
+    x2[:, k0 + 8 r + j] (K a multiple of block_k). Plane j of a tile then multiplies one
+    contiguous slice of x instead of every eighth column."""
+    m, k = x2.shape
+    return x2.view(m, k // block_k, block_k // 8, 8).transpose(2, 3).reshape(m, k)
