@@ -73,24 +73,24 @@ def variants(m: int, n: int):
             out[f"g16 bn64 bk128 flat fold p4 w{warps}"] = g(64, 128, 4, warps=warps)
         out["g16 bn128 bk128 flat fold p3 w8"] = g(128, 128, 3, warps=8)
         return out
-    def pl(bm, bn, warps, stages, split=0, waves=2, min_k=4):
+    def pl(bm, bn, warps, stages, split=0, waves=2, min_k=4, mode="planes"):
         return C("swap", bm, bn, 128, split_k=split, num_warps=warps, num_stages=stages,
-                 fp16_planes=True, fused_reduce=True, waves=waves, min_k_tiles=min_k,
-                 nibble_dots=True, x_planes=True)
+                 fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
+                 nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
     if m <= 16:
-        for st in (3, 4, 5):
-            for waves, min_k in ((2, 4), (2.5, 1), (4, 1)):
-                out[f"planes bm16 bn64 w4 st{st} v{waves} mk{min_k}"] = pl(
-                    16, 64, 4, st, waves=waves, min_k=min_k)
+        for mode in ("planes", "split"):
+            for st in (3, 4):
+                for waves, min_k in ((2, 4), (2.5, 1)):
+                    out[f"{mode} bm16 bn64 w4 st{st} v{waves} mk{min_k}"] = pl(
+                        16, 64, 4, st, waves=waves, min_k=min_k, mode=mode)
+        out["split bm16 bn64 w4 st3 v4 mk1"] = pl(16, 64, 4, 3, waves=4, min_k=1, mode="split")
         return out
-    tiles = [(64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 8, 3)] if m <= 64 else [
-        (128, 128, 8, 2), (128, 64, 4, 3), (64, 128, 8, 3), (64, 64, 4, 4)]
-    if m >= 256:
-        tiles += [(256, 64, 8, 4), (256, 128, 8, 2)]
-    for bm, bn, warps, stages in tiles:
-        for split in (0, 1):
-            out[f"planes bm{bm} bn{bn} w{warps} st{stages}" + (" nosplit" if split else "")] = \
-                pl(bm, bn, warps, stages, split)
+    bm = min(m, 64)
+    out[f"split bm{bm} bn64 w4 st3"] = pl(bm, 64, 4, 3, mode="split")
+    out[f"split bm{bm} bn64 w4 st4"] = pl(bm, 64, 4, 4, mode="split")
+    out[f"split bm{bm} bn128 w8 st3"] = pl(bm, 128, 8, 3, mode="split")
+    out[f"split bm{bm} bn64 w4 st3 v2.5 mk1"] = pl(bm, 64, 4, 3, waves=2.5, min_k=1,
+                                                    mode="split")
     return out
 
 

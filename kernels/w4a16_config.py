@@ -43,6 +43,8 @@ class W4A16Config:
     x_planes: bool = False  # "swap" with nibble_dots: the caller passes x with the columns of
     # each K tile in plane order (w4a16_swap.plane_order), so each plane dot reads one
     # contiguous slice of x; a measurement of what weights repacked in that order would give
+    x_split: bool = False  # "swap" with nibble_dots: x's tile loaded whole, its eight planes
+    # split apart in registers (instead of eight loads of every eighth column)
 
 
 def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
