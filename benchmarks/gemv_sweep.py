@@ -73,24 +73,14 @@ def variants(m: int, n: int):
             out[f"g16 bn64 bk128 flat fold p4 w{warps}"] = g(64, 128, 4, warps=warps)
         out["g16 bn128 bk128 flat fold p3 w8"] = g(128, 128, 3, warps=8)
         return out
-    def pl(bm, bn, warps, stages, split=0, waves=2, min_k=4, mode="planes"):
-        return C("swap", bm, bn, 128, split_k=split, num_warps=warps, num_stages=stages,
-                 fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
-                 nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
+    def pl(bm, bn, warps, stages, waves=2, min_k=4):
+        return C("swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=stages,
+                 fp16_planes=True, fused_reduce=True, waves=waves, min_k_tiles=min_k,
+                 nibble_dots=True, x_planes=True)
     if m <= 16:
-        for mode in ("planes", "split"):
-            for st in (3, 4):
-                for waves, min_k in ((2, 4), (2.5, 1)):
-                    out[f"{mode} bm16 bn64 w4 st{st} v{waves} mk{min_k}"] = pl(
-                        16, 64, 4, st, waves=waves, min_k=min_k, mode=mode)
-        out["split bm16 bn64 w4 st3 v4 mk1"] = pl(16, 64, 4, 3, waves=4, min_k=1, mode="split")
-        return out
-    bm = min(m, 64)
-    out[f"split bm{bm} bn64 w4 st3"] = pl(bm, 64, 4, 3, mode="split")
-    out[f"split bm{bm} bn64 w4 st4"] = pl(bm, 64, 4, 4, mode="split")
-    out[f"split bm{bm} bn128 w8 st3"] = pl(bm, 128, 8, 3, mode="split")
-    out[f"split bm{bm} bn64 w4 st3 v2.5 mk1"] = pl(bm, 64, 4, 3, waves=2.5, min_k=1,
-                                                    mode="split")
+        for st, waves, min_k in ((3, 2.5, 1), (3, 2, 4), (4, 2.5, 1)):
+            out[f"planes bm16 bn64 w4 st{st} v{waves} mk{min_k}"] = pl(16, 64, 4, st, waves,
+                                                                        min_k)
     return out
 
 
@@ -114,7 +104,6 @@ def main() -> int:
         pick_config,
         w4a16_matmul,
     )
-    from edge_llm.kernels.w4a16_swap import plane_order
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -154,15 +143,8 @@ def main() -> int:
                        res={})
             chosen = [(v, c) for v, c in variants(m, n).items()
                       if not args.only or v.startswith(tuple(args.only.split(",")))]
-            planed = {}  # block_k -> xs with the columns in plane order (x_planes variants)
             for vname, cfg in [("auto", None)] + chosen:
-                xv = xs
-                if cfg is not None and cfg.x_planes:
-                    if cfg.block_k not in planed:
-                        planed[cfg.block_k] = [plane_order(x, cfg.block_k) for x in xs]
-                    xv = planed[cfg.block_k]
-
-                def run(i, cfg=cfg, xs=xv, sets=sets):
+                def run(i, cfg=cfg, xs=xs, sets=sets):
                     qw, s, z = sets[i]
                     return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
                 try:

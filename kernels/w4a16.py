@@ -69,7 +69,7 @@ from .w4a16_ref import (  # noqa: F401 - the references are part of this module'
     pack_w4_ref,
     w4a16_matmul_ref,
 )
-from .w4a16_swap import launch_swap
+from .w4a16_swap import launch_swap, plane_order
 
 # --------------------------------------------------------------------------- Triton kernels
 
@@ -326,6 +326,8 @@ def w4a16_matmul(
     if cfg.x_planes and (cfg.kind != "swap" or not cfg.nibble_dots or k % block_k):
         raise ValueError("x_planes needs the swap kernel's plane dots and K a multiple of "
                          f"block_k (K={k}, {cfg})")
+    if cfg.x_planes:
+        x2 = plane_order(x2, block_k)
     out = torch.empty((m, n), device=x.device, dtype=x.dtype)
     _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
                   group_size, cfg, block_k, one_group, sms)
@@ -364,8 +366,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                     cfg.block_n, block_k, k_per_split, split, one_group,
                     joined=not cfg.nibble_dots, planes=cfg.fp16_planes,
                     use_asm=not _interpreting(), num_warps=cfg.num_warps,
-                    num_stages=cfg.num_stages, x_planes=cfg.x_planes,
-                    x_split=cfg.x_split)
+                    num_stages=cfg.num_stages, x_planes=cfg.x_planes)
     elif cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,

@@ -40,11 +40,9 @@ class W4A16Config:
     fp16_planes: bool = False  # "dot", fp16 x: weight planes from PTX (w4a16_planes.py)
     plane_major: bool = False  # fp16_planes without nibble_dots: tile rows in plane order
     # (x read in that column order) instead of k order; measured slower (session 12)
-    x_planes: bool = False  # "swap" with nibble_dots: the caller passes x with the columns of
-    # each K tile in plane order (w4a16_swap.plane_order), so each plane dot reads one
-    # contiguous slice of x; a measurement of what weights repacked in that order would give
-    x_split: bool = False  # "swap" with nibble_dots: x's tile loaded whole, its eight planes
-    # split apart in registers (instead of eight loads of every eighth column)
+    x_planes: bool = False  # "swap" with nibble_dots: x copied with the columns of each K tile
+    # in plane order first (w4a16_swap.plane_order), so each plane dot reads one contiguous
+    # slice of x (needs K a multiple of block_k)
 
 
 def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
