@@ -73,14 +73,22 @@ def variants(m: int, n: int):
             out[f"g16 bn64 bk128 flat fold p4 w{warps}"] = g(64, 128, 4, warps=warps)
         out["g16 bn128 bk128 flat fold p3 w8"] = g(128, 128, 3, warps=8)
         return out
-    def pl(bm, bn, warps, stages, waves=2, min_k=4):
+    def pl(bm, bn, warps, stages, waves=2, min_k=4, mode="split"):
         return C("swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=stages,
-                 fp16_planes=True, fused_reduce=True, waves=waves, min_k_tiles=min_k,
-                 nibble_dots=True, x_planes=True)
+                 fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
+                 nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
     if m <= 16:
         for st, waves, min_k in ((3, 2.5, 1), (3, 2, 4), (4, 2.5, 1)):
-            out[f"planes bm16 bn64 w4 st{st} v{waves} mk{min_k}"] = pl(16, 64, 4, st, waves,
-                                                                        min_k)
+            out[f"split bm16 bn64 w4 st{st} v{waves} mk{min_k}"] = pl(16, 64, 4, st, waves,
+                                                                       min_k)
+        out["split bm16 bn32 w4 st3 v2.5 mk1"] = pl(16, 32, 4, 3, 2.5, 1)
+        out["split bm16 bn128 w4 st3 v2.5 mk1"] = pl(16, 128, 4, 3, 2.5, 1)
+        out["planes bm16 bn64 w4 st3 v2.5 mk1"] = pl(16, 64, 4, 3, 2.5, 1, mode="planes")
+        return out
+    bm = min(m, 64)
+    out[f"split bm{bm} bn64 w4 st3"] = pl(bm, 64, 4, 3)
+    out[f"split bm{bm} bn128 w8 st3"] = pl(bm, 128, 8, 3)
+    out[f"split bm{bm} bn128 w4 st3"] = pl(bm, 128, 4, 3)
     return out
 
 

@@ -366,7 +366,8 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                     cfg.block_n, block_k, k_per_split, split, one_group,
                     joined=not cfg.nibble_dots, planes=cfg.fp16_planes,
                     use_asm=not _interpreting(), num_warps=cfg.num_warps,
-                    num_stages=cfg.num_stages, x_planes=cfg.x_planes)
+                    num_stages=cfg.num_stages, x_planes=cfg.x_planes,
+                    x_split=cfg.x_split)
     elif cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,

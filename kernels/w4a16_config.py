@@ -43,6 +43,8 @@ class W4A16Config:
     x_planes: bool = False  # "swap" with nibble_dots: x copied with the columns of each K tile
     # in plane order first (w4a16_swap.plane_order), so each plane dot reads one contiguous
     # slice of x (needs K a multiple of block_k)
+    x_split: bool = False  # "swap" with nibble_dots: x's K tile loaded whole and split into its
+    # eight planes in registers (kernels/w4a16_swap.py)
 
 
 def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,

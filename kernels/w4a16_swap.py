@@ -76,6 +76,25 @@ def _x_plane_ordered(x_ptr, offs_m, m_mask, k0, j: tl.constexpr, stride_xm, stri
                    mask=m_mask[None, :], other=0.0)
 
 
+@triton.jit
+def _x_planes_split(x_ptr, offs_m, m_mask, k0, K, stride_xm, stride_xk, BLOCK_K: tl.constexpr):
+    """The eight x^T planes [BK8, BM] of one K tile from one contiguous [BM, BK] load, split
+    apart in registers (plane j: k = k0 + 8 r + j)."""
+    cols = k0 + tl.arange(0, BLOCK_K // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]  # (BK8, 8)
+    xt = tl.load(x_ptr + offs_m[:, None, None] * stride_xm + cols[None, :, :] * stride_xk,
+                 mask=m_mask[:, None, None] & (cols < K)[None, :, :], other=0.0)
+    xt = tl.reshape(xt, (offs_m.shape[0], BLOCK_K // 8, 2, 2, 2))  # j = 4 a + 2 b + c
+    even, odd = tl.split(xt)
+    e0, e1 = tl.split(even)
+    o0, o1 = tl.split(odd)
+    p0, p4 = tl.split(e0)
+    p2, p6 = tl.split(e1)
+    p1, p5 = tl.split(o0)
+    p3, p7 = tl.split(o1)
+    return (tl.trans(p0), tl.trans(p1), tl.trans(p2), tl.trans(p3), tl.trans(p4),
+            tl.trans(p5), tl.trans(p6), tl.trans(p7))
+
+
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_swap_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
@@ -84,7 +103,7 @@ def _w4a16_swap_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, JOINED: tl.constexpr, PLANES: tl.constexpr, USE_ASM: tl.constexpr,
     DOT_PRECISION: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
-    X_PLANES: tl.constexpr,
+    X_PLANES: tl.constexpr, X_SPLIT: tl.constexpr,
 ):
     pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
     pid_n = tl.program_id(1)
@@ -150,6 +169,17 @@ def _w4a16_swap_kernel(
             xp7 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 7, stride_xm, stride_xk,
                                    BLOCK_K)
             acc = tl.dot(w7, xp7, acc, input_precision=DOT_PRECISION)
+        elif X_SPLIT:
+            xp0, xp1, xp2, xp3, xp4, xp5, xp6, xp7 = _x_planes_split(
+                x_ptr, offs_m, m_mask, k0, K, stride_xm, stride_xk, BLOCK_K)
+            acc = tl.dot(w0, xp0, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w1, xp1, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w2, xp2, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w3, xp3, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w4, xp4, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w5, xp5, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w6, xp6, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w7, xp7, acc, input_precision=DOT_PRECISION)
         else:
             a = (x_ptr, offs_m, m_mask, rows)
             b = (stride_xm, stride_xk, r_mask)
@@ -172,13 +202,15 @@ def _w4a16_swap_kernel(
 def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size: int,
                 block_m: int, block_n: int, block_k: int, k_per_split: int, split: int,
                 one_group: bool, joined: bool, planes: bool, use_asm: bool, num_warps: int,
-                num_stages: int, x_planes: bool = False) -> None:
+                num_stages: int, x_planes: bool = False, x_split: bool = False) -> None:
     """Launch into ``target`` [SPLIT, M, N]; with ``counters`` the last program of each tile
     also writes the sum of the partials to ``final`` [M, N]. ``x_planes`` (eight plane
     dots only): x2's columns are in plane order within each K tile (``plane_order``), so
     each plane dot reads one contiguous [BK8, BM] slice of x; in k order it reads every
     eighth column, which the compiled loop gathers through shared memory with a barrier
-    per plane."""
+    per plane. ``x_split`` (plane dots): x's K tile is loaded whole and split into its eight
+    planes in registers (mma.sync takes them from there; Hopper's wgmma needs them stored
+    to shared memory, with a fence per plane)."""
     m, k = x2.shape
     n = qweight.shape[1]
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)
@@ -192,7 +224,7 @@ def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size:
         PLANES=planes and x2.dtype == torch.float16, USE_ASM=use_asm,
         DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
         SPLIT_P2=triton.next_power_of_2(split) if reduce else 1, X_PLANES=x_planes,
-        num_warps=num_warps, num_stages=num_stages)
+        X_SPLIT=x_split, num_warps=num_warps, num_stages=num_stages)
 
 
 def plane_order(x2: torch.Tensor, block_k: int) -> torch.Tensor:
