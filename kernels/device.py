@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -30,3 +31,15 @@ def has_fp8_cvt(device: torch.device) -> bool:
         return False
     p = _props(device)
     return (p.major, p.minor) >= (8, 9)
+
+
+def dots_from_registers(device: torch.device) -> bool:
+    """Whether Triton compiles ``tl.dot`` on ``device`` for mma.sync, which takes both operands
+    from registers (sm_8x: the 3090 and 4090), rather than Hopper's wgmma, whose right operand
+    must sit in shared memory. True for CPU tensors (the interpreter, and offline compiles for
+    sm_89), and where DISABLE_MMA_V3 is set (Triton then uses mma.sync on Hopper too)."""
+    if device.type != "cuda":
+        return True
+    if os.environ.get("DISABLE_MMA_V3", "").strip().lower() in ("1", "true", "on", "yes"):
+        return True
+    return _props(device).major < 9

@@ -21,7 +21,10 @@ Runtime layout, G = ceil(K / group_size)::
 
 Paths, by the number of activation rows M (thresholds measured, notes/kernels.md):
   * fp16 activations, M 3..64: "swap" (kernels/w4a16_swap.py), out^T = W^T x^T with the
-    dequantized PTX planes joined in registers as the MMA's left operand.
+    dequantized PTX planes joined in registers as the MMA's left operand. Where dots
+    compile for mma.sync (sm_8x: the 3090/4090), M 3..32 takes eight plane dots instead,
+    x's tile split into its planes in registers; on Hopper, M 3..16 at N >= 16,384 takes
+    the plane dots over a copy of x in plane order.
   * fp16 activations at M <= 2, bf16 at M <= 4: "gemv16" (kernels/w4a16_gemv.py), words
     turned into fp16 pairs by inline PTX and shared by up to four activation rows per
     program (it serves any M <= 16 when asked). At 1-2 rows K is split for about 2.5
@@ -48,7 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .device import num_sms
+from .device import dots_from_registers, num_sms
 from .splitk import counters as splitk_counters
 from .splitk import reduce_partials, sum_if_last
 from .w4a16_config import W4A16Config, auto_split, pick_config
@@ -310,7 +313,8 @@ def w4a16_matmul(
         return torch.empty((*lead, n), device=x.device, dtype=x.dtype)
     sms = num_sms(x.device)
     cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32,
-                                fp16=x.dtype == torch.float16, integer_zeros=integer_zeros)
+                                fp16=x.dtype == torch.float16, integer_zeros=integer_zeros,
+                                mma_sync=dots_from_registers(x.device))
     block_k = cfg.block_k
     if cfg.kind == "dot" and not cfg.nibble_dots and group_size < k:
         # keep each K tile inside one group: per-row [BK, BN] scale tiles would be staged in

@@ -60,7 +60,7 @@ def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
 
 def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
                 half: bool = True, fp16: bool | None = None,
-                integer_zeros: bool = False) -> W4A16Config:
+                integer_zeros: bool = False, mma_sync: bool = False) -> W4A16Config:
     """The tuned launch choice for an (M, N, K) problem.
 
     From the sweep in benchmarks/kernels_bench.py on an H200 (notes/kernels.md): the best
@@ -71,7 +71,9 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     (default: ``half``): fp16 rather than bf16 activations, which take the "swap" kernel at
     3-64 rows (bf16 keeps the paths measured for it). ``integer_zeros``: the caller vouches
     that every zero point is an integer (QuantLinear's are), so the one-row GEMV may fold
-    them into its PTX constants.
+    them into its PTX constants. ``mma_sync``: the device's dots compile for mma.sync
+    (kernels/device.py dots_from_registers: sm_8x), not Hopper's wgmma, which changes the
+    best swap tile at 3-32 rows.
     """
     fp16 = half if fp16 is None else fp16
     if fp16 and m <= 2 and group_size % 128 == 0:
@@ -90,6 +92,24 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         # kernel won at N <= 4,608 and lost at the merged N of 12,288 and more (session 11).
         return W4A16Config("gemv16", block_n=32, block_k=512, split_k=0, num_warps=4, rows=m,
                            chain4=True, waves=2.5, min_k_tiles=1, fused_reduce=n <= 8192)
+    if fp16 and m <= 32 and mma_sync:
+        # session 21 (BENCHMARKS.md), on the H200 with DISABLE_MMA_V3=1 (mma.sync, as on the
+        # 4090): eight plane dots with x's tile split into its planes in registers (mma.sync
+        # takes both operands from there) 1.16-1.23x fp16 cuBLAS at 3-16 rows against 0.62x
+        # for the joined tile below, whose loop converts the tile through shared memory;
+        # 0.61 vs 0.54x at 32 rows
+        return W4A16Config("swap", 16 if m <= 16 else 32, 64, 128, split_k=0, num_warps=4,
+                           num_stages=3, fp16_planes=True, nibble_dots=True, x_split=True,
+                           fused_reduce=m <= 16, waves=2.5 if m <= 16 else 2,
+                           min_k_tiles=1 if m <= 16 else 4)
+    if fp16 and m <= 16 and n >= 16384 and k % 128 == 0:
+        # session 21, wgmma: at the gate/up projections' widths the plane dots over x copied
+        # into plane order (a copy of about 3 us) beat the joined tile: 1.26-1.30x against
+        # 1.06-1.08x (Llama-2), 1.48-1.58x against 1.31-1.33x (Qwen2.5) at 3-16 rows; at
+        # N <= 12,288 the copy outweighed the gain
+        return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
+                           fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
+                           min_k_tiles=1)
     if fp16 and m <= 64:
         # the weights as the MMA's left operand, from registers (kernels/w4a16_swap.py):
         # session 13's sweep, geomean over the eight 7B shapes against the paths it replaced:

@@ -85,6 +85,9 @@ def test_w4a16_dispatched_configs_fit(k, n, monkeypatch):
     # the one-row GEMV's loads staged through shared memory (cp.async, sm_80+)
     assert any(kw.get("PIPE", 0) > 0 and "cp.async" in kern.asm["ptx"]
                for _name, kw, kern in records)
+    # 3-32 rows on sm_8x: the plane dots with x split in registers, on mma.sync
+    assert any(kw.get("X_SPLIT") and "mma.sync" in kern.asm["ptx"]
+               for _name, kw, kern in records)
 
 
 def test_attention_configs_fit():

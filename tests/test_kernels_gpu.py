@@ -283,3 +283,66 @@ def test_dequant_path_reuses_one_buffer_and_is_capture_safe(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert rel_err(y, x.float() @ big_ref) < 1e-2
+
+
+@pytest.mark.parametrize("k,n,gs", [(4096, 22016, 128), (3584, 37888, 128), (4160, 4608, 128),
+                                    (4096, 4608, 32), (11008, 4096, 64)])
+def test_w4a16_plane_dots_at_full_size(k, n, gs):
+    """The plane dots of session 21 on this GPU: x split into planes in registers (the
+    mma.sync dispatch; here compiled for this GPU's MMA) and over x copied into plane order
+    (Hopper's wide-N dispatch; K a whole number of tiles), against the fp32 product; ragged
+    K, groups of 32-128, with a split summed in the kernel and without."""
+    g = -(-k // gs)
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=DEV))
+    s = (torch.rand(g, n, device=DEV) * 0.02 + 0.001).half()
+    z = torch.randint(0, 16, (g, n), device=DEV).half()
+    w = w4.dequantize_w4a16_ref(qw, s, z, gs)
+    for m in (3, 16, 32):
+        x = torch.randn(m, k, device=DEV, dtype=torch.float16)
+        ref = x.float() @ w
+        for split in (0, 1):
+            cfgs = [w4.W4A16Config("swap", 16 if m <= 16 else 32, 64, 128, split_k=split,
+                                   fp16_planes=True, nibble_dots=True, x_split=True,
+                                   fused_reduce=m <= 16, waves=2.5, min_k_tiles=1)]
+            if k % 128 == 0:
+                cfgs.append(w4.W4A16Config("swap", 16 if m <= 16 else 32, 64, 128,
+                                           split_k=split, fp16_planes=True, nibble_dots=True,
+                                           x_planes=True, waves=2.5, min_k_tiles=1))
+            for cfg in cfgs:
+                err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), ref)
+                assert err < 1e-2, f"k={k} n={n} gs={gs} M={m} {cfg}: {err:.2e}"
+    if k % 128 == 0 and n >= 16384 and torch.cuda.get_device_capability()[0] == 9:
+        assert w4.pick_config(4, n, k, gs, 132, fp16=True).x_planes  # dispatched here
+
+
+def test_w4a16_mma_sync_dispatch_in_a_subprocess():
+    """With DISABLE_MMA_V3=1 (Triton compiles dots for mma.sync, as on sm_8x) the dispatch
+    takes the plane dots with x split in registers at 3-32 rows, and they are right. A
+    subprocess: Triton's in-memory kernel cache does not key on that variable."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import torch
+from edge_llm.kernels import w4a16 as w4
+dev = torch.device("cuda")
+for k, n, gs in ((4096, 4096, 128), (3584, 4608, 64)):
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=dev))
+    s = (torch.rand(k // gs, n, device=dev) * 0.02 + 0.001).half()
+    z = torch.randint(0, 16, (k // gs, n), device=dev).half()
+    w = w4.dequantize_w4a16_ref(qw, s, z, gs)
+    for m in (3, 8, 16, 32):
+        x = torch.randn(m, k, device=dev, dtype=torch.float16)
+        cfg = w4.pick_config(m, n, k, gs, 132, fp16=True, mma_sync=True)
+        assert cfg.x_split, cfg
+        y = w4.w4a16_matmul(x, qw, s, z, gs, integer_zeros=True)
+        ref = x.float() @ w
+        err = float((y.double() - ref.double()).norm() / ref.double().norm())
+        assert err < 1e-2, (k, n, gs, m, err)
+print("ok")
+"""
+    env = dict(os.environ, DISABLE_MMA_V3="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

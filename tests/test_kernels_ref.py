@@ -87,6 +87,45 @@ def test_pick_config_buckets():
             assert cfg.fp16_planes == (half and 5 <= m <= 64) and not cfg.plane_major
 
 
+def test_swap_dispatch_follows_the_mma_kind():
+    """Where dots compile for mma.sync (sm_8x), 3-32 fp16 rows take the plane dots with x's
+    tile split in registers; with wgmma (Hopper) the joined tile stays, except at 3-16 rows
+    and N >= 16,384 (the gate/up widths) with K a multiple of 128, where the plane dots run
+    over a copy of x in plane order (session 21's measurements)."""
+    for m in (3, 8, 16, 17, 32):
+        for gs in (32, 128):
+            cfg = w4.pick_config(m, 4096, 4096, gs, 128, fp16=True, mma_sync=True)
+            assert (cfg.kind, cfg.nibble_dots, cfg.x_split, cfg.x_planes, cfg.block_m,
+                    cfg.block_k) == ("swap", True, True, False, 16 if m <= 16 else 32, 128)
+    for m, fp16 in ((33, True), (2, True), (8, False)):
+        assert not w4.pick_config(m, 4096, 4096, 128, 128, fp16=fp16, mma_sync=True).x_split
+    for m in (3, 16):
+        wide = w4.pick_config(m, 22016, 4096, 128, 132, fp16=True)
+        assert (wide.kind, wide.nibble_dots, wide.x_planes, wide.x_split) == (
+            "swap", True, True, False)
+        for n, k in ((12288, 4096), (22016, 4160)):
+            cfg = w4.pick_config(m, n, k, 128, 132, fp16=True)
+            assert cfg.kind == "swap" and not (cfg.nibble_dots or cfg.x_planes), (n, k)
+    assert not w4.pick_config(17, 22016, 4096, 128, 132, fp16=True).x_planes
+    assert not w4.pick_config(4, 22016, 4096, 128, 132, fp16=False).x_planes
+
+
+def test_x_planes_needs_whole_k_tiles():
+    x = torch.randn(4, 320).half()
+    qw = torch.zeros(40, 16, dtype=torch.int32)
+    s = torch.ones(3, 16).half()
+    cfg = w4.W4A16Config("swap", 16, 16, 128, nibble_dots=True, x_planes=True)
+    with pytest.raises(ValueError, match="x_planes"):
+        w4.w4a16_matmul(x, qw, s, s, 128, config=cfg)
+
+
+def test_dots_from_registers(monkeypatch):
+    from edge_llm.kernels.device import dots_from_registers
+
+    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    assert dots_from_registers(torch.device("cpu"))  # the interpreter; sm_89 compiles
+
+
 def test_one_row_gemv_dispatch():
     """fp16 at 1-2 rows with groups of a multiple of 128: one-group K tiles with flat scale
     rows and loads staged 4 tiles ahead; the zero points folded only when the caller vouches
