@@ -77,18 +77,13 @@ def variants(m: int, n: int):
         return C("swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=stages,
                  fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
                  nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
-    if m <= 16:
-        for st, waves, min_k in ((3, 2.5, 1), (3, 2, 4), (4, 2.5, 1)):
-            out[f"split bm16 bn64 w4 st{st} v{waves} mk{min_k}"] = pl(16, 64, 4, st, waves,
-                                                                       min_k)
-        out["split bm16 bn32 w4 st3 v2.5 mk1"] = pl(16, 32, 4, 3, 2.5, 1)
-        out["split bm16 bn128 w4 st3 v2.5 mk1"] = pl(16, 128, 4, 3, 2.5, 1)
-        out["planes bm16 bn64 w4 st3 v2.5 mk1"] = pl(16, 64, 4, 3, 2.5, 1, mode="planes")
-        return out
-    bm = min(m, 64)
-    out[f"split bm{bm} bn64 w4 st3"] = pl(bm, 64, 4, 3)
-    out[f"split bm{bm} bn128 w8 st3"] = pl(bm, 128, 8, 3)
-    out[f"split bm{bm} bn128 w4 st3"] = pl(bm, 128, 4, 3)
+    bm = min(64, max(16, 1 << (m - 1).bit_length()))
+    out[f"dot bm{bm} bn128 bk64 planes"] = C("dot", bm, 128, 64, split_k=0, num_warps=4,
+                                             num_stages=3, fused_reduce=m <= 16,
+                                             fp16_planes=True)
+    out[f"split bm{min(bm, 32)} bn64 w4 st3"] = pl(min(bm, 32), 64, 4, 3)
+    if m > 16:
+        out[f"split bm{bm} bn128 w4 st3"] = pl(bm, 128, 4, 3)
     return out
 
 
