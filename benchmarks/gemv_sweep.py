@@ -73,6 +73,7 @@ def variants(m: int, n: int):
             out[f"g16 bn64 bk128 flat fold p4 w{warps}"] = g(64, 128, 4, warps=warps)
         out["g16 bn128 bk128 flat fold p3 w8"] = g(128, 128, 3, warps=8)
         return out
+
     def pl(bm, bn, warps, stages, waves=2, min_k=4, mode="split"):
         return C("swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=stages,
                  fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
@@ -82,6 +83,8 @@ def variants(m: int, n: int):
                                              num_stages=3, fused_reduce=m <= 16,
                                              fp16_planes=True)
     out[f"split bm{min(bm, 32)} bn64 w4 st3"] = pl(min(bm, 32), 64, 4, 3)
+    out[f"joined bm{bm} bn64 bk128"] = C("swap", bm, 64, 128, split_k=0, num_warps=4,
+                                          num_stages=3, fused_reduce=m <= 16, fp16_planes=True)
     if m > 16:
         out[f"split bm{bm} bn128 w4 st3"] = pl(bm, 128, 4, 3)
     return out
