@@ -22,9 +22,9 @@ Runtime layout, G = ceil(K / group_size)::
 Paths, by the number of activation rows M (thresholds measured, notes/kernels.md):
   * fp16 activations, M 3..64: "swap" (kernels/w4a16_swap.py), out^T = W^T x^T with the
     dequantized PTX planes joined in registers as the MMA's left operand. Where dots
-    compile for mma.sync (sm_8x: the 3090/4090), M 3..32 takes eight plane dots instead,
-    x's tile split into its planes in registers; on Hopper, M 3..16 at N >= 16,384 takes
-    the plane dots over a copy of x in plane order.
+    compile for mma.sync (sm_8x: the 3090/4090), M 3..16 takes eight plane dots instead,
+    x's tile split into its planes in registers, and M 17..64 the "dot" kernel below; on
+    Hopper, M 3..16 at N >= 16,384 takes the plane dots over a copy of x in plane order.
   * fp16 activations at M <= 2, bf16 at M <= 4: "gemv16" (kernels/w4a16_gemv.py), words
     turned into fp16 pairs by inline PTX and shared by up to four activation rows per
     program (it serves any M <= 16 when asked). At 1-2 rows K is split for about 2.5
@@ -35,9 +35,9 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
     packed [BK/8, BN] tile nibble by nibble (no reshape), accumulating in a 2-D fp32 register
     tile reduced once at the end.
   * fp32, M 2..4: tl.dot on each nibble plane (eight K = BK/8 dots), BLOCK_M 16.
-  * bf16 M 5..64 (fp16 when asked): the tile unpacked to [BK, BN] in k order, one tl.dot
-    (BLOCK_K kept inside a group so scales are one [1, BN] row); with fp16 activations the
-    unpacking can be the inline-PTX planes of w4a16_planes.py joined into that tile.
+  * bf16 M 5..64 (fp16 on mma.sync GPUs at 17..64): the tile unpacked to [BK, BN] in k
+    order, one tl.dot (BLOCK_K kept inside a group so scales are one [1, BN] row); with fp16
+    activations the unpacking is the inline-PTX planes of w4a16_planes.py joined into it.
   * both split K over a third grid axis when the (M, N) tiles alone cannot fill the GPU; the
     fp32 partial sums [SPLIT, M, N] are added by a small reduce kernel.
   * M > 64: dequantize W to the activation dtype (one Triton pass) and torch.matmul (cuBLAS).

@@ -92,16 +92,17 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         # kernel won at N <= 4,608 and lost at the merged N of 12,288 and more (session 11).
         return W4A16Config("gemv16", block_n=32, block_k=512, split_k=0, num_warps=4, rows=m,
                            chain4=True, waves=2.5, min_k_tiles=1, fused_reduce=n <= 8192)
-    if fp16 and m <= 32 and mma_sync:
+    if fp16 and m <= 16 and mma_sync:
         # session 21 (BENCHMARKS.md), on the H200 with DISABLE_MMA_V3=1 (mma.sync, as on the
         # 4090): eight plane dots with x's tile split into its planes in registers (mma.sync
-        # takes both operands from there) 1.16-1.23x fp16 cuBLAS at 3-16 rows against 0.62x
-        # for the joined tile below, whose loop converts the tile through shared memory;
-        # 0.61 vs 0.54x at 32 rows
-        return W4A16Config("swap", 16 if m <= 16 else 32, 64, 128, split_k=0, num_warps=4,
-                           num_stages=3, fp16_planes=True, nibble_dots=True, x_split=True,
-                           fused_reduce=m <= 16, waves=2.5 if m <= 16 else 2,
-                           min_k_tiles=1 if m <= 16 else 4)
+        # takes both operands from there) 1.16-1.24x fp16 cuBLAS at 3-16 rows against 0.62x
+        # for the joined swap tile below, whose loop converts the tile through shared memory,
+        # and 0.95-0.98x for the "dot" kernel, which takes 17-64 rows there (0.78-0.79x at
+        # 24-32 rows against 0.61-0.69x for these plane dots, 0.48-0.50x at 48-64 against
+        # 0.43-0.44x for the joined swap tile)
+        return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
+                           fp16_planes=True, nibble_dots=True, x_split=True, waves=2.5,
+                           min_k_tiles=1)
     if fp16 and m <= 16 and n >= 16384 and k % 128 == 0:
         # session 21, wgmma: at the gate/up projections' widths the plane dots over x copied
         # into plane order (a copy of about 3 us) beat the joined tile: 1.26-1.30x against
@@ -110,7 +111,7 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
                            min_k_tiles=1)
-    if fp16 and m <= 64:
+    if fp16 and m <= 64 and not mma_sync:
         # the weights as the MMA's left operand, from registers (kernels/w4a16_swap.py):
         # session 13's sweep, geomean over the eight 7B shapes against the paths it replaced:
         # 1.26 vs 1.10x at 4 rows (gemv16), 1.23 vs 0.95x at 16, 0.85 vs 0.77x at 64 (dot)
