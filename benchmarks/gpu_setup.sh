@@ -19,7 +19,8 @@ for f in sys.argv[1:]:
 PY
 }
 # decode_interleaved TAR: e2e decode at batch 1/4/16 of this checkout against an older commit
-# (`git archive` into TAR, installed aside), interleaved new/old/new/old; logs under $OUT.
+# (`git archive` into TAR, installed aside; /old*.tar is git-ignored, so name it in the run
+# call's carry), interleaved new/old/new/old; logs under $OUT.
 decode_interleaved() {
   rm -rf /tmp/old && mkdir -p /tmp/old && tar -xf "$1" -C /tmp/old
   python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/oldsite /tmp/old > /dev/null 2>&1 || echo "old install failed"
