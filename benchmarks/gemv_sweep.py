@@ -78,6 +78,13 @@ def variants(m: int, n: int):
         return C("swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=stages,
                  fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
                  nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
+    if m > 64:  # call 10, mma.sync: the fused "dot" kernel against dequantize + cuBLAS
+        for bm, bn, bkk, warps, st in ((64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
+                                       (128, 128, 32, 4, 4), (128, 256, 64, 8, 3)):
+            out[f"dot bm{bm} bn{bn} bk{bkk} w{warps} st{st} planes"] = C(
+                "dot", bm, bn, bkk, split_k=1, num_warps=warps, num_stages=st,
+                fused_reduce=False, fp16_planes=True)
+        return out
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out[f"dot bm{bm} bn128 bk64 planes"] = C("dot", bm, 128, 64, split_k=0, num_warps=4,
                                              num_stages=3, fused_reduce=m <= 16,
