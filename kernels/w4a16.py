@@ -327,9 +327,10 @@ def w4a16_matmul(
             cfg.kind == "gemv" and m != 1):
         w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype, reuse=True)
         return torch.matmul(x2, w).reshape(*lead, n)
-    if cfg.x_planes and (cfg.kind != "swap" or not cfg.nibble_dots or k % block_k):
-        raise ValueError("x_planes needs the swap kernel's plane dots and K a multiple of "
-                         f"block_k (K={k}, {cfg})")
+    if (cfg.x_planes or cfg.x_split) and (cfg.kind != "swap" or not cfg.nibble_dots or (
+            cfg.x_planes and (cfg.x_split or k % block_k))):
+        raise ValueError("x_planes / x_split need the swap kernel's plane dots (one of them; "
+                         f"x_planes K a multiple of block_k): K={k}, {cfg}")
     if cfg.x_planes:
         x2 = plane_order(x2, block_k)
     out = torch.empty((m, n), device=x.device, dtype=x.dtype)

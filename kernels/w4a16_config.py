@@ -73,7 +73,7 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     that every zero point is an integer (QuantLinear's are), so the one-row GEMV may fold
     them into its PTX constants. ``mma_sync``: the device's dots compile for mma.sync
     (kernels/device.py dots_from_registers: sm_8x), not Hopper's wgmma, which changes the
-    best swap tile at 3-32 rows.
+    best tile at 3-64 rows.
     """
     fp16 = half if fp16 is None else fp16
     if fp16 and m <= 2 and group_size % 128 == 0:
@@ -103,11 +103,11 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fp16_planes=True, nibble_dots=True, x_split=True, waves=2.5,
                            min_k_tiles=1)
-    if fp16 and m <= 16 and n >= 16384 and k % 128 == 0:
+    if fp16 and m <= 16 and n >= 16384 and k % 128 == 0 and group_size % 128 == 0:
         # session 21, wgmma: at the gate/up projections' widths the plane dots over x copied
         # into plane order (a copy of about 3 us) beat the joined tile: 1.26-1.30x against
         # 1.06-1.08x (Llama-2), 1.48-1.58x against 1.31-1.33x (Qwen2.5) at 3-16 rows; at
-        # N <= 12,288 the copy outweighed the gain
+        # N <= 12,288 the copy outweighed the gain (groups of 128 measured)
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
                            min_k_tiles=1)

@@ -107,20 +107,22 @@ def test_swap_dispatch_follows_the_mma_kind():
         wide = w4.pick_config(m, 22016, 4096, 128, 132, fp16=True)
         assert (wide.kind, wide.nibble_dots, wide.x_planes, wide.x_split) == (
             "swap", True, True, False)
-        for n, k in ((12288, 4096), (22016, 4160)):
-            cfg = w4.pick_config(m, n, k, 128, 132, fp16=True)
-            assert cfg.kind == "swap" and not (cfg.nibble_dots or cfg.x_planes), (n, k)
+        for n, k, gs in ((12288, 4096, 128), (22016, 4160, 128), (22016, 4096, 64)):
+            cfg = w4.pick_config(m, n, k, gs, 132, fp16=True)
+            assert cfg.kind == "swap" and not (cfg.nibble_dots or cfg.x_planes), (n, k, gs)
     assert not w4.pick_config(17, 22016, 4096, 128, 132, fp16=True).x_planes
     assert not w4.pick_config(4, 22016, 4096, 128, 132, fp16=False).x_planes
 
 
-def test_x_planes_needs_whole_k_tiles():
+def test_plane_dot_options_are_checked():
     x = torch.randn(4, 320).half()
     qw = torch.zeros(40, 16, dtype=torch.int32)
     s = torch.ones(3, 16).half()
-    cfg = w4.W4A16Config("swap", 16, 16, 128, nibble_dots=True, x_planes=True)
-    with pytest.raises(ValueError, match="x_planes"):
-        w4.w4a16_matmul(x, qw, s, s, 128, config=cfg)
+    for cfg in (w4.W4A16Config("swap", 16, 16, 128, nibble_dots=True, x_planes=True),
+                w4.W4A16Config("swap", 16, 16, 128, x_split=True),  # joined tile
+                w4.W4A16Config("dot", 16, 16, 128, nibble_dots=True, x_split=True)):
+        with pytest.raises(ValueError, match="x_planes / x_split"):
+            w4.w4a16_matmul(x, qw, s, s, 128, config=cfg)
 
 
 def test_dots_from_registers(monkeypatch):
