@@ -78,6 +78,17 @@ def variants(m: int, n: int):
         return C("swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=stages,
                  fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
                  nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
+    if m <= 16:  # call 11, mma.sync: the split plane dots' tile, stages, warps and split
+        for bn, warps, st, waves, min_k in ((64, 4, 2, 2.5, 1), (64, 4, 4, 2.5, 1),
+                                            (64, 4, 5, 2.5, 1), (64, 4, 3, 1.5, 1),
+                                            (64, 4, 3, 4, 1), (64, 4, 3, 8, 1),
+                                            (32, 2, 3, 2.5, 1), (128, 8, 3, 2.5, 1),
+                                            (64, 4, 3, 2, 4)):
+            out[f"split bn{bn} w{warps} st{st} v{waves}"] = pl(16, bn, warps, st, waves, min_k)
+        out["split bn64 w4 st3 v2.5 bk256"] = C(
+            "swap", 16, 64, 256, split_k=0, num_warps=4, num_stages=3, fp16_planes=True,
+            waves=2.5, min_k_tiles=1, nibble_dots=True, x_split=True)
+        return out
     if m > 64:  # call 10, mma.sync: the fused "dot" kernel against dequantize + cuBLAS
         for bm, bn, bkk, warps, st in ((64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
                                        (128, 128, 32, 4, 4), (128, 256, 64, 8, 3)):
