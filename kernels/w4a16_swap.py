@@ -67,13 +67,28 @@ def _x_plane(x_ptr, offs_m, m_mask, rows, j: tl.constexpr, stride_xm, stride_xk,
 
 
 @triton.jit
-def _x_plane_ordered(x_ptr, offs_m, m_mask, k0, j: tl.constexpr, stride_xm, stride_xk,
-                     BLOCK_K: tl.constexpr):
-    """x^T rows of plane j when x's columns are in plane order within each K tile (column
-    k0 + j BK8 + r holds k = k0 + 8 r + j): one contiguous [BK8, BM] slice."""
+def _plane_dot_ordered(acc, w, x_ptr, offs_m, m_mask, k0, j: tl.constexpr, stride_xm,
+                       stride_xk, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """acc + w @ (x^T rows of plane j) when x's columns are in plane order within each K
+    tile (column k0 + j BK8 + r holds k = k0 + 8 r + j): one contiguous [BK8, BM] slice."""
     cols = k0 + j * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
-    return tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
-                   mask=m_mask[None, :], other=0.0)
+    xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
+                 mask=m_mask[None, :], other=0.0)  # (BK8, BM)
+    return tl.dot(w, xt, acc, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _dots8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7,
+           DOT_PRECISION: tl.constexpr):
+    """acc + the eight plane products w_j [BN, BK8] @ x_j [BK8, BM], in plane order."""
+    acc = tl.dot(w0, x0, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(w1, x1, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(w2, x2, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(w3, x3, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(w4, x4, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(w5, x5, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(w6, x6, acc, input_precision=DOT_PRECISION)
+    return tl.dot(w7, x7, acc, input_precision=DOT_PRECISION)
 
 
 @triton.jit
@@ -83,8 +98,9 @@ def _x_planes_split(x_ptr, offs_m, m_mask, k0, K, stride_xm, stride_xk, BLOCK_K:
     cols = k0 + tl.arange(0, BLOCK_K // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]  # (BK8, 8)
     xt = tl.load(x_ptr + offs_m[:, None, None] * stride_xm + cols[None, :, :] * stride_xk,
                  mask=m_mask[:, None, None] & (cols < K)[None, :, :], other=0.0)
-    xt = tl.reshape(xt, (offs_m.shape[0], BLOCK_K // 8, 2, 2, 2))  # j = 4 a + 2 b + c
-    even, odd = tl.split(xt)
+    # (BM, BK8, 8) -> (BM, BK8, 2, 2, 2): j = 4 a + 2 b + c, each split peels the last axis
+    xt = tl.reshape(xt, (offs_m.shape[0], BLOCK_K // 8, 2, 2, 2))
+    even, odd = tl.split(xt)  # c = 0 / 1: (BM, BK8, 2, 2) each
     e0, e1 = tl.split(even)
     o0, o1 = tl.split(odd)
     p0, p4 = tl.split(e0)
@@ -92,7 +108,7 @@ def _x_planes_split(x_ptr, offs_m, m_mask, k0, K, stride_xm, stride_xk, BLOCK_K:
     p1, p5 = tl.split(o0)
     p3, p7 = tl.split(o1)
     return (tl.trans(p0), tl.trans(p1), tl.trans(p2), tl.trans(p3), tl.trans(p4),
-            tl.trans(p5), tl.trans(p6), tl.trans(p7))
+            tl.trans(p5), tl.trans(p6), tl.trans(p7))  # (BK8, BM) each
 
 
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
@@ -144,42 +160,28 @@ def _w4a16_swap_kernel(
             xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
                          mask=(cols[:, None] < K) & m_mask[None, :], other=0.0)  # (BK, BM)
             acc = tl.dot(w, xt, acc, input_precision=DOT_PRECISION)
-        elif X_PLANES:  # (a tuple unpacked into the call would drop BLOCK_K's constexpr)
-            xp0 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 0, stride_xm, stride_xk,
-                                   BLOCK_K)
-            acc = tl.dot(w0, xp0, acc, input_precision=DOT_PRECISION)
-            xp1 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 1, stride_xm, stride_xk,
-                                   BLOCK_K)
-            acc = tl.dot(w1, xp1, acc, input_precision=DOT_PRECISION)
-            xp2 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 2, stride_xm, stride_xk,
-                                   BLOCK_K)
-            acc = tl.dot(w2, xp2, acc, input_precision=DOT_PRECISION)
-            xp3 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 3, stride_xm, stride_xk,
-                                   BLOCK_K)
-            acc = tl.dot(w3, xp3, acc, input_precision=DOT_PRECISION)
-            xp4 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 4, stride_xm, stride_xk,
-                                   BLOCK_K)
-            acc = tl.dot(w4, xp4, acc, input_precision=DOT_PRECISION)
-            xp5 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 5, stride_xm, stride_xk,
-                                   BLOCK_K)
-            acc = tl.dot(w5, xp5, acc, input_precision=DOT_PRECISION)
-            xp6 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 6, stride_xm, stride_xk,
-                                   BLOCK_K)
-            acc = tl.dot(w6, xp6, acc, input_precision=DOT_PRECISION)
-            xp7 = _x_plane_ordered(x_ptr, offs_m, m_mask, k0, 7, stride_xm, stride_xk,
-                                   BLOCK_K)
-            acc = tl.dot(w7, xp7, acc, input_precision=DOT_PRECISION)
+        elif X_PLANES:
+            acc = _plane_dot_ordered(acc, w0, x_ptr, offs_m, m_mask, k0, 0, stride_xm,
+                                     stride_xk, BLOCK_K, DOT_PRECISION)
+            acc = _plane_dot_ordered(acc, w1, x_ptr, offs_m, m_mask, k0, 1, stride_xm,
+                                     stride_xk, BLOCK_K, DOT_PRECISION)
+            acc = _plane_dot_ordered(acc, w2, x_ptr, offs_m, m_mask, k0, 2, stride_xm,
+                                     stride_xk, BLOCK_K, DOT_PRECISION)
+            acc = _plane_dot_ordered(acc, w3, x_ptr, offs_m, m_mask, k0, 3, stride_xm,
+                                     stride_xk, BLOCK_K, DOT_PRECISION)
+            acc = _plane_dot_ordered(acc, w4, x_ptr, offs_m, m_mask, k0, 4, stride_xm,
+                                     stride_xk, BLOCK_K, DOT_PRECISION)
+            acc = _plane_dot_ordered(acc, w5, x_ptr, offs_m, m_mask, k0, 5, stride_xm,
+                                     stride_xk, BLOCK_K, DOT_PRECISION)
+            acc = _plane_dot_ordered(acc, w6, x_ptr, offs_m, m_mask, k0, 6, stride_xm,
+                                     stride_xk, BLOCK_K, DOT_PRECISION)
+            acc = _plane_dot_ordered(acc, w7, x_ptr, offs_m, m_mask, k0, 7, stride_xm,
+                                     stride_xk, BLOCK_K, DOT_PRECISION)
         elif X_SPLIT:
-            xp0, xp1, xp2, xp3, xp4, xp5, xp6, xp7 = _x_planes_split(
+            x0, x1, x2, x3, x4, x5, x6, x7 = _x_planes_split(
                 x_ptr, offs_m, m_mask, k0, K, stride_xm, stride_xk, BLOCK_K)
-            acc = tl.dot(w0, xp0, acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w1, xp1, acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w2, xp2, acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w3, xp3, acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w4, xp4, acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w5, xp5, acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w6, xp6, acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w7, xp7, acc, input_precision=DOT_PRECISION)
+            acc = _dots8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7,
+                         DOT_PRECISION)
         else:
             a = (x_ptr, offs_m, m_mask, rows)
             b = (stride_xm, stride_xk, r_mask)
@@ -232,4 +234,5 @@ def plane_order(x2: torch.Tensor, block_k: int) -> torch.Tensor:
     x2[:, k0 + 8 r + j] (K a multiple of block_k). Plane j of a tile then multiplies one
     contiguous slice of x instead of every eighth column."""
     m, k = x2.shape
-    return x2.reshape(m, k // block_k, block_k // 8, 8).transpose(2, 3).reshape(m, k)
+    tiles = x2.reshape(m, k // block_k, block_k // 8, 8)  # (M, tiles, BK8 words, 8 nibbles j)
+    return tiles.transpose(2, 3).reshape(m, k)  # (M, tiles, j, BK8) flattened
