@@ -46,15 +46,16 @@ def variants(m: int, n: int):
     tiles ahead instead of one tile ahead in registers (64 registers instead of 95 for the
     dispatched tile), on the dispatched tile and wider ones; call 3 refines the best of
     call 2 (64 columns, K tiles of one group, flat scales, folded zero points, 4 stages).
-    Session 21: at 4-16 rows the dispatched swap tile with 3-5 stages and more programs
-    (waves, fewer K tiles per split); at 32-1024 rows swap tiles of 64-256 activation rows
-    and 64-256 weight columns (Triton 3.6 puts the weights in registers as the wgmma's left
-    operand and keeps several MMAs in flight there), against dequantize + cuBLAS: none won
-    (call 1, BENCHMARKS.md). Its compiled loop sends the joined tile through shared memory
-    (a layout conversion, with barriers) every K step; the eight plane dots need none, but
-    read every eighth column of x. Call 2: the plane dots with x's columns in plane order
-    (``x_planes``; the permutation is done outside the timed call, as weights repacked in
-    that order at load would make it unnecessary), BK 128, at 4-1024 rows."""
+    Session 21 (BENCHMARKS.md): call 1, swap tiles of 64-256 activation rows and 64-256
+    weight columns at 64-1024 rows: none beat dequantize + cuBLAS (the joined tile goes
+    through shared memory every K step). Calls 2-4, the eight plane dots (no conversion of
+    the weights) with x's columns in plane order (``x_planes``): 1.50x / 1.39x at 4 / 16
+    rows with x permuted outside the timed call, 1.23x / 1.16x with the copy inside (the
+    joined tile: 1.26x / 1.23x); x's planes split in registers (``x_split``): 0.89-0.94x on
+    wgmma. Calls 5, 8, 10, 11 under DISABLE_MMA_V3=1 (mma.sync, the 4090's kind of code):
+    the split planes 1.16-1.24x at 3-16 rows against 0.62x for the joined tile; the "dot"
+    kernel best at 17-64 rows; dequantize + cuBLAS above; the split planes' tile tuned.
+    The variants below are call 11's (<= 16 rows), call 10's (> 64) and call 8's."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}

@@ -214,7 +214,8 @@ def case_w4a16_swap():
                                                 fused_reduce=False, split_k=2))
     _check_w4(5, 256, 48, 64, torch.float32, C("swap", 16, 16, 128, nibble_dots=True))
     # plane dots with x's tile split into planes in registers (the mma.sync dispatch at
-    # 3-32 rows): per-tile and per-row scales, K not a whole number of tiles, a split
+    # 3-16 rows; 32 here too): per-tile and per-row scales, K not a whole number of tiles,
+    # a split
     _check_w4(16, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, nibble_dots=True,
                                                  fp16_planes=True, x_split=True))
     _check_w4(21, 520, 80, 32, torch.float16, C("swap", 32, 32, 128, split_k=2,
