@@ -55,7 +55,7 @@ def variants(m: int, n: int):
     wgmma. Calls 5, 8, 10, 11 under DISABLE_MMA_V3=1 (mma.sync, the 4090's kind of code):
     the split planes 1.16-1.24x at 3-16 rows against 0.62x for the joined tile; the "dot"
     kernel best at 17-64 rows; dequantize + cuBLAS above; the split planes' tile tuned.
-    The variants below are call 11's (<= 16 rows), call 10's (> 64) and call 8's."""
+    The variants below: call 11's at 3-16 rows, call 10's above 64, call 8's between."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
