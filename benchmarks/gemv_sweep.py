@@ -55,7 +55,10 @@ def variants(m: int, n: int):
     wgmma. Calls 5, 8, 10, 11 under DISABLE_MMA_V3=1 (mma.sync, the 4090's kind of code):
     the split planes 1.16-1.24x at 3-16 rows against 0.62x for the joined tile; the "dot"
     kernel best at 17-64 rows; dequantize + cuBLAS above; the split planes' tile tuned.
-    The variants below: call 11's at 3-16 rows, call 10's above 64, call 8's between."""
+    Call 10 (mma.sync): the fused "dot" kernel at 96-256 rows 0.10-0.18x, dequantize +
+    cuBLAS 0.50-0.56x. Session 22: the plane dots at 64-256 rows, untried there (call 1 of
+    session 21 timed joined tiles only). The variants below: call 11's at 3-16 rows,
+    session 22's at 64 and above, call 8's between."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
@@ -90,12 +93,18 @@ def variants(m: int, n: int):
             "swap", 16, 64, 256, split_k=0, num_warps=4, num_stages=3, fp16_planes=True,
             waves=2.5, min_k_tiles=1, nibble_dots=True, x_split=True)
         return out
-    if m > 64:  # call 10, mma.sync: the fused "dot" kernel against dequantize + cuBLAS
-        for bm, bn, bkk, warps, st in ((64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
-                                       (128, 128, 32, 4, 4), (128, 256, 64, 8, 3)):
-            out[f"dot bm{bm} bn{bn} bk{bkk} w{warps} st{st} planes"] = C(
-                "dot", bm, bn, bkk, split_k=1, num_warps=warps, num_stages=st,
-                fused_reduce=False, fp16_planes=True)
+    if m >= 64:  # session 22: the plane dots at 64-256 rows against dequantize + cuBLAS
+        # ("planes": x copied into plane order, for wgmma; "split": x split in registers,
+        # for mma.sync); tiles of 64/128 rows x 64/128 weight columns within 99 KB
+        for mode in ("planes", "split"):
+            for bm, bn, warps, st, waves in ((64, 64, 4, 3, 2), (64, 128, 8, 3, 2),
+                                             (64, 128, 4, 3, 2), (128, 64, 4, 2, 2),
+                                             (128, 128, 8, 2, 2), (128, 128, 8, 2, 1),
+                                             (128, 128, 8, 2, 4)):
+                out[f"{mode} bm{bm} bn{bn} w{warps} st{st} v{waves}"] = C(
+                    "swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=st,
+                    fp16_planes=True, fused_reduce=True, waves=waves, min_k_tiles=4,
+                    nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
         return out
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out[f"dot bm{bm} bn128 bk64 planes"] = C("dot", bm, 128, 64, split_k=0, num_warps=4,
