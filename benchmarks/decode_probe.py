@@ -29,7 +29,10 @@ from kernel_timing import copy_bandwidth, rel_err, rotations, time_op  # noqa: E
 # (batch, context, heads, kv heads): #5's 32 x 2,048 at GQA 4 and 8, Qwen2.5's heads, a long
 # context, and the offline scenario's decode steps on Llama-2-7B (MHA, ~800 tokens)
 CASES = [(32, 2048, 32, 8), (32, 2048, 32, 4), (64, 1024, 28, 4), (4, 8192, 32, 8),
-         (128, 800, 32, 32), (160, 800, 32, 32)]
+         (128, 800, 32, 32), (160, 800, 32, 32),
+         # the e2e decode scenario's steps (128-token prompts, 256 new tokens) on Llama-2-7B:
+         # 11 us per layer at batch 1 inside the graphs (session 17), about 5 MB read
+         (1, 256, 32, 32), (4, 256, 32, 32), (16, 256, 32, 32)]
 
 
 def compiled_regs(fn) -> dict:
@@ -53,7 +56,12 @@ def variants():
             ("auto, no register cap", C(max_registers=None)),
             ("2nd launch, no register cap", C(fused_reduce=False, max_registers=None)),
             ("auto bn32", C(block_n=32)), ("auto bn128 w8", C(block_n=128, num_warps=8)),
-            ("auto stages 2", C(num_stages=2))]
+            ("auto stages 2", C(num_stages=2)),
+            # session 22, short contexts: smaller partitions, fewer warps, no pipelining
+            ("auto bn16", C(block_n=16)), ("8 fused bn32", C(num_splits=8, block_n=32)),
+            ("16 fused bn16", C(num_splits=16, block_n=16)), ("auto w2", C(num_warps=2)),
+            ("4 fused w2", C(num_splits=4, num_warps=2)), ("auto stages 1", C(num_stages=1)),
+            ("8 fused bn32 w2", C(num_splits=8, block_n=32, num_warps=2))]
 
 
 def main() -> None:
@@ -62,6 +70,9 @@ def main() -> None:
     ap.add_argument("--cases", default=None,
                     help="comma-separated indices into CASES (default: all)")
     ap.add_argument("--fp8", type=int, default=1, help="0: fp16 storage only")
+    ap.add_argument("--max-len", type=int, default=0,
+                    help="the launch's max_seq_len (a CUDA graph passes max_model_len, which "
+                         "sizes the split grid); default: each case's context")
     args = ap.parse_args()
     cases = CASES if args.cases is None else [CASES[int(i)] for i in args.cases.split(",")]
     import importlib
@@ -98,7 +109,8 @@ def main() -> None:
 
             def run(i, kv=kv, cfg=cfg, qs=qs, sl=sl, scale=scale, ctx=ctx):
                 kc, vc, table = kv[i]
-                return paged_decode(qs[i], kc, vc, table, sl, scale, ctx, cfg)
+                return paged_decode(qs[i], kc, vc, table, sl, scale,
+                                    max(ctx, args.max_len), cfg)
             ref = paged_attention_ref(qs[0], *kv[0][:2], kv[0][2], qsl, sl, scale)
             seen = compiled_regs(kernel)
             err = rel_err(run(0), ref)

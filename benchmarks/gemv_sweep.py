@@ -115,6 +115,10 @@ def variants(m: int, n: int):
                                           num_stages=3, fused_reduce=m <= 16, fp16_planes=True)
     if m > 16:
         out[f"split bm{bm} bn128 w4 st3"] = pl(bm, 128, 4, 3)
+        # session 22: x copied into plane order won at 64 rows under mma.sync (0.58x against
+        # 0.48x for the "dot" kernel); where between 17 and 64 does it start to win?
+        for bn, warps in ((64, 4), (128, 8)):
+            out[f"planes bm{bm} bn{bn} w{warps} st3 v2"] = pl(bm, bn, warps, 3, mode="planes")
     return out
 
 
