@@ -111,6 +111,14 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
                            min_k_tiles=1)
+    if fp16 and m <= 64 and mma_sync and k % 128 == 0 and group_size % 128 == 0:
+        # session 22 (BENCHMARKS.md), DISABLE_MMA_V3=1: at 17-64 rows the plane dots over x
+        # copied into plane order beat the "dot" kernel below on 31 of 32 shape/row cells:
+        # geomean 0.92 / 0.88 / 0.67 / 0.59x fp16 cuBLAS at 24 / 32 / 48 / 64 rows against
+        # 0.79 / 0.78 / 0.49 / 0.48x (x split in registers: 0.38x at 64, register-bound)
+        return W4A16Config("swap", 32 if m <= 32 else 64, 64, 128, split_k=0, num_warps=4,
+                           num_stages=3, fp16_planes=True, nibble_dots=True, x_planes=True,
+                           fused_reduce=False, waves=2, min_k_tiles=4)
     if fp16 and m <= 64 and not mma_sync:
         # the weights as the MMA's left operand, from registers (kernels/w4a16_swap.py):
         # session 13's sweep, geomean over the eight 7B shapes against the paths it replaced:

@@ -89,6 +89,9 @@ def test_w4a16_dispatched_configs_fit(k, n, arch, monkeypatch):
     # 3-16 rows on sm_8x: the plane dots with x split in registers, on mma.sync
     assert any(kw.get("X_SPLIT") and "mma.sync" in kern.asm["ptx"]
                for _name, kw, kern in records)
+    # 17-64 rows: the plane dots over x in plane order, 64-row tiles at 33 and 64 rows
+    assert any(kw.get("X_PLANES") and kw.get("BLOCK_M") == 64 and "mma.sync" in kern.asm["ptx"]
+               for _name, kw, kern in records)
 
 
 def test_attention_configs_fit():

@@ -227,6 +227,11 @@ def case_w4a16_swap():
                                                 x_planes=True), lead=(2,))
     _check_w4(3, 256, 48, 256, torch.float32, C("swap", 16, 16, 256, nibble_dots=True,
                                                 x_planes=True))
+    # ... and as dispatched at 33-64 rows on mma.sync: 64-row tiles, the split summed by a
+    # second launch, ragged M
+    _check_w4(40, 512, 64, 128, torch.float16, C("swap", 64, 64, 128, split_k=2,
+                                                 nibble_dots=True, fp16_planes=True,
+                                                 x_planes=True, fused_reduce=False))
 
 
 def case_w4a16_large_m_and_fallbacks():

@@ -89,7 +89,8 @@ def test_pick_config_buckets():
 
 def test_swap_dispatch_follows_the_mma_kind():
     """Where dots compile for mma.sync (sm_8x), 3-16 fp16 rows take the plane dots with x's
-    tile split in registers and 17-64 the "dot" kernel with joined fp16 planes; with wgmma
+    tile split in registers and 17-64 the plane dots over x copied into plane order (K and
+    the group size multiples of 128; otherwise the "dot" kernel with joined fp16 planes); with wgmma
     (Hopper) the joined swap tile serves 3-64, except at 3-16 rows and N >= 16,384 (the
     gate/up widths) with K a multiple of 128, where the plane dots run over a copy of x in
     plane order (session 21's measurements)."""
@@ -98,9 +99,15 @@ def test_swap_dispatch_follows_the_mma_kind():
             cfg = w4.pick_config(m, 4096, 4096, gs, 128, fp16=True, mma_sync=True)
             assert (cfg.kind, cfg.nibble_dots, cfg.x_split, cfg.x_planes, cfg.block_m,
                     cfg.block_k) == ("swap", True, True, False, 16, 128)
-    for m in (17, 32, 64):
+    for m, bm in ((17, 32), (32, 32), (33, 64), (64, 64)):
         cfg = w4.pick_config(m, 4096, 4096, 128, 128, fp16=True, mma_sync=True)
-        assert (cfg.kind, cfg.fp16_planes, cfg.nibble_dots) == ("dot", True, False)
+        assert (cfg.kind, cfg.nibble_dots, cfg.x_planes, cfg.x_split, cfg.block_m,
+                cfg.block_k) == ("swap", True, True, False, bm, 128)
+        for n, k, gs in ((4096, 4160, 128), (4096, 4096, 64)):
+            cfg = w4.pick_config(m, n, k, gs, 128, fp16=True, mma_sync=True)
+            assert (cfg.kind, cfg.fp16_planes, cfg.nibble_dots) == ("dot", True, False)
+    assert w4.pick_config(65, 4096, 4096, 128, 128, fp16=True, mma_sync=True).kind == "dequant"
+    assert w4.pick_config(32, 4096, 4096, 128, 128, fp16=False, mma_sync=True).kind == "dot"
     for m, fp16 in ((2, True), (8, False)):
         assert not w4.pick_config(m, 4096, 4096, 128, 128, fp16=fp16, mma_sync=True).x_split
     for m in (3, 16):
