@@ -268,6 +268,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--device", default=None, help="cuda or cpu (default: the profile's)")
     ap.add_argument("--kv-cache-dtype", default=None, choices=("auto", "fp8"),
                     help="the engine's KV cache dtype (default: the profile's, auto)")
+    ap.add_argument("--decode-batches", default=None,
+                    help="comma-separated batch sizes of the decode scenario (default: the "
+                         "profile's 1,4,16)")
     ap.add_argument("--baseline-batches", default=None,
                     help="comma-separated static batch sizes for transformers' offline run "
                          "(default: the profile's; the best one is the baseline)")
@@ -284,6 +287,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"--baseline-batches: integers expected, got {args.baseline_batches!r}")
         if not args.baseline_batches or min(args.baseline_batches) < 1:
             ap.error("--baseline-batches: positive batch sizes expected")
+    if args.decode_batches is not None:
+        try:
+            args.decode_batches = tuple(int(b) for b in args.decode_batches.split(","))
+        except ValueError:
+            ap.error(f"--decode-batches: integers expected, got {args.decode_batches!r}")
+        if not args.decode_batches or min(args.decode_batches) < 1:
+            ap.error("--decode-batches: positive batch sizes expected")
     args.out, args.ckpt_dir = args.out.resolve(), args.ckpt_dir.resolve()  # subprocess cwd
     return args
 
@@ -295,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                 budget_s=args.budget_s if args.budget_s is not None else p.budget_s,
                 shapes=tuple(args.shapes.split(",")) if args.shapes else p.shapes,
                 baseline_batches=args.baseline_batches or p.baseline_batches,
+                decode_batches=args.decode_batches or p.decode_batches,
                 kv_cache_dtype=args.kv_cache_dtype or p.kv_cache_dtype)
     if p.device.startswith("cuda"):
         import torch

@@ -176,3 +176,14 @@ def test_baseline_batches_option(tmp_path: Path):
     for bad in ("0", "a,4", ""):
         with pytest.raises(SystemExit):
             parse_args(["--out", str(tmp_path), "--baseline-batches", bad])
+
+
+def test_decode_batches_option(tmp_path: Path):
+    from e2e import parse_args
+
+    args = parse_args(["--out", str(tmp_path), "--decode-batches", "32,64"])
+    assert args.decode_batches == (32, 64)
+    assert parse_args(["--out", str(tmp_path)]).decode_batches is None
+    for bad in ("0", "a,4", ""):
+        with pytest.raises(SystemExit):
+            parse_args(["--out", str(tmp_path), "--decode-batches", bad])
