@@ -76,6 +76,7 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     best tile at 3-64 rows.
     """
     fp16 = half if fp16 is None else fp16
+    planes_ok = k % 128 == 0 and group_size % 128 == 0  # x_planes: whole K tiles (measured g128)
     if fp16 and m <= 2 and group_size % 128 == 0:
         # session 20 (BENCHMARKS.md): K tiles of one group (one scale row per tile, 1-D),
         # 64 columns, the tile loads staged through shared memory 4 tiles ahead (cp.async),
@@ -96,14 +97,17 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         # session 21 (BENCHMARKS.md), on the H200 with DISABLE_MMA_V3=1 (mma.sync, as on the
         # 4090): eight plane dots with x's tile split into its planes in registers (mma.sync
         # takes both operands from there) 1.16-1.24x fp16 cuBLAS at 3-16 rows against 0.62x
-        # for the joined swap tile below, whose loop converts the tile through shared memory,
-        # and 0.95-0.98x for the "dot" kernel, which takes 17-64 rows there (0.78-0.79x at
-        # 24-32 rows against 0.61-0.69x for these plane dots, 0.48-0.50x at 48-64 against
-        # 0.43-0.44x for the joined swap tile)
+        # for the joined swap tile below, whose loop converts the tile through shared memory.
+        # The same plane dots over x copied into plane order won where the weights are large
+        # enough to carry the copy (session 21's call 5, per shape): at 3-8 rows on the
+        # >= 32M-weight q/k/v, gate/up and down (1.25-1.60x against 1.12-1.33x; the 16M
+        # o and Qwen q/k/v lost, 0.89-1.12x against 0.99-1.26x), at 16 rows only at gate/up
+        # widths (1.36 / 1.44x against 1.29 / 1.26x)
+        wide = n >= 16384 or (m <= 8 and n * k >= 1 << 25)
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
-                           fp16_planes=True, nibble_dots=True, x_split=True, waves=2.5,
-                           min_k_tiles=1)
-    if fp16 and m <= 16 and n >= 16384 and k % 128 == 0 and group_size % 128 == 0:
+                           fp16_planes=True, nibble_dots=True, x_split=not (planes_ok and wide),
+                           x_planes=planes_ok and wide, waves=2.5, min_k_tiles=1)
+    if fp16 and m <= 16 and n >= 16384 and planes_ok:
         # session 21, wgmma: at the gate/up projections' widths the plane dots over x copied
         # into plane order (a copy of about 3 us) beat the joined tile: 1.26-1.30x against
         # 1.06-1.08x (Llama-2), 1.48-1.58x against 1.31-1.33x (Qwen2.5) at 3-16 rows; at
@@ -111,7 +115,7 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
                            min_k_tiles=1)
-    if fp16 and m <= 64 and mma_sync and k % 128 == 0 and group_size % 128 == 0:
+    if fp16 and m <= 64 and mma_sync and planes_ok:
         # session 22 (BENCHMARKS.md), DISABLE_MMA_V3=1: at 17-64 rows the plane dots over x
         # copied into plane order beat the "dot" kernel below on 31 of 32 shape/row cells:
         # geomean 0.92 / 0.88 / 0.67 / 0.59x fp16 cuBLAS at 24 / 32 / 48 / 64 rows against

@@ -317,8 +317,9 @@ def test_w4a16_plane_dots_at_full_size(k, n, gs):
 
 def test_w4a16_mma_sync_dispatch_in_a_subprocess():
     """With DISABLE_MMA_V3=1 (Triton compiles dots for mma.sync, as on sm_8x) the dispatch
-    takes the plane dots with x split in registers at 3-16 rows, and at 17-64 the plane dots
-    over x in plane order (groups of 128) or the "dot" kernel (groups of 64), all right. A subprocess: Triton's in-memory kernel cache does not key on
+    takes the plane dots with x split in registers at 3-16 rows (over x in plane order at 3-8
+    rows for 50M weights), and at 17-64 the plane dots over x in plane order (groups of 128)
+    or the "dot" kernel (groups of 64), all right. A subprocess: Triton's in-memory kernel cache does not key on
     that variable."""
     import os
     import subprocess
@@ -328,7 +329,7 @@ def test_w4a16_mma_sync_dispatch_in_a_subprocess():
 import torch
 from edge_llm.kernels import w4a16 as w4
 dev = torch.device("cuda")
-for k, n, gs in ((4096, 4096, 128), (3584, 4608, 64)):
+for k, n, gs in ((4096, 4096, 128), (3584, 4608, 64), (4096, 12288, 128)):
     qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=dev))
     s = (torch.rand(k // gs, n, device=dev) * 0.02 + 0.001).half()
     z = torch.randint(0, 16, (k // gs, n), device=dev).half()
@@ -336,8 +337,10 @@ for k, n, gs in ((4096, 4096, 128), (3584, 4608, 64)):
     for m in (3, 8, 16, 17, 33, 64):
         x = torch.randn(m, k, device=dev, dtype=torch.float16)
         cfg = w4.pick_config(m, n, k, gs, 132, fp16=True, mma_sync=True)
-        assert (cfg.x_split if m <= 16 else cfg.x_planes if gs == 128
-                else cfg.kind == "dot"), cfg
+        if m <= 16:
+            assert cfg.x_planes if n == 12288 and m <= 8 else cfg.x_split, cfg
+        else:
+            assert cfg.x_planes if gs == 128 else cfg.kind == "dot", cfg
         y = w4.w4a16_matmul(x, qw, s, z, gs, integer_zeros=True)
         ref = x.float() @ w
         err = float((y.double() - ref.double()).norm() / ref.double().norm())

@@ -89,8 +89,10 @@ def test_pick_config_buckets():
 
 def test_swap_dispatch_follows_the_mma_kind():
     """Where dots compile for mma.sync (sm_8x), 3-16 fp16 rows take the plane dots with x's
-    tile split in registers and 17-64 the plane dots over x copied into plane order (K and
-    the group size multiples of 128; otherwise the "dot" kernel with joined fp16 planes); with wgmma
+    tile split in registers, or over x copied into plane order for >= 32M weights at 3-8
+    rows and gate/up widths at 9-16, and 17-64 the plane dots over x in plane order (those
+    need K and the group size multiples of 128; otherwise the "dot" kernel with joined fp16
+    planes); with wgmma
     (Hopper) the joined swap tile serves 3-64, except at 3-16 rows and N >= 16,384 (the
     gate/up widths) with K a multiple of 128, where the plane dots run over a copy of x in
     plane order (session 21's measurements)."""
@@ -99,6 +101,13 @@ def test_swap_dispatch_follows_the_mma_kind():
             cfg = w4.pick_config(m, 4096, 4096, gs, 128, fp16=True, mma_sync=True)
             assert (cfg.kind, cfg.nibble_dots, cfg.x_split, cfg.x_planes, cfg.block_m,
                     cfg.block_k) == ("swap", True, True, False, 16, 128)
+    for m, n, k, gs, planes in ((3, 12288, 4096, 128, True), (8, 4096, 11008, 128, True),
+                                (8, 4096, 4096, 128, False), (16, 12288, 4096, 128, False),
+                                (16, 22016, 4096, 128, True), (4, 22016, 4160, 128, False),
+                                (4, 22016, 4096, 64, False)):
+        cfg = w4.pick_config(m, n, k, gs, 128, fp16=True, mma_sync=True)
+        assert (cfg.kind, cfg.nibble_dots, cfg.x_planes, cfg.x_split, cfg.block_m) == (
+            "swap", True, planes, not planes, 16), (m, n, k, gs)
     for m, bm in ((17, 32), (32, 32), (33, 64), (64, 64)):
         cfg = w4.pick_config(m, 4096, 4096, 128, 128, fp16=True, mma_sync=True)
         assert (cfg.kind, cfg.nibble_dots, cfg.x_planes, cfg.x_split, cfg.block_m,
