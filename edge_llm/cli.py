@@ -101,6 +101,7 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
             enforce_eager=args.enforce_eager,
             cuda_graph_sizes=args.cuda_graph_sizes,
             async_output_proc=False if args.disable_async_output_proc else None,
+            decode_run_ahead=False if args.disable_decode_run_ahead else None,
         )
         server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
                               served_model_name=args.served_model_name,

@@ -110,6 +110,9 @@ class EngineConfig:
     cuda_graph_sizes: tuple[int, ...] | None = None
     # build a step's outputs while the GPU runs the next step (llm_engine.py); None: on a GPU
     async_output_proc: bool | None = None
+    # with async outputs, launch a decode step's successor before its tokens reach the host
+    # (engine/scheduler_ahead.py); None: on a GPU
+    decode_run_ahead: bool | None = None
     debug_integrity: bool = False  # check the block pool whenever the engine goes idle
 
     def __post_init__(self) -> None:

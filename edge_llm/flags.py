@@ -92,6 +92,9 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "--max-num-seqs); larger decode steps run eagerly"),
     _bool_flag("--disable-async-output-proc", False, "build a step's outputs before launching "
                "the next one (default on a GPU: while the GPU runs it)"),
+    _bool_flag("--disable-decode-run-ahead", False, "launch a decode step only after the one "
+               "before it has returned its tokens (default on a GPU: launched before, fed "
+               "on the device)"),
     Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),
     Option("--served-model-name", str, None, "model name in the API (default: the model's)"),
     Option("--api-key", str, None, "require 'Authorization: Bearer KEY' on /v1"),

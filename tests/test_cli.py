@@ -97,7 +97,8 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
         "--kv-cache-dtype", "fp8",
         "--no-enable-prefix-caching", "--max-num-seqs", "5", "--max-num-batched-tokens", "256",
         "--growth-reserve", "32", "--preemption-mode", "swap", "--seed", "9", "--enforce-eager",
-        "--disable-async-output-proc", "--cuda-graph-sizes", "8,1,4",
+        "--disable-async-output-proc", "--disable-decode-run-ahead",
+        "--cuda-graph-sizes", "8,1,4",
         "--chat-template", str(template),
         "--served-model-name", "m", "--api-key", "k", "--max-queue", "4", "--host", "0.0.0.0",
     ], {})
@@ -115,10 +116,11 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
                                                                                "swap")
     assert engine.enforce_eager is True
     assert engine.cuda_graph_sizes == (1, 4, 8)
-    assert engine.async_output_proc is False
+    assert engine.async_output_proc is False and engine.decode_run_ahead is False
     plain = serve_args([], {})
     plain.model = None
     assert cli.build_configs(plain)[0].async_output_proc is None  # auto: on a GPU
+    assert cli.build_configs(plain)[0].decode_run_ahead is None
     assert (server.host, server.api_key, server.served_model_name, server.max_queue) == (
         "0.0.0.0", "k", "m", 4)
 

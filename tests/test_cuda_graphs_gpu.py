@@ -201,6 +201,26 @@ def test_async_outputs_equal_sync_outputs(model_dir):
     llm.engine.check_integrity()
 
 
+def test_run_ahead_equals_async_outputs_alone(model_dir):
+    """Decode run-ahead (the GPU default) launches a decode step before the one before it has
+    returned its tokens, feeding them on the device, and adopts it when it is the scheduled
+    step: the same batches and kernels as async outputs alone, so the same tokens, bit for
+    bit. Sequences cross 16-token blocks (opened ahead) and arrive while others decode."""
+    prompts = random_prompts(12, VOCAB, 3, 90, seed=9)
+    arrivals = [(3 * i, p) for i, p in enumerate(prompts)]
+    params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=40)  # no logprobs
+    plain = make_llm(model_dir, disable_decode_run_ahead=True)
+    assert plain.engine.async_output is True and plain.engine.run_ahead is False
+    ref = run_traffic(plain, arrivals, params)
+    llm = make_llm(model_dir)
+    assert llm.engine.run_ahead is True
+    got = run_traffic(llm, arrivals, params)
+    assert {k: v.token_ids for k, v in got.items()} == {k: v.token_ids for k, v in ref.items()}
+    assert len(got) == len(prompts)
+    assert llm.engine.ahead_steps["adopted"] >= 20, llm.engine.ahead_steps
+    llm.engine.check_integrity()
+
+
 def test_mixed_traffic_equals_enforce_eager(model_dir):
     """Prompts of 3..90 tokens arriving every few steps: decode steps of varying size hit
     different graphs between eager prefill steps; sequences cross 16-token blocks."""

@@ -319,8 +319,8 @@ def test_w4a16_mma_sync_dispatch_in_a_subprocess():
     """With DISABLE_MMA_V3=1 (Triton compiles dots for mma.sync, as on sm_8x) the dispatch
     takes the plane dots with x split in registers at 3-16 rows (over x in plane order at 3-8
     rows for 50M weights), and at 17-64 the plane dots over x in plane order (groups of 128)
-    or the "dot" kernel (groups of 64), all right. A subprocess: Triton's in-memory kernel cache does not key on
-    that variable."""
+    or the "dot" kernel (groups of 64), all right. A subprocess: Triton's in-memory kernel
+    cache does not key on that variable."""
     import os
     import subprocess
     import sys

@@ -243,9 +243,11 @@ class DecodeGraphs:
         self.logits[:bs].copy_(self.model.compute_logits(hidden))
 
     @torch.inference_mode()
-    def run(self, scheduled: list) -> torch.Tensor:
+    def run(self, scheduled: list, input_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, vocab) fp32 of a decode step (``can_run``), row i for ``scheduled[i]``;
-        a view of the static buffer, valid until the next ``run``."""
+        a view of the static buffer, valid until the next ``run``. ``input_ids`` (B,) int64
+        on the device, if given, replaces the rows' ``token_ids`` (a run-ahead step feeds the
+        tokens the step before it sampled, still on the device)."""
         b = len(scheduled)
         bs = padded_size(self.sizes, b)
         if bs is None:
@@ -258,6 +260,8 @@ class DecodeGraphs:
         self.slot_mapping[:bs].copy_(host.slot_mapping, non_blocking=True)
         self.seq_lens[:bs].copy_(host.seq_lens, non_blocking=True)
         self.block_tables[:bs, :w].copy_(host.block_tables, non_blocking=True)
+        if input_ids is not None:
+            self.input_ids[:b].copy_(input_ids)
         graph = self.graphs.get(bs)
         if graph is None and bs in self._lazy:
             graph = self._capture_one(bs, torch.cuda.graph_pool_handle() if self._pool is None

@@ -47,6 +47,7 @@ class LLM:
         enforce_eager: bool = False,
         cuda_graph_sizes: Seq[int] | None = None,
         disable_async_output_proc: bool = False,
+        disable_decode_run_ahead: bool = False,
         num_gpu_blocks_override: int | None = None,
         kv_cache_dtype: str = "auto",
     ) -> None:
@@ -66,6 +67,7 @@ class LLM:
             enforce_eager=enforce_eager,
             cuda_graph_sizes=None if cuda_graph_sizes is None else tuple(cuda_graph_sizes),
             async_output_proc=False if disable_async_output_proc else None,
+            decode_run_ahead=False if disable_decode_run_ahead else None,
         )
         self.engine = LLMEngine(config)
         self._ids = itertools.count()

@@ -6,6 +6,10 @@ update the scheduler with its tokens, schedule and launch the next step, then bu
 finished step's outputs (detokenizing, stop strings, RequestOutput objects) while the GPU
 runs the next one. A stop string found there finishes its sequence one step late: the token
 the next step samples for it is dropped (the scheduler skips rows of finished sequences).
+With decode run-ahead as well (on by default with async outputs on a GPU; vLLM's "async
+scheduling"), a decode step in flight gets its successor launched before the wait, fed with
+the tokens it samples on the device (engine/scheduler_ahead.py): the GPU no longer idles
+while the host reads a step's tokens, updates the scheduler and schedules the next one.
 
 Also owns request admission (tokenization, validation) and turning sampled tokens into
 ``RequestOutput`` objects (detokenization, stop strings, logprobs, finish reasons).
@@ -17,6 +21,7 @@ import json
 import logging
 import time
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,6 +33,7 @@ from edge_llm.sampling_params import SamplingParams
 from .detokenizer import IncrementalDetokenizer
 from .runner import ModelRunner, RunnerOutput
 from .scheduler import Scheduler
+from .scheduler_ahead import ahead_matches, plan_ahead
 from .sequence import Sequence, SequenceStatus
 from .tokenizer import eos_token_ids, load_tokenizer
 
@@ -101,6 +107,10 @@ class LLMEngine:
         self.async_output = (config.async_output_proc if config.async_output_proc is not None
                              else self.runner.device.type == "cuda")
         self._in_flight = None  # (SchedulerOutput, PendingStep) of the step launched last
+        self.run_ahead = self.async_output and (
+            config.decode_run_ahead if config.decode_run_ahead is not None
+            else self.runner.device.type == "cuda")
+        self.ahead_steps = Counter()  # run-ahead steps: "adopted" / "dropped"
         self.sleep_level = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -184,15 +194,23 @@ class LLMEngine:
             result = self._run(sched, lambda: self.runner.execute(sched))
             seqs = self.scheduler.update_from_output(sched, result.sampled)
             return self._postprocess(sched, seqs, result)
-        done = None
+        done = ahead = None
         if self._in_flight is not None:
             sched, pending = self._in_flight
             self._in_flight = None
+            if self.run_ahead and self.runner.can_chain(sched, pending):
+                ahead = self._launch_ahead(sched, pending)
             result = self._run(sched, pending.collect)
             done = (sched, self.scheduler.update_from_output(sched, result.sampled), result)
         nxt = self.scheduler.schedule()
         try:
-            if nxt.scheduled:
+            adopt = ahead is not None and ahead_matches(ahead[0], nxt)
+            if ahead is not None:  # a dropped one only cost GPU time (scheduler_ahead.py)
+                self.ahead_steps["adopted" if adopt else "dropped"] += 1
+            if adopt:
+                self._in_flight = (nxt, self._run(nxt, lambda: self.runner.adopt(nxt,
+                                                                                   ahead[1])))
+            elif nxt.scheduled:
                 self._in_flight = (nxt, self._run(nxt, lambda: self.runner.launch(nxt)))
             else:  # swaps, copies, forgotten seeds at most: nothing to wait for
                 self._run(nxt, lambda: self.runner.execute(nxt))
@@ -201,6 +219,15 @@ class LLMEngine:
             err.outputs = self._postprocess(*done) if done else []
             raise
         return self._postprocess(*done) if done else []
+
+    def _launch_ahead(self, sched, pending):
+        """(rows, PendingStep) of the decode step after ``sched``, launched now; None when it
+        cannot be planned yet. A failure here is the in-flight step's (its requests abort)."""
+        plan = plan_ahead(self.scheduler, sched)
+        if plan is None:
+            return None
+        rows, index = plan
+        return rows, self._run(sched, lambda: self.runner.launch_ahead(rows, index, pending))
 
     def _run(self, sched, fn):
         """``fn()``; on an exception, abort the step's requests and raise StepError."""

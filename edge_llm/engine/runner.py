@@ -56,11 +56,19 @@ class PendingStep:
     def __init__(self, out: RunnerOutput) -> None:
         self.out = out
         self.sampling = None  # (rows, sample rows, packed device tensor)
+        # the sampled ids on the device, one per row of ``sampling`` (None: packed with
+        # logprobs); a run-ahead step feeds them as its input ids
+        self.tokens: torch.Tensor | None = None
+        self._host = None  # (pinned copy of packed, CUDA event after its copy)
 
     def collect(self) -> RunnerOutput:
         if self.sampling is not None:
             rows, sample_rows, packed = self.sampling
             self.sampling = None
+            if self._host is not None:  # copied when launched: a later launch cannot delay it
+                host, done = self._host
+                done.synchronize()
+                packed = host
             res = Sampler.unpack(packed.tolist(), sample_rows)
             out = self.out
             for i, s in enumerate(rows):
@@ -198,7 +206,9 @@ class ModelRunner:
     def sleep(self, level: int) -> None:
         """Free the KV cache; level 1 keeps the weights in (pinned) host memory, level 2 drops
         them (``wake_up`` then reloads from disk). The CUDA graphs go first: they hold the
-        device addresses of both."""
+        device addresses of both. A dropped run-ahead step may still be running: wait."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         self._drop_graphs()
         self._scratch_sizes = release_dequant_scratch()
         self._host_swap = self.kv.host  # host memory stays: the next wake reuses it
@@ -282,6 +292,39 @@ class ModelRunner:
             ))
         return step
 
+    # ---- decode run-ahead (engine/scheduler_ahead.py) ---------------------------------------
+    def can_chain(self, sched, pending: PendingStep) -> bool:
+        """``pending`` (launched for ``sched``) sampled one token on the device for every row
+        of ``sched``, by rules that a run-ahead step may follow (``Sampler.chainable``)."""
+        if pending.tokens is None or pending.sampling is None:
+            return False
+        rows, sample_rows, _ = pending.sampling
+        return (len(rows) == len(sched.scheduled)
+                and all(Sampler.chainable(r) for r in sample_rows))
+
+    def launch_ahead(self, rows: list, index: list[int], pending: PendingStep) -> PendingStep:
+        """Launch the decode step ``rows`` (``scheduler_ahead.plan_ahead``) before ``pending``
+        is collected: row i feeds the token ``pending`` sampled for its row ``index[i]``."""
+        ids = pending.tokens
+        if len(index) != ids.numel() or index != list(range(len(index))):
+            ids = ids.index_select(0, torch.tensor(index, device=ids.device))
+        step = PendingStep(RunnerOutput())
+        if self.graphs is not None and self.graphs.can_run(rows):
+            logits = self.graphs.run(rows, input_ids=ids)
+        else:
+            _, positions, meta, sample_idx, _ = self._prepare(rows)
+            hidden = self.model(ids, positions, self.kv.layers, meta)
+            logits = self.model.compute_logits(hidden[sample_idx])
+        self._sample(logits, rows, step)
+        return step
+
+    def adopt(self, sched, step: PendingStep) -> PendingStep:
+        """Take the run-ahead ``step`` as the launch of ``sched`` (``ahead_matches``): only
+        the bookkeeping ``launch`` does before its forward is left to do."""
+        for seq_id in sched.finished_seq_ids:
+            self.sampler.forget(seq_id)
+        return step
+
     def _sample(self, logits: torch.Tensor, rows: list, step: PendingStep) -> None:
         """Queue sampling one token per row of ``logits`` (row i belongs to ``rows[i]``);
         ``step.collect()`` reads the tokens."""
@@ -297,6 +340,14 @@ class ModelRunner:
         ]
         packed = self.sampler.sample_on_device(logits, sample_rows)
         step.sampling = (rows, sample_rows, packed)
+        if packed.dtype == torch.int64 and packed.numel() == len(rows):
+            step.tokens = packed
+        if packed.is_cuda:  # queue the copy now, ahead of any step launched after this one
+            host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            host.copy_(packed, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            step._host = (host, done)
 
     @staticmethod
     def _prompt_targets(s) -> list[int]:

@@ -158,6 +158,23 @@ class Sampler:
         return self._pack(logits, x, processed, random, tokens, rows)
 
     @staticmethod
+    def chainable(row: SampleRow) -> bool:
+        """The row's next token can be sampled before its current one is known on the host
+        (decode run-ahead): nothing reads the output so far (penalties, min_tokens still
+        pending, logprobs, bias), and no seeded generator would be advanced by a run-ahead
+        step that gets dropped."""
+        p = row.params
+        return (
+            (p.sampling_type == SamplingType.GREEDY or p.seed is None)
+            and p.logprobs is None
+            and not p.logit_bias
+            and p.repetition_penalty == 1.0
+            and p.frequency_penalty == 0.0
+            and p.presence_penalty == 0.0
+            and len(row.output_token_ids) >= p.min_tokens
+        )
+
+    @staticmethod
     def _plain_greedy(row: SampleRow) -> bool:
         p = row.params
         return (
