@@ -58,9 +58,8 @@ def test_greedy_outputs_are_the_same_and_steps_run_ahead(pair):
     got = ahead.generate(prompts, params, use_tqdm=False)
     assert _fields(got) == _fields(ref)
     adopted = ahead.engine.ahead_steps["adopted"] - before["adopted"]
-    # about one decode step in two runs ahead here: a step in which some sequence takes
-    # its last token cannot be followed by one planned ahead of it... but most can
-    assert adopted >= 30, ahead.engine.ahead_steps
+    # 68 steps: the prefills, the first decode step and the last are not run ahead
+    assert adopted >= 60, ahead.engine.ahead_steps
     _assert_idle(ahead)
 
 
@@ -75,8 +74,13 @@ def test_stop_tokens_found_on_the_device_side_of_a_run_ahead_step(pair):
               for i, o in enumerate(free)]
     ref = plain.generate(prompts, params, use_tqdm=False)
     assert any(o.outputs[0].finish_reason == "stop" for o in ref)
+    before = ahead.engine.ahead_steps["adopted"]
     got = ahead.generate(prompts, params, use_tqdm=False)
     assert _fields(got) == _fields(ref)
+    # 21 steps (outputs of 6..21 tokens): all but the prefill, the first decode step and
+    # the one after the last stop token (launched, then dropped) are adopted, also after a
+    # step that carried rows of stopped sequences
+    assert ahead.engine.ahead_steps["adopted"] - before >= 18, ahead.engine.ahead_steps
     _assert_idle(ahead)
 
 

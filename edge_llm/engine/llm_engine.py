@@ -198,7 +198,7 @@ class LLMEngine:
         if self._in_flight is not None:
             sched, pending = self._in_flight
             self._in_flight = None
-            if self.run_ahead and self.runner.can_chain(sched, pending):
+            if self.run_ahead:
                 ahead = self._launch_ahead(sched, pending)
             result = self._run(sched, pending.collect)
             done = (sched, self.scheduler.update_from_output(sched, result.sampled), result)
@@ -223,10 +223,12 @@ class LLMEngine:
     def _launch_ahead(self, sched, pending):
         """(rows, PendingStep) of the decode step after ``sched``, launched now; None when it
         cannot be planned yet. A failure here is the in-flight step's (its requests abort)."""
-        plan = plan_ahead(self.scheduler, sched)
+        tokens_at = self.runner.chain_index(sched, pending)
+        plan = None if tokens_at is None else plan_ahead(self.scheduler, sched)
         if plan is None:
             return None
         rows, index = plan
+        index = [tokens_at[i] for i in index]
         return rows, self._run(sched, lambda: self.runner.launch_ahead(rows, index, pending))
 
     def _run(self, sched, fn):

@@ -293,20 +293,25 @@ class ModelRunner:
         return step
 
     # ---- decode run-ahead (engine/scheduler_ahead.py) ---------------------------------------
-    def can_chain(self, sched, pending: PendingStep) -> bool:
-        """``pending`` (launched for ``sched``) sampled one token on the device for every row
-        of ``sched``, by rules that a run-ahead step may follow (``Sampler.chainable``)."""
+    def chain_index(self, sched, pending: PendingStep) -> list[int] | None:
+        """Where each row of ``sched`` finds the token ``pending`` (launched for it) samples
+        on the device: indices into ``pending.tokens``, or None when some row has none or its
+        sampling follows rules a run-ahead step may not (``Sampler.chainable``). A run-ahead
+        step adopted for ``sched`` may hold more rows than ``sched`` (sequences that stopped)."""
         if pending.tokens is None or pending.sampling is None:
-            return False
+            return None
         rows, sample_rows, _ = pending.sampling
-        return (len(rows) == len(sched.scheduled)
-                and all(Sampler.chainable(r) for r in sample_rows))
+        at = {s.seq.seq_id: i for i, s in enumerate(rows)}
+        index = [at.get(s.seq.seq_id, -1) for s in sched.scheduled]
+        if -1 in index or not all(Sampler.chainable(sample_rows[i]) for i in index):
+            return None
+        return index
 
     def launch_ahead(self, rows: list, index: list[int], pending: PendingStep) -> PendingStep:
         """Launch the decode step ``rows`` (``scheduler_ahead.plan_ahead``) before ``pending``
-        is collected: row i feeds the token ``pending`` sampled for its row ``index[i]``."""
+        is collected: row i feeds the token ``pending`` sampled at ``index[i]``."""
         ids = pending.tokens
-        if len(index) != ids.numel() or index != list(range(len(index))):
+        if index != list(range(ids.numel())):
             ids = ids.index_select(0, torch.tensor(index, device=ids.device))
         step = PendingStep(RunnerOutput())
         if self.graphs is not None and self.graphs.can_run(rows):
