@@ -351,7 +351,7 @@ class ModelRunner:
             host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
             host.copy_(packed, non_blocking=True)
             done = torch.cuda.Event()
-            done.record()
+            done.record(torch.cuda.current_stream(packed.device))
             step._host = (host, done)
 
     @staticmethod
