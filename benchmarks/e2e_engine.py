@@ -77,6 +77,10 @@ class EngineBench:
     def preemptions(self) -> int:
         return int(self.engine.stats()["num_preemptions"])
 
+    def run_ahead(self) -> dict[str, int]:
+        """Decode run-ahead steps so far (engine/scheduler_ahead.py): adopted / dropped."""
+        return {k: int(self.engine.ahead_steps[k]) for k in ("adopted", "dropped")}
+
 
 def greedy(n: int):
     from edge_llm import SamplingParams
@@ -97,7 +101,9 @@ def decode_at(bench: EngineBench, batch: int, prompt_len: int, tokens: int) -> d
         raise ValueError(f"decode needs at least 2 tokens, got {tokens}")
     bench.warm(batch, prompt_len)
     t1, _ = bench.generate(bench.prompts.batch(batch, prompt_len), greedy(1))
+    ahead = bench.run_ahead()
     tn, _ = bench.generate(bench.prompts.batch(batch, prompt_len), greedy(tokens))
+    ahead = {k: v - ahead[k] for k, v in bench.run_ahead().items()}
     step = (tn - t1) / (tokens - 1)
     if step <= 0:
         raise RuntimeError(f"decode step time {step:.6f} s: T(1)={t1:.4f}, T({tokens})={tn:.4f}")
@@ -109,6 +115,7 @@ def decode_at(bench: EngineBench, batch: int, prompt_len: int, tokens: int) -> d
         "first_token_s": t1, "total_s": tn, "step_ms": step * 1e3,
         "decode_tok_s": batch / step, "e2e_tok_s": batch * tokens / tn,
         "bytes_per_step": nbytes, "floor_ms": floor * 1e3, "bandwidth_fraction": floor / step,
+        "run_ahead_steps": ahead,
     }
 
 
@@ -127,7 +134,7 @@ def scenario_offline(bench: EngineBench, work: list[tuple[list[int], int]]) -> d
     """All requests at once (the engine batches them): output and total tokens per second."""
     bench.warm(min(8, len(work)), bench.profile.offline_prompt[0])
     params = [greedy(n) for _, n in work]
-    before = bench.preemptions()
+    before, ahead = bench.preemptions(), bench.run_ahead()
     seconds, _ = bench.generate([w[0] for w in work], params)
     out_tokens = sum(n for _, n in work)
     prompt_tokens = sum(len(w[0]) for w in work)
@@ -135,7 +142,8 @@ def scenario_offline(bench: EngineBench, work: list[tuple[list[int], int]]) -> d
     return {"requests": len(work), "prompt_tokens": prompt_tokens, "output_tokens": out_tokens,
             "seconds": seconds, "output_tok_s": out_tokens / seconds,
             "total_tok_s": (out_tokens + prompt_tokens) / seconds,
-            "preemptions": bench.preemptions() - before}
+            "preemptions": bench.preemptions() - before,
+            "run_ahead_steps": {k: v - ahead[k] for k, v in bench.run_ahead().items()}}
 
 
 def scenario_gen(bench: EngineBench) -> dict[str, Any]:
