@@ -13,19 +13,14 @@ from edge_llm import LLM, SamplingParams
 from edge_llm.engine.scheduler_ahead import ahead_matches, plan_ahead
 from edge_llm.engine.scheduler_output import ScheduledSeq, SchedulerOutput
 from tests.engine_fixtures import demo_dir, tiny_dir  # noqa: F401
-
-GREEDY = dict(temperature=0.0, ignore_eos=True)
+from tests.test_async_output import GREEDY, _assert_idle, _fields
 
 
 def _prompts(n: int, seed: int = 0) -> list[dict]:
+    """Prompts of 3-40 tokens (the memory-pressure case caps the model at 128)."""
     rng = random.Random(seed)
     return [{"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(rng.randint(3, 40))]}
             for _ in range(n)]
-
-
-def _fields(outs):
-    return [[(c.token_ids, c.text, c.finish_reason, c.stop_reason, c.logprobs)
-             for c in o.outputs] for o in outs]
 
 
 def _engine(tiny_dir, ahead: bool, **kw) -> LLM:  # noqa: F811
@@ -34,14 +29,6 @@ def _engine(tiny_dir, ahead: bool, **kw) -> LLM:  # noqa: F811
     llm.engine.async_output = True
     llm.engine.run_ahead = ahead
     return llm
-
-
-def _assert_idle(llm: LLM) -> None:
-    eng = llm.engine
-    assert not eng.has_unfinished() and eng._in_flight is None
-    eng.scheduler.check_integrity()
-    st = eng.stats()
-    assert st["num_free_blocks"] == st["num_total_blocks"]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,6 +29,7 @@ from .cuda_graphs import (
     wants_prompt_logprobs,
 )
 from .kv_cache import KVCache, KVCachePlan, kv_storage_dtype, plan_kv_cache
+from .pending_step import PendingStep, RunnerOutput
 from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
 from .startup_probes import profile_graph_memory, profile_peak_memory, warm_up_kernels
@@ -38,45 +38,6 @@ logger = logging.getLogger(__name__)
 
 # decode graphs captured during a wake-up; larger batch sizes are captured on first use
 WAKE_CAPTURE_MAX = 8
-
-
-@dataclass
-class RunnerOutput:
-    sampled: dict[int, int] = field(default_factory=dict)  # seq_id -> token id
-    logprobs: dict[int, dict[int, float] | None] = field(default_factory=dict)
-    sampled_logprobs: dict[int, float] = field(default_factory=dict)
-    # seq_id -> (position of the first entry, logprobs of prompt tokens from there on)
-    prompt_logprobs: dict[int, tuple[int, list[dict[int, float]]]] = field(default_factory=dict)
-
-
-class PendingStep:
-    """A launched step: its kernels are queued; ``collect()`` waits for the sampled tokens
-    (the one device-to-host copy of the step) and returns the RunnerOutput."""
-
-    def __init__(self, out: RunnerOutput) -> None:
-        self.out = out
-        self.sampling = None  # (rows, sample rows, packed device tensor)
-        # the sampled ids on the device, one per row of ``sampling`` (None: packed with
-        # logprobs); a run-ahead step feeds them as its input ids
-        self.tokens: torch.Tensor | None = None
-        self._host = None  # (pinned copy of packed, CUDA event after its copy)
-
-    def collect(self) -> RunnerOutput:
-        if self.sampling is not None:
-            rows, sample_rows, packed = self.sampling
-            self.sampling = None
-            if self._host is not None:  # copied when launched: a later launch cannot delay it
-                host, done = self._host
-                done.synchronize()
-                packed = host
-            res = Sampler.unpack(packed.tolist(), sample_rows)
-            out = self.out
-            for i, s in enumerate(rows):
-                sid = s.seq.seq_id
-                out.sampled[sid] = res.token_ids[i]
-                out.logprobs[sid] = res.logprobs[i]
-                out.sampled_logprobs[sid] = res.sampled_logprobs[i]
-        return self.out
 
 
 class ModelRunner:
@@ -343,16 +304,7 @@ class ModelRunner:
             )
             for s in rows
         ]
-        packed = self.sampler.sample_on_device(logits, sample_rows)
-        step.sampling = (rows, sample_rows, packed)
-        if packed.dtype == torch.int64 and packed.numel() == len(rows):
-            step.tokens = packed
-        if packed.is_cuda:  # queue the copy now, ahead of any step launched after this one
-            host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
-            host.copy_(packed, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(torch.cuda.current_stream(packed.device))
-            step._host = (host, done)
+        step.set_sampling(rows, sample_rows, self.sampler.sample_on_device(logits, sample_rows))
 
     @staticmethod
     def _prompt_targets(s) -> list[int]:

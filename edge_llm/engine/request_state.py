@@ -1,0 +1,55 @@
+"""A request's state inside the engine (``LLMEngine.requests``): its choices, each with an
+incremental detokenizer and the completion so far, its metrics; and the checks and names
+around them (prompt token ids, finish reasons)."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+from edge_llm.outputs import CompletionOutput, RequestMetrics
+from edge_llm.sampling_params import SamplingParams
+
+from .detokenizer import IncrementalDetokenizer
+from .sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class Choice:
+    detok: IncrementalDetokenizer
+    out: CompletionOutput
+    done: bool = False
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    metrics: RequestMetrics
+    choices: dict[int, Choice] = field(default_factory=dict)
+    prompt_logprobs: list | None = None
+    num_cached_tokens: int = 0
+    final_only: bool = False  # step() returns this request's output only when it finishes
+
+
+def finish_reason(seq: Sequence) -> tuple[str, int | str | None]:
+    if seq.status == SequenceStatus.FINISHED_LENGTH:
+        return "length", None
+    if seq.status == SequenceStatus.FINISHED_ABORTED:
+        return "abort", None
+    return "stop", seq.stop_reason  # a stop string, a stop_token_ids entry, or None for EOS
+
+
+def checked_token_ids(ids: list, vocab: int) -> list[int]:
+    """The ids as plain ints, each in [0, vocab), else ValueError. array() converts (and
+    refuses non-integers) in C and min/max scan it there too: a 1,000-token prompt in ~20 us
+    where a Python loop took ~300 us."""
+    try:
+        arr = array("q", ids)
+    except (TypeError, OverflowError):
+        arr = None
+    if arr is None or min(arr) < 0 or max(arr) >= vocab:
+        raise ValueError(f"Prompt token ids must be integers in [0, {vocab}).")
+    return arr.tolist()
