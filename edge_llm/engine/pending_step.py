@@ -46,14 +46,19 @@ class PendingStep:
             done.record(torch.cuda.current_stream(packed.device))
             self._host = (host, done)
 
+    def wait(self) -> None:
+        """Block until the step's sampled tokens are on the host (no-op without a GPU copy;
+        ``collect`` waits anyway). Steps launched after this one are not waited for."""
+        if self._host is not None:
+            self._host[1].synchronize()
+
     def collect(self) -> RunnerOutput:
         if self.sampling is not None:
             rows, sample_rows, packed = self.sampling
             self.sampling = None
             if self._host is not None:  # copied when launched: a later launch cannot delay it
-                host, done = self._host
-                done.synchronize()
-                packed = host
+                self.wait()
+                packed = self._host[0]
             res = Sampler.unpack(packed.tolist(), sample_rows)
             out = self.out
             for i, s in enumerate(rows):
