@@ -72,8 +72,8 @@ def test_stop_tokens_found_on_the_device_side_of_a_run_ahead_step(pair):
 
 
 def test_rows_that_need_the_host_tokens_keep_the_plain_order(pair):
-    """Penalties, seeds, logprobs, pending min_tokens and n > 1 read what the host holds:
-    a batch with any of them is not run ahead, and nothing changes."""
+    """Penalties, logprobs, pending min_tokens and n > 1 read what the host holds: a batch
+    with any of them is not run ahead, and nothing changes."""
     plain, ahead = pair
     prompts = _prompts(8, seed=7)
     params = [SamplingParams(max_tokens=12, **GREEDY),
@@ -134,6 +134,29 @@ def test_under_memory_pressure(tiny_dir):  # noqa: F811
     assert _fields(got) == _fields(ref)
     assert ahead.engine.scheduler.num_preemptions > 0
     assert ahead.engine.ahead_steps["adopted"] > 0
+    _assert_idle(ahead)
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_random_sampling_draws_as_without_run_ahead(pair, monkeypatch, drop):
+    """Seeded and unseeded sampling run ahead in the order the plain engine samples in, so
+    the draws are the same; a dropped run-ahead step gives its draws back (the sampler's
+    generators are restored), so the scheduled step after it draws them again."""
+    plain, ahead = pair
+    if drop:
+        import edge_llm.engine.llm_engine as le
+
+        monkeypatch.setattr(le, "ahead_matches", lambda rows, nxt: False)
+    prompts = _prompts(6, seed=21)
+    params = [SamplingParams(max_tokens=14 + 3 * i, temperature=0.9, top_p=0.9,
+                             seed=100 + i if i % 2 else None, ignore_eos=True)
+              for i in range(6)]
+    ref = plain.generate(prompts, params, use_tqdm=False)
+    before = ahead.engine.ahead_steps.copy()
+    got = ahead.generate(prompts, params, use_tqdm=False)
+    assert _fields(got) == _fields(ref)
+    assert ahead.engine.ahead_steps["dropped" if drop else "adopted"] - before[
+        "dropped" if drop else "adopted"] >= 20, ahead.engine.ahead_steps
     _assert_idle(ahead)
 
 

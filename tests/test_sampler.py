@@ -369,3 +369,19 @@ def test_greedy_batch_is_fast():
         s(x, rows)
         best = min(best, time.perf_counter() - t0)
     assert best < 0.1, f"greedy 256 x 49152 took {best * 1e3:.1f} ms"
+
+
+def test_snapshot_and_restore_give_the_draws_back():
+    """A decode run-ahead step that is dropped restores the generators it drew from: the
+    shared one, a seeded row's own, and a seeded row that had none yet (dropped again)."""
+    s = Sampler(seed=3)
+    logits = torch.randn(3, 50)
+    rows = [row(0, temperature=1.0), row(1, temperature=1.0, seed=7),
+            row(2, temperature=1.0, seed=9)]
+    s.sample_on_device(logits[:2], rows[:2])  # the shared and key 1 generators exist now
+    snap = s.snapshot([0, 1, 2])
+    first = s.sample_on_device(logits, rows)
+    assert s.num_seeded == 2
+    s.restore(snap)
+    assert s.num_seeded == 1  # key 2's generator is new since the snapshot: dropped
+    assert torch.equal(s.sample_on_device(logits, rows), first)

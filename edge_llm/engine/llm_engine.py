@@ -187,6 +187,8 @@ class LLMEngine:
             adopt = ahead is not None and ahead_matches(ahead[0], nxt)
             if ahead is not None:  # a dropped one only cost GPU time (scheduler_ahead.py)
                 self.ahead_steps["adopted" if adopt else "dropped"] += 1
+                if not adopt:
+                    self.runner.drop(ahead[1])
             if adopt:
                 self._in_flight = (nxt, self._run(nxt, lambda: self.runner.adopt(nxt,
                                                                                    ahead[1])))

@@ -31,6 +31,7 @@ class PendingStep:
         # logprobs); a run-ahead step feeds them as its input ids
         self.tokens: torch.Tensor | None = None
         self._host = None  # (pinned copy of packed, CUDA event after its copy)
+        self.generators = None  # a run-ahead step: the sampler's snapshot from before it
 
     def set_sampling(self, rows: list, sample_rows: list, packed: torch.Tensor) -> None:
         """The step's sampling, queued: ``packed`` (``Sampler.sample_on_device``) for

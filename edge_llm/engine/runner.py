@@ -275,6 +275,7 @@ class ModelRunner:
         if index != list(range(ids.numel())):
             ids = ids.index_select(0, torch.tensor(index, device=ids.device))
         step = PendingStep(RunnerOutput())
+        step.generators = self.sampler.snapshot([s.seq.seq_id for s in rows])
         if self.graphs is not None and self.graphs.can_run(rows):
             logits = self.graphs.run(rows, input_ids=ids)
         else:
@@ -283,6 +284,13 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden[sample_idx])
         self._sample(logits, rows, step)
         return step
+
+    def drop(self, step: PendingStep) -> None:
+        """Forget the run-ahead ``step`` (not the scheduled one): its sampling generators go
+        back to where they were, so the scheduled step draws what it would have drawn."""
+        if step.generators is not None:
+            self.sampler.restore(step.generators)
+            step.generators = None
 
     def adopt(self, sched, step: PendingStep) -> PendingStep:
         """Take the run-ahead ``step`` as the launch of ``sched`` (``ahead_matches``): only

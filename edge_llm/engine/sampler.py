@@ -121,6 +121,25 @@ class Sampler:
     def num_seeded(self) -> int:
         return len(self._seeded)
 
+    def snapshot(self, keys: list[int]) -> tuple[dict, dict]:
+        """The generators' states (the shared ones, and sequence ``keys``' own; None for a
+        key without one yet), for ``restore`` after a step whose draws are dropped."""
+        return ({dev: g.get_state() for dev, g in self._shared.items()},
+                {k: (g.get_state() if (g := self._seeded.get(k)) is not None else None)
+                 for k in keys})
+
+    def restore(self, snap: tuple[dict, dict]) -> None:
+        """Put the generators back as ``snapshot`` found them: the next draws repeat."""
+        shared, seeded = snap
+        for dev, state in shared.items():
+            if dev in self._shared:
+                self._shared[dev].set_state(state)
+        for key, state in seeded.items():
+            if state is None:
+                self._seeded.pop(key, None)
+            elif key in self._seeded:
+                self._seeded[key].set_state(state)
+
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
         """Sample ``logits [len(rows), vocab]`` (any float dtype); one device->host copy."""
         return self.unpack(self.sample_on_device(logits, rows).tolist(), rows)
@@ -161,12 +180,11 @@ class Sampler:
     def chainable(row: SampleRow) -> bool:
         """The row's next token can be sampled before its current one is known on the host
         (decode run-ahead): nothing reads the output so far (penalties, min_tokens still
-        pending, logprobs, bias), and no seeded generator would be advanced by a run-ahead
-        step that gets dropped."""
+        pending, logprobs, bias). A run-ahead step that gets dropped gives its generators'
+        draws back (``snapshot`` / ``restore``)."""
         p = row.params
         return (
-            (p.sampling_type == SamplingType.GREEDY or p.seed is None)
-            and p.logprobs is None
+            p.logprobs is None
             and not p.logit_bias
             and p.repetition_penalty == 1.0
             and p.frequency_penalty == 0.0
