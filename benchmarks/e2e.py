@@ -280,20 +280,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not chosen:
         ap.error(f"unknown scenarios {unknown}; choose from {','.join(SCENARIOS)}")
     args.selected = chosen
-    if args.baseline_batches is not None:
+    for name in ("baseline_batches", "decode_batches"):
+        text = getattr(args, name)
+        if text is None:
+            continue
+        flag = "--" + name.replace("_", "-")
         try:
-            args.baseline_batches = tuple(int(b) for b in args.baseline_batches.split(","))
+            sizes = tuple(int(b) for b in text.split(","))
         except ValueError:
-            ap.error(f"--baseline-batches: integers expected, got {args.baseline_batches!r}")
-        if not args.baseline_batches or min(args.baseline_batches) < 1:
-            ap.error("--baseline-batches: positive batch sizes expected")
-    if args.decode_batches is not None:
-        try:
-            args.decode_batches = tuple(int(b) for b in args.decode_batches.split(","))
-        except ValueError:
-            ap.error(f"--decode-batches: integers expected, got {args.decode_batches!r}")
-        if not args.decode_batches or min(args.decode_batches) < 1:
-            ap.error("--decode-batches: positive batch sizes expected")
+            ap.error(f"{flag}: integers expected, got {text!r}")
+        if not sizes or min(sizes) < 1:
+            ap.error(f"{flag}: positive batch sizes expected")
+        setattr(args, name, sizes)
     args.out, args.ckpt_dir = args.out.resolve(), args.ckpt_dir.resolve()  # subprocess cwd
     return args
 

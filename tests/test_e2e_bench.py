@@ -167,23 +167,13 @@ def test_smoke_run_on_gpu(tmp_path):
     assert 0 < card["graph_bytes"] <= card["graph_estimate_bytes"]
 
 
-def test_baseline_batches_option(tmp_path: Path):
+@pytest.mark.parametrize("flag", ["--baseline-batches", "--decode-batches"])
+def test_batch_list_options(tmp_path: Path, flag: str):
     from e2e import parse_args
 
-    args = parse_args(["--out", str(tmp_path), "--baseline-batches", "64,128"])
-    assert args.baseline_batches == (64, 128)
-    assert parse_args(["--out", str(tmp_path)]).baseline_batches is None
+    attr = flag[2:].replace("-", "_")
+    assert getattr(parse_args(["--out", str(tmp_path), flag, "64,128"]), attr) == (64, 128)
+    assert getattr(parse_args(["--out", str(tmp_path)]), attr) is None
     for bad in ("0", "a,4", ""):
         with pytest.raises(SystemExit):
-            parse_args(["--out", str(tmp_path), "--baseline-batches", bad])
-
-
-def test_decode_batches_option(tmp_path: Path):
-    from e2e import parse_args
-
-    args = parse_args(["--out", str(tmp_path), "--decode-batches", "32,64"])
-    assert args.decode_batches == (32, 64)
-    assert parse_args(["--out", str(tmp_path)]).decode_batches is None
-    for bad in ("0", "a,4", ""):
-        with pytest.raises(SystemExit):
-            parse_args(["--out", str(tmp_path), "--decode-batches", bad])
+            parse_args(["--out", str(tmp_path), flag, bad])
