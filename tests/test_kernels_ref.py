@@ -92,10 +92,9 @@ def test_swap_dispatch_follows_the_mma_kind():
     tile split in registers, or over x copied into plane order for >= 32M weights at 3-8
     rows and gate/up widths at 9-16, and 17-64 the plane dots over x in plane order (those
     need K and the group size multiples of 128; otherwise the "dot" kernel with joined fp16
-    planes); with wgmma
-    (Hopper) the joined swap tile serves 3-64, except at 3-16 rows and N >= 16,384 (the
-    gate/up widths) with K a multiple of 128, where the plane dots run over a copy of x in
-    plane order (session 21's measurements)."""
+    planes); with wgmma (Hopper) the joined swap tile serves 3-64, except at 3-16 rows and
+    N >= 16,384 (the gate/up widths) with K a multiple of 128, where the plane dots run over
+    a copy of x in plane order (sessions 21 and 22's measurements)."""
     for m in (3, 8, 16):
         for gs in (32, 128):
             cfg = w4.pick_config(m, 4096, 4096, gs, 128, fp16=True, mma_sync=True)
