@@ -275,7 +275,8 @@ class ModelRunner:
         if index != list(range(ids.numel())):
             ids = ids.index_select(0, torch.tensor(index, device=ids.device))
         step = PendingStep(RunnerOutput())
-        step.generators = self.sampler.snapshot([s.seq.seq_id for s in rows])
+        step.generators = self.sampler.snapshot(  # only seeded rows own a generator
+            [s.seq.seq_id for s in rows if s.seq.params.seed is not None])
         if self.graphs is not None and self.graphs.can_run(rows):
             logits = self.graphs.run(rows, input_ids=ids)
         else:
