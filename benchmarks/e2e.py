@@ -67,6 +67,7 @@ class Run:
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "ckpt_dir": str(ckpt_dir)})
         self.load_s = p.estimates.get("load", 60.0)  # replaced by the first measured load
         self.copy_gbs = 0.0
+        self.matmul_tflops = 0.0
         self.prebuilder: Prebuilder | None = None
 
     def est(self, name: str, loads: int = 0) -> float:
@@ -148,7 +149,7 @@ def _engine_steps(run: Run, shape: str, llm, prompts: PromptMaker, work: list,
     )
 
     p = run.p
-    bench = EngineBench(llm, p, p.device, prompts, run.copy_gbs)
+    bench = EngineBench(llm, p, p.device, prompts, run.copy_gbs, run.matmul_tflops)
     scenarios = {"decode": lambda: scenario_decode(bench),
                  "offline": lambda: scenario_offline(bench, work),
                  "gen64": lambda: scenario_gen(bench), "prefix": lambda: scenario_prefix(bench),
@@ -317,7 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     bw = copy_bandwidth(p.device)
     run.copy_gbs = bw["gb_per_s"]
     run.results.data["copy_bandwidth"] = bw
-    log.info("profile %s on %s: copy bandwidth %.0f GB/s", p.name, p.device, run.copy_gbs)
+    from e2e_floor import matmul_tflops
+
+    run.matmul_tflops = matmul_tflops(p.device)
+    run.results.data["matmul_tflops"] = run.matmul_tflops
+    log.info("profile %s on %s: copy bandwidth %.0f GB/s, matmul %.3g TFLOP/s", p.name,
+             p.device, run.copy_gbs, run.matmul_tflops)
     later = [(s, f) for s in p.shapes for f in ("gptq", "gptq-act") if "formats" in run.selected]
     run.prebuilder = Prebuilder(later, args.ckpt_dir)
     for shape in p.shapes:

@@ -47,6 +47,7 @@ class EngineBench:
     device: str
     prompts: PromptMaker
     copy_gbs: float  # measured device copy bandwidth, bytes read + written per second / 1e9
+    matmul_tflops: float = 0.0  # measured large fp16 matmul rate (0: no offline floor)
 
     @property
     def engine(self):
@@ -139,11 +140,23 @@ def scenario_offline(bench: EngineBench, work: list[tuple[list[int], int]]) -> d
     out_tokens = sum(n for _, n in work)
     prompt_tokens = sum(len(w[0]) for w in work)
     log.info("offline: %d requests, %.0f output tok/s", len(work), out_tokens / seconds)
-    return {"requests": len(work), "prompt_tokens": prompt_tokens, "output_tokens": out_tokens,
-            "seconds": seconds, "output_tok_s": out_tokens / seconds,
-            "total_tok_s": (out_tokens + prompt_tokens) / seconds,
-            "preemptions": bench.preemptions() - before,
-            "run_ahead_steps": {k: v - ahead[k] for k, v in bench.run_ahead().items()}}
+    res = {"requests": len(work), "prompt_tokens": prompt_tokens, "output_tokens": out_tokens,
+           "seconds": seconds, "output_tok_s": out_tokens / seconds,
+           "total_tok_s": (out_tokens + prompt_tokens) / seconds,
+           "preemptions": bench.preemptions() - before,
+           "run_ahead_steps": {k: v - ahead[k] for k, v in bench.run_ahead().items()}}
+    if bench.matmul_tflops > 0:
+        from e2e_floor import offline_floor
+
+        floor = offline_floor(bench.arch, [(len(w[0]), w[1]) for w in work], bench.copy_gbs,
+                              bench.matmul_tflops, kv_elem_bytes(bench))
+        res["floor"] = floor
+        res["floor_fraction"] = floor["sequential_s"] / seconds
+        log.info("offline floor: %.2f s sequential (KV %.2f s + matmuls %.2f s), %.2f s "
+                 "overlapped; this run reached %.2f of the sequential floor",
+                 floor["sequential_s"], floor["kv_seconds"], floor["matmul_seconds"],
+                 floor["overlapped_s"], res["floor_fraction"])
+    return res
 
 
 def scenario_gen(bench: EngineBench) -> dict[str, Any]:

@@ -44,6 +44,11 @@ def headline_rows(results: dict[str, Any]) -> list[Row]:
                      _get(r, "baseline", "offline", "best", "output_tok_s"))
         add("offline output tok/s vs transformers best static batch", off, ">= 10",
             _gt(off, 10, eq=True))
+        add("offline: fraction of the sequential floor (KV reads + matmuls)",
+            _get(r, "offline", "floor_fraction"), "reported", None)
+        add("offline: the sequential floor's tok/s vs transformers best static batch",
+            _ratio(_get(r, "offline", "floor", "sequential_tok_s"),
+                   _get(r, "baseline", "offline", "best", "output_tok_s")), "reported", None)
         seqs = _get(r, "gen64", "seqs")
         gen = _get(r, "gen64", "vs_llama_cpp_gen")
         add(f"{seqs} seqs generation tok/s vs llama.cpp 64 seqs (3,861)", gen, "> 1",

@@ -62,20 +62,20 @@ def variants(m: int, n: int):
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
-    if m <= 2:  # session 20, call 3: around call 2's best (bn64 bk128 flat fold p4)
-        def g(bn, bkk, pipe, warps=4, waves=2.5):
-            return C("gemv16", block_n=bn, block_k=bkk, split_k=0, num_warps=warps, rows=m,
-                     chain4=True, fold_zero=True, flat_scales=True, waves=waves,
-                     min_k_tiles=1, fused_reduce=n <= 8192, pipe_stages=pipe)
-        for bn, bkk, pipes in ((64, 128, (2, 3, 4, 5)), (32, 128, (2, 3, 4)), (64, 64, (4, 6)),
-                               (128, 128, (2,))):
-            for pipe in pipes:
-                out[f"g16 bn{bn} bk{bkk} flat fold p{pipe}"] = g(bn, bkk, pipe)
-        for waves in (1.5, 4, 8):
-            out[f"g16 bn64 bk128 flat fold p4 v{waves}"] = g(64, 128, 4, waves=waves)
-        for warps in (2, 8):
-            out[f"g16 bn64 bk128 flat fold p4 w{warps}"] = g(64, 128, 4, warps=warps)
-        out["g16 bn128 bk128 flat fold p3 w8"] = g(128, 128, 3, warps=8)
+    if m <= 2:  # session 23: the dispatched tile (session 20) with its split K summed in
+        # the kernel at every width (N > 8,192 took a second launch: Llama-2 q/k/v's 32
+        # reduce launches a batch-1 step), or with a fixed split
+        def g(bn, bkk, pipe, warps=4, waves=2.5, fused=n <= 8192, split=0):
+            return C("gemv16", block_n=bn, block_k=bkk, split_k=split, num_warps=warps,
+                     rows=m, chain4=True, fold_zero=True, flat_scales=True, waves=waves,
+                     min_k_tiles=1, fused_reduce=fused, pipe_stages=pipe)
+        out["g16 bn64 bk128 flat fold p4"] = g(64, 128, 4)
+        out["g16 p4 fused"] = g(64, 128, 4, fused=True)
+        out["g16 p4 reduce launch"] = g(64, 128, 4, fused=False)
+        for split in (1, 2, 3, 4):
+            out[f"g16 p4 fused split{split}"] = g(64, 128, 4, fused=True, split=split)
+        for waves in (1.5, 4):
+            out[f"g16 p4 fused v{waves}"] = g(64, 128, 4, waves=waves, fused=True)
         return out
 
     def pl(bm, bn, warps, stages, waves=2, min_k=4, mode="split"):

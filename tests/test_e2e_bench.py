@@ -83,17 +83,54 @@ def test_decode_bytes_counts_weights_embedding_rows_and_kv():
     assert tied["weights"] == 100 * 8 * 4 + 32  # the shared table, read whole by lm_head
 
 
+def test_offline_floor_counts_kv_positions_and_flops():
+    from e2e_floor import linear_weights, offline_floor
+
+    class Llama7B:  # Llama-2-7B's shapes
+        hidden_size, intermediate_size, num_layers = 4096, 11008, 32
+        num_heads = num_kv_heads = 32
+        head_dim, vocab_size = 128, 32000
+
+    class Tiny:  # grouped-query: 4 query heads, 2 K/V heads
+        hidden_size, intermediate_size, num_layers = 16, 32, 2
+        num_heads, num_kv_heads, head_dim, vocab_size = 4, 2, 4, 100
+
+    assert linear_weights(Llama7B) == 4 * 4096 ** 2 + 3 * 4096 * 11008
+    assert linear_weights(Tiny) == 16 * 4 * (2 * 4 + 2 * 2) + 3 * 16 * 32
+    # one request, prompt 3, output 4: decode steps attend over 4, 5, 6 positions
+    f = offline_floor(Tiny, [(3, 4)], copy_gbs=1.0, tflops=1.0, kv_elem_bytes=2)
+    per_position = 2 * Tiny.num_layers * Tiny.num_kv_heads * Tiny.head_dim * 2
+    assert f["kv_bytes"] == (4 + 5 + 6) * per_position
+    layer = 2 * Tiny.num_layers * linear_weights(Tiny)
+    attn = 4 * Tiny.num_layers * Tiny.num_heads * Tiny.head_dim * (1 + 2 + 3)
+    assert f["flops"] == (3 + 3) * layer + 4 * 2 * Tiny.hidden_size * Tiny.vocab_size + attn
+    assert math.isclose(f["sequential_s"], f["kv_bytes"] / 1e9 + f["flops"] / 1e12)
+    assert f["overlapped_s"] == max(f["kv_seconds"], f["matmul_seconds"])
+    assert math.isclose(f["sequential_tok_s"], 4 / f["sequential_s"])
+    two = offline_floor(Tiny, [(3, 4), (3, 4)], copy_gbs=1.0, tflops=1.0, kv_elem_bytes=1)
+    assert two["kv_bytes"] == f["kv_bytes"] and two["flops"] == 2 * f["flops"]
+    for bad in ([], [(0, 4)], [(3, 0)]):
+        with pytest.raises(ValueError):
+            offline_floor(Tiny, bad, 1.0, 1.0, 2)
+    with pytest.raises(ValueError):
+        offline_floor(Tiny, [(3, 4)], 0.0, 1.0, 2)
+
+
 def test_headline_table_from_results():
     results = {"shapes": {"s": {
         "decode": {"b1": {"bandwidth_fraction": 0.6, "e2e_tok_s": 300.0}},
         "baseline": {"b1": {"tok_s": 150.0}, "offline": {"best": {"output_tok_s": 10.0}}},
-        "offline": {"output_tok_s": 50.0},
+        "offline": {"output_tok_s": 50.0, "floor_fraction": 0.25,
+                    "floor": {"sequential_tok_s": 200.0}},
         "formats": {"gptq_vs_awq": 0.9, "gptq-act_vs_awq": 0.95},
     }}}
     rows = {m: (v, ok) for _, m, v, _, ok in headline_rows(results)}
     assert rows["decode b1: fraction of bandwidth floor"] == (0.6, True)
     assert rows["decode b1 tok/s vs transformers b1 static cache"] == (2.0, True)
     assert rows["offline output tok/s vs transformers best static batch"] == (5.0, False)
+    assert rows["offline: fraction of the sequential floor (KV reads + matmuls)"] == (0.25, None)
+    assert rows["offline: the sequential floor's tok/s vs transformers best static batch"] == (
+        20.0, None)
     assert rows["decode b1 gptq / awq"] == (0.9, False)
     assert rows["decode b1 gptq-act / awq"] == (0.95, True)
     text = format_table(headline_rows(results))
@@ -121,6 +158,9 @@ def _check_smoke(data: dict, out: Path) -> None:
         assert d["bytes_per_step"]["kv"] > 0
     assert r["offline"]["requests"] == p.offline_requests
     assert r["offline"]["output_tokens"] == sum(n for _, n in offline_workload(p, 1024))
+    floor = r["offline"]["floor"]
+    assert floor["kv_bytes"] > 0 and floor["flops"] > 0 and data["matmul_tflops"] > 0
+    assert 0 < r["offline"]["floor_fraction"] == floor["sequential_s"] / r["offline"]["seconds"]
     assert r["gen64"]["gen_tok_s"] > 0 and r["gen64"]["prefill_tok_s"] > 0
     block_floor = p.prefix_system // 16 * 16
     assert all(c >= block_floor for c in r["prefix"]["cached_tokens_on"])
