@@ -122,6 +122,26 @@ def variants(m: int, n: int):
     return out
 
 
+def variants_planes(m: int):
+    """Session 23, plane-packed words (``--planes``): the plane dots reading x as it is
+    against the joined swap tile fed x permuted to match (a copy), at 3-64 rows."""
+    from edge_llm.kernels.w4a16 import W4A16Config as C
+
+    out = {}
+    if m <= 2:
+        return out
+    bm = min(64, max(16, 1 << (m - 1).bit_length()))
+    for tile in sorted({16 if m <= 16 else 32 if m <= 32 else 64, bm}):
+        fused = m <= 16
+        out[f"planes bm{tile}"] = C("swap", tile, 64, 128, split_k=0, num_warps=4,
+                                    num_stages=3, fp16_planes=True, nibble_dots=True,
+                                    x_planes=True, waves=2.5 if fused else 2,
+                                    min_k_tiles=1 if fused else 4, fused_reduce=fused)
+    out[f"joined bm{bm} + copy"] = C("swap", bm, 64, 128, split_k=0, num_warps=4,
+                                      num_stages=3, fused_reduce=m <= 16, fp16_planes=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -130,6 +150,9 @@ def main() -> int:
                     help="comma-separated name prefixes: time only those variants (and auto)")
     ap.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16",
                     help="activations (the cuBLAS reference runs in the same dtype)")
+    ap.add_argument("--planes", action="store_true",
+                    help="plane-packed words (pack_planes_ref; planes_packed=True), the "
+                         "reference on the standard words; variants_planes")
     ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"),
                     help="no GPU: draw the dispatched speed-ups of a saved run and exit")
     args = ap.parse_args()
@@ -138,6 +161,7 @@ def main() -> int:
         return 0
     from edge_llm.kernels.w4a16 import (
         dequantize_w4a16_ref,
+        pack_planes_ref,
         pack_w4_ref,
         pick_config,
         w4a16_matmul,
@@ -167,6 +191,7 @@ def main() -> int:
             sets.append((pack_w4_ref(torch.randint(0, 16, (k, n), device=dev)),
                          (torch.rand(g, n, device=dev) * 0.02 + 0.002).to(dt),
                          torch.randint(0, 16, (g, n), device=dev).to(dt)))
+        words = [(pack_planes_ref(q), s, z) for q, s, z in sets] if args.planes else sets
         w_ref = dequantize_w4a16_ref(*sets[0], gs)
         w_half = [w_ref.to(dt) if i == 0 else torch.randn_like(w_ref, dtype=dt) * 0.02
                   for i in range(n_rot_h)]
@@ -177,14 +202,17 @@ def main() -> int:
             us_cublas = bk.time_op(lambda i, xs=xs, w=w_half: torch.matmul(xs[i], w[i]),
                                    n_rot_h, False)
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
-                       auto=str(pick_config(m, n, k, gs, 132, fp16=dt == torch.float16)),
+                       auto=str(pick_config(m, n, k, gs, 132, fp16=dt == torch.float16,
+                                            planes_packed=args.planes)),
                        res={})
-            chosen = [(v, c) for v, c in variants(m, n).items()
+            pool = variants_planes(m) if args.planes else variants(m, n)
+            chosen = [(v, c) for v, c in pool.items()
                       if not args.only or v.startswith(tuple(args.only.split(",")))]
             for vname, cfg in [("auto", None)] + chosen:
-                def run(i, cfg=cfg, xs=xs, sets=sets):
+                def run(i, cfg=cfg, xs=xs, sets=words):
                     qw, s, z = sets[i]
-                    return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg)
+                    return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg,
+                                        planes_packed=args.planes)
                 try:
                     err = bk.rel_err(run(0), ref)
                     us = bk.time_op(run, n_rot_q, False)

@@ -22,7 +22,7 @@ from . import w4a16 as _w4
 from .fused import add_rms_norm_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref
 from .gather import gather_columns_ref
 from .paged_attention import paged_attention_ref, write_kv_ref
-from .w4a16 import dequantize_w4a16_ref, pack_w4_ref, w4a16_matmul_ref
+from .w4a16 import dequantize_w4a16_ref, pack_planes_ref, pack_w4_ref, w4a16_matmul_ref
 from .w4a16_dequant import acquire_dequant_scratch, release_dequant_scratch
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "w4a16_matmul_ref",
     "dequantize_w4a16_ref",
     "pack_w4_ref",
+    "pack_planes_ref",
     "rms_norm_ref",
     "add_rms_norm_ref",
     "silu_and_mul_ref",
@@ -110,13 +111,16 @@ def w4a16_matmul(
     zeros: torch.Tensor,  # (G, N)
     group_size: int,
     integer_zeros: bool = False,
+    planes_packed: bool = False,
 ) -> torch.Tensor:
     """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype.
-    ``integer_zeros``: the caller vouches that every zero point is an integer."""
+    ``integer_zeros``: the caller vouches that every zero point is an integer.
+    ``planes_packed``: qweight in the plane-packed word order (``pack_planes_ref``)."""
     if x.is_cuda and x.dtype in _HALF and _TRITON:
         return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size,
-                                integer_zeros=integer_zeros)
-    return w4a16_matmul_ref(x, qweight, scales, zeros, group_size)
+                                integer_zeros=integer_zeros, planes_packed=planes_packed)
+    return w4a16_matmul_ref(x, qweight, scales, zeros, group_size,
+                            planes_packed=planes_packed)
 
 
 def gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:

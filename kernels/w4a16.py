@@ -67,9 +67,13 @@ from .w4a16_planes import (
 )
 from .w4a16_ref import (  # noqa: F401 - the references are part of this module's API
     PACK,
+    PLANE_TILE,
     _check_inputs,
+    check_planes,
     dequantize_w4a16_ref,
+    pack_planes_ref,
     pack_w4_ref,
+    unplane_order,
     w4a16_matmul_ref,
 )
 from .w4a16_swap import launch_swap, plane_order
@@ -295,6 +299,7 @@ def w4a16_matmul(
     group_size: int,
     config: W4A16Config | None = None,
     integer_zeros: bool = False,
+    planes_packed: bool = False,
 ) -> torch.Tensor:
     """y = x @ W for the runtime 4-bit layout; x [..., K] fp16/bf16 (fp32 in the interpreter).
 
@@ -304,8 +309,16 @@ def w4a16_matmul(
     Any group_size works: one not a multiple of 8 (a word would straddle two groups), or
     not of 16 on the plain "dot" path, is served by dequantize + torch.matmul. "dot" with
     nibble_dots needs block_k >= 128.
+
+    ``planes_packed``: qweight from ``pack_planes_ref`` (within each 128-row tile, plane j of
+    the words covers 16 consecutive rows; K and group_size multiples of 128). The plane dots
+    then read x as it is, where standard words need x copied into plane order; the one-row
+    GEMV and the dequantize pass read the new order; every other kernel gets x permuted to
+    match (``unplane_order``, a copy).
     """
     k, n = _check_inputs(x, qweight, scales, zeros, group_size)
+    if planes_packed:
+        check_planes(k, group_size)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)  # (M, K)
     m = x2.shape[0]
@@ -314,7 +327,8 @@ def w4a16_matmul(
     sms = num_sms(x.device)
     cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32,
                                 fp16=x.dtype == torch.float16, integer_zeros=integer_zeros,
-                                mma_sync=dots_from_registers(x.device))
+                                mma_sync=dots_from_registers(x.device),
+                                planes_packed=planes_packed)
     block_k = cfg.block_k
     if cfg.kind == "dot" and not cfg.nibble_dots and group_size < k:
         # keep each K tile inside one group: per-row [BK, BN] scale tiles would be staged in
@@ -325,22 +339,26 @@ def w4a16_matmul(
     odd_groups = cfg.kind == "dot" and not cfg.nibble_dots and not one_group
     if cfg.kind == "dequant" or group_size % PACK or odd_groups or (
             cfg.kind == "gemv" and m != 1):
-        w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype, reuse=True)
+        w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype, reuse=True,
+                             planes_packed=planes_packed)
         return torch.matmul(x2, w).reshape(*lead, n)
     if (cfg.x_planes or cfg.x_split) and (cfg.kind != "swap" or not cfg.nibble_dots or (
             cfg.x_planes and (cfg.x_split or k % block_k))):
         raise ValueError("x_planes / x_split need the swap kernel's plane dots (one of them; "
                          f"x_planes K a multiple of block_k): K={k}, {cfg}")
-    if cfg.x_planes:
+    gemv_planes = planes_packed and cfg.kind == "gemv16" and block_k % PLANE_TILE == 0
+    if planes_packed and not gemv_planes and not (cfg.x_planes and block_k == PLANE_TILE):
+        x2 = unplane_order(x2)  # k-order kernels: x in the words' order (a copy)
+    if cfg.x_planes and not (planes_packed and block_k == PLANE_TILE):
         x2 = plane_order(x2, block_k)
     out = torch.empty((m, n), device=x.device, dtype=x.dtype)
     _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
-                  group_size, cfg, block_k, one_group, sms)
+                  group_size, cfg, block_k, one_group, sms, gemv_planes)
     return out.reshape(*lead, n)
 
 
 def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Config,
-                  block_k: int, one_group: bool, sms: int) -> None:
+                  block_k: int, one_group: bool, sms: int, gemv_planes: bool = False) -> None:
     """GEMV or dot kernel into ``out`` [M, N]; fp32 partials + reduce when K is split."""
     m, k = x2.shape
     n = out.shape[1]
@@ -365,7 +383,8 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                       use_asm=not _interpreting(), per_tile_scales=cfg.per_tile_scales,
                       chain4=cfg.chain4, fold_zero=cfg.fold_zero,
                       flat_scales=cfg.flat_scales, pipe=cfg.pipe_stages,
-                      final=out if cnt is not None else None, counters=cnt)
+                      final=out if cnt is not None else None, counters=cnt,
+                      planes=gemv_planes)
     elif cfg.kind == "swap":
         launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,
                     cfg.block_n, block_k, k_per_split, split, one_group,

@@ -60,7 +60,8 @@ def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
 
 def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
                 half: bool = True, fp16: bool | None = None,
-                integer_zeros: bool = False, mma_sync: bool = False) -> W4A16Config:
+                integer_zeros: bool = False, mma_sync: bool = False,
+                planes_packed: bool = False) -> W4A16Config:
     """The tuned launch choice for an (M, N, K) problem.
 
     From the sweep in benchmarks/kernels_bench.py on an H200 (notes/kernels.md): the best
@@ -77,15 +78,28 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     """
     fp16 = half if fp16 is None else fp16
     planes_ok = k % 128 == 0 and group_size % 128 == 0  # x_planes: whole K tiles (measured g128)
+    if fp16 and planes_packed and planes_ok and 3 <= m <= 64 and (m <= 16 or mma_sync):
+        # plane-packed words (pack_planes_ref): the plane dots read x as it is, no copy
+        # (session 21, wgmma: 1.50 / 1.39x at 4 / 16 rows with x in plane order for free,
+        # against 1.26 / 1.23x for the joined tile; mma.sync: session 22's tiles below)
+        if m <= 16:
+            return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
+                               fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
+                               min_k_tiles=1)
+        return W4A16Config("swap", 32 if m <= 32 else 64, 64, 128, split_k=0, num_warps=4,
+                           num_stages=3, fp16_planes=True, nibble_dots=True, x_planes=True,
+                           fused_reduce=False, waves=2, min_k_tiles=4)
     if fp16 and m <= 2 and group_size % 128 == 0:
         # session 20 (BENCHMARKS.md): K tiles of one group (one scale row per tile, 1-D),
         # 64 columns, the tile loads staged through shared memory 4 tiles ahead (cp.async),
         # zero points folded when they are integers: geomean 2.01x / 1.61x fp16 cuBLAS at 1 /
         # 2 rows against 1.85x / 1.50x for the register-double-buffered tile below (1.90x /
-        # 1.52x without the fold); the best of the sweep on every shape at one row
+        # 1.52x without the fold); the best of the sweep on every shape at one row. Split K
+        # summed in the kernel at every width (session 23: Llama-2 q/k/v, N = 12,288, 2.08x /
+        # 1.66x against 1.99x / 1.58x with the second launch; no other shape changes)
         return W4A16Config("gemv16", block_n=64, block_k=128, split_k=0, num_warps=4, rows=m,
                            chain4=True, fold_zero=integer_zeros, flat_scales=True, waves=2.5,
-                           min_k_tiles=1, fused_reduce=n <= 8192, pipe_stages=4)
+                           min_k_tiles=1, fused_reduce=True, pipe_stages=4)
     if half and m <= 2:
         # the per-shape sweep of session 12 (BENCHMARKS.md): the best split per shape gave
         # about 2.5 programs per multiprocessor (q/k/v at N = 12,288 unsplit: 2.02x where 8

@@ -32,15 +32,20 @@ def _nibble_f32(packed, j: tl.constexpr):
 @triton.jit
 def _dequant_kernel(
     qw_ptr, s_ptr, z_ptr, w_ptr, N, K, group_size, stride_qk, stride_sg, stride_zg, stride_wk,
-    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, PLANES: tl.constexpr = False,
 ):
-    """W[k, n] = (q[k, n] - zeros[g, n]) * scales[g, n] for one [BLOCK_K, BLOCK_N] tile."""
+    """W[k, n] = (q[k, n] - zeros[g, n]) * scales[g, n] for one [BLOCK_K, BLOCK_N] tile.
+    PLANES: plane-packed words (kernels/w4a16_ref.py pack_planes_ref): nibble j of word row
+    r holds row 128 (r // 16) + 16 j + r % 16, where W is stored."""
     rows = tl.program_id(0) * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)  # (BK8,)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < K // 8) & (offs_n[None, :] < N)
     packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
     for j in tl.static_range(8):
-        k = rows * 8 + j
+        if PLANES:
+            k = (rows // 16) * 128 + j * 16 + rows % 16
+        else:
+            k = rows * 8 + j
         g = k[:, None] // group_size  # per row: any group size works here
         s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=mask, other=0.0)
         z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=mask, other=0.0)
@@ -109,9 +114,11 @@ def dequantize_w4a16(
     group_size: int,
     dtype: torch.dtype | None = None,
     reuse: bool = False,
+    planes_packed: bool = False,
 ) -> torch.Tensor:
     """W [K, N] in ``dtype`` (default: scales' dtype) from the runtime layout, one Triton pass.
-    ``reuse`` (CUDA): into the reused buffer (module doc), valid until the next reuse."""
+    ``reuse`` (CUDA): into the reused buffer (module doc), valid until the next reuse.
+    ``planes_packed``: words from ``pack_planes_ref``; W comes out in natural row order."""
     k = qweight.shape[0] * PACK
     n = qweight.shape[1]
     dtype = dtype or scales.dtype
@@ -124,5 +131,6 @@ def dequantize_w4a16(
     bk, bn = 64, 128
     _dequant_kernel[(triton.cdiv(k, bk), triton.cdiv(n, bn))](
         qweight, scales, zeros, w, n, k, group_size, qweight.stride(0), scales.stride(0),
-        zeros.stride(0), w.stride(0), BLOCK_K=bk, BLOCK_N=bn, num_warps=4)
+        zeros.stride(0), w.stride(0), BLOCK_K=bk, BLOCK_N=bn, PLANES=planes_packed,
+        num_warps=4)
     return w

@@ -80,11 +80,24 @@ def _ld(ptrs, mask, other, EVEN: tl.constexpr):
 
 @triton.jit
 def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr, EVEN: tl.constexpr,
-             VEC: tl.constexpr):
+             VEC: tl.constexpr, PLANES: tl.constexpr):
     """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
     (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
     (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
-    EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load."""
+    EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load.
+    PLANES: plane-packed words (pack_planes_ref), x_j of word row r at column
+    128 (r // 16) + 16 j + r % 16: eight 2-byte loads."""
+    if PLANES:
+        base = x_ptr + (rows // 16) * 128 + rows % 16
+        xa = (_half_bits(_ld(base + 0, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 64, r_mask, 0.0, EVEN)) << 16))
+        xb = (_half_bits(_ld(base + 16, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 80, r_mask, 0.0, EVEN)) << 16))
+        xc = (_half_bits(_ld(base + 32, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 96, r_mask, 0.0, EVEN)) << 16))
+        xd = (_half_bits(_ld(base + 48, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 112, r_mask, 0.0, EVEN)) << 16))
+        return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
     if X_FP16 and VEC:
         xv = _ld(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :], r_mask[:, None], 0,
                  EVEN)  # (BK8, 4): x01, x23, x45, x67
@@ -177,7 +190,7 @@ def _store_row(out, acc, m, M, N, offs_n, stride_om):
 def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
                  M, stride_xm, stride_xim, ROWS: tl.constexpr, USE_ASM: tl.constexpr,
                  X_FP16: tl.constexpr, CHAIN4: tl.constexpr, FOLD: tl.constexpr,
-                 FLAT: tl.constexpr, EVEN: tl.constexpr):
+                 FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr):
     """The accumulators after one K tile: words ``w`` [BK8, BN] of word rows ``rows`` with
     their scales and zeros, times the activation rows m0..m0+ROWS-1."""
     r_mask = rows < r_end
@@ -189,19 +202,19 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0
     else:
         z_a = _pair(z)  # (z, z) as fp16x2
     xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
-                                  r_mask, X_FP16, EVEN, FLAT)
+                                  r_mask, X_FP16, EVEN, FLAT, PLANES)
     if ROWS >= 2:
         xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
                                       rows, rows < r_end * _live(M, m1), X_FP16, EVEN,
-                                      FLAT)
+                                      FLAT, PLANES)
     if ROWS >= 3:
         xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
                                       rows, rows < r_end * _live(M, m2), X_FP16, EVEN,
-                                      FLAT)
+                                      FLAT, PLANES)
     if ROWS >= 4:
         xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
                                       rows, rows < r_end * _live(M, m3), X_FP16, EVEN,
-                                      FLAT)
+                                      FLAT, PLANES)
     if USE_ASM:
         if FOLD and ROWS == 1:
             p0 = _f32(tl.inline_asm_elementwise(
@@ -279,6 +292,7 @@ def _w4a16_gemv16_kernel(
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
     CHAIN4: tl.constexpr, FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
     PIPE: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
+    PLANES: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -295,7 +309,8 @@ def _w4a16_gemv16_kernel(
     cp.async (Triton's pipeliner, asked for by tl.range), so the bytes in flight no longer
     cost registers; 0: the next tile is loaded into registers while this one is computed.
     REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
-    writes their sum to ``final`` (kernels/splitk.py).
+    writes their sum to ``final`` (kernels/splitk.py). PLANES: plane-packed words
+    (pack_planes_ref; K tiles and splits whole 128-row tiles), x read in natural order.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -323,7 +338,8 @@ def _w4a16_gemv16_kernel(
                                   FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
-                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN)
+                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN,
+                PLANES)
     else:
         rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
         w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N,
@@ -341,7 +357,8 @@ def _w4a16_gemv16_kernel(
                                         stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
-                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN)
+                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN,
+                PLANES)
             rows += BLOCK_K // 8
     out = out_ptr + pid_k * stride_os + offs_n
     _store_row(out, acc0, m0, M, N, offs_n, stride_om)
@@ -363,7 +380,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
                   chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
                   pipe: int = 0, final: torch.Tensor | None = None,
-                  counters: torch.Tensor | None = None) -> None:
+                  counters: torch.Tensor | None = None, planes: bool = False) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
@@ -374,9 +391,13 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     staged through shared memory that many tiles ahead (PIPE) instead of one tile ahead in
     registers. ``final``
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
-    ``final`` (no second launch)."""
+    ``final`` (no second launch). ``planes``: plane-packed words (PLANES), block_k and
+    k_per_split multiples of 128."""
     m, k = x2.shape
     n = qweight.shape[1]
+    if planes and (block_k % 128 or k_per_split % 128):
+        raise ValueError(f"plane-packed words need K tiles and splits of whole 128-row "
+                         f"tiles: block_k={block_k}, k_per_split={k_per_split}")
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     fp16 = x2.dtype == torch.float16
@@ -394,5 +415,5 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
         CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
         EVEN=flat and k % block_k == 0 and n % block_n == 0, PIPE=pipe, REDUCE=reduce,
-        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
+        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1, PLANES=planes,
         num_warps=num_warps, num_stages=num_stages)

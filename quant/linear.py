@@ -25,7 +25,16 @@ from .awq import awq_shapes, unpack_awq
 from .compressed import compressed_shapes, unpack_compressed
 from .formats import QuantSpec
 from .gptq import gptq_shapes, unpack_gptq
-from .packing import PACK, QuantizedWeight, pack_int4, sequential_g_idx, unpack_int4
+from .packing import (
+    PACK,
+    PLANE_TILE,
+    QuantizedWeight,
+    pack_int4,
+    pack_planes,
+    plane_rows,
+    sequential_g_idx,
+    unpack_int4,
+)
 
 _UNSET = object()
 _kernel_fn: object = _UNSET
@@ -77,10 +86,15 @@ def dequantize_runtime(
     group_size: int,
     g_idx: torch.Tensor | None = None,  # (K,) general groups; None means k // group_size
     dtype: torch.dtype = torch.float32,
+    planes_packed: bool = False,  # words in the plane-packed order (QuantLinear.pack_planes)
 ) -> torch.Tensor:
     """Torch reference of the runtime layout: W as (K, N) in ``dtype`` (rows in stored order)."""
     q = unpack_int4(qweight, dim=0)  # (K, N)
     k = q.shape[0]
+    if planes_packed:  # row i of the words holds stored row plane_rows[i]
+        natural = torch.empty_like(q)
+        natural[plane_rows(k, q.device)] = q
+        q = natural
     idx = sequential_g_idx(k, group_size).to(q.device) if g_idx is None else g_idx
     idx = idx.long()
     return (q.to(dtype) - zeros.to(dtype)[idx]) * scales.to(dtype)[idx]
@@ -121,6 +135,7 @@ class QuantLinear(nn.Module):
         self.register_buffer("perm", None)
         self.register_buffer("g_idx", None)
         self.input_permuted = False  # x arrives as x[..., perm] (see the module docstring)
+        self.planes_packed = False  # qweight in the plane-packed word order (pack_planes)
         self._cpu_weight: torch.Tensor | None = None  # (K, N) fp32, in the input's row order
 
     def extra_repr(self) -> str:
@@ -229,7 +244,7 @@ class QuantLinear(nn.Module):
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """W in ``nn.Linear`` layout (out_features, in_features), original row order."""
         w = dequantize_runtime(self.qweight, self.scales, self.zeros, self.group_size,
-                               self.g_idx, dtype)  # (K, N) stored order
+                               self.g_idx, dtype, self.planes_packed)  # (K, N) stored order
         if self.perm is not None:
             restored = torch.empty_like(w)
             restored[self.perm.long()] = w  # sorted row j is original row perm[j]
@@ -265,8 +280,30 @@ class QuantLinear(nn.Module):
         ``input_permuted``, else the original order."""
         if self.input_permuted:
             return dequantize_runtime(self.qweight, self.scales, self.zeros, self.group_size,
-                                      self.g_idx, torch.float32)
+                                      self.g_idx, torch.float32, self.planes_packed)
         return self.dequantize(torch.float32).t()
+
+    def planes_packable(self) -> bool:
+        """Whether ``pack_planes`` applies: K and the group size multiples of 128, groups
+        ``k // group_size`` (no general g_idx)."""
+        return (self.g_idx is None and self.in_features % PLANE_TILE == 0
+                and self.group_size % PLANE_TILE == 0)
+
+    def pack_planes(self) -> None:
+        """Repack the words into the plane-packed order (``quant.packing.plane_rows``;
+        ``edge_llm.kernels.w4a16_matmul(planes_packed=True)``): the W4A16 plane dots then
+        read x as it arrives instead of a copy of x in plane order. The function is
+        unchanged; ``dequantize`` and the CPU reference read the new order. Raises
+        ValueError when ``planes_packable`` is False."""
+        if self.planes_packed:
+            return
+        if not self.planes_packable():
+            raise ValueError(f"pack_planes: needs in_features ({self.in_features}) and "
+                             f"group_size ({self.group_size}) multiples of {PLANE_TILE} and "
+                             "no general g_idx")
+        self.qweight = pack_planes(self.qweight)
+        self.planes_packed = True
+        self._cpu_weight = None
 
     def take_permuted_input(self) -> None:
         """From now on x arrives as ``x[..., perm]`` (the caller gathers or writes it so):
@@ -296,7 +333,7 @@ class QuantLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)  # (M, K)
         # zero points are integers here: every format's are validated as 0..15 at load
         y = kernel(x2, self.qweight, self.scales, self.zeros, self.group_size,
-                   integer_zeros=True)  # (M, N)
+                   integer_zeros=True, planes_packed=self.planes_packed)  # (M, N)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -323,6 +360,8 @@ def concat_mismatch(parts: list[QuantLinear]) -> str | None:
                 return f"{what} differs ({b} vs {a})"
     if any(p.input_permuted for p in parts):
         return "an input already permuted by its caller"
+    if any(p.planes_packed for p in parts):
+        return "words already plane-packed (merge first)"
     if any(p.g_idx is not None for p in parts):
         return "a general g_idx (groups of unequal sizes)"
     perms = [p.perm for p in parts]

@@ -134,3 +134,34 @@ def unpack_int4(words: torch.Tensor, dim: int, order: Sequence[int] | None = Non
         nib = nib[..., inverse]
     out = nib.reshape(*nib.shape[:-2], nib.shape[-2] * PACK)
     return out.movedim(-1, dim).contiguous()
+
+
+PLANE_TILE = 128  # rows per tile of the plane-packed runtime words (kernels/w4a16_ref.py)
+
+
+def plane_rows(k: int, device=None) -> torch.Tensor:
+    """int64 (K,): the weight row that row i of the plane-packed words holds. Within each
+    tile of 128 rows, nibble j of word r (row 8 r + j of the words) holds row 16 j + r; the
+    kernels' ``pack_planes_ref`` is the test oracle of the same order."""
+    t = torch.arange(k // PLANE_TILE, device=device).view(-1, 1, 1) * PLANE_TILE
+    r = torch.arange(PLANE_TILE // PACK, device=device).view(1, -1, 1)
+    j = torch.arange(PACK, device=device).view(1, 1, -1)
+    return (t + 16 * j + r).reshape(-1)
+
+
+def pack_planes(qweight: torch.Tensor) -> torch.Tensor:
+    """Runtime words (K/8, N) (nibble j of word r holds row 8 r + j) -> plane-packed words
+    (``plane_rows``), word by word in int32: no (K, N) temporary, so a 7B layer repacks on
+    the GPU in place of its weights. K must be a multiple of 128."""
+    k = qweight.shape[0] * PACK
+    if qweight.dtype != torch.int32 or k % PLANE_TILE:
+        raise ValueError(f"pack_planes: int32 words with K a multiple of {PLANE_TILE}, got "
+                         f"{qweight.dtype} K={k}")
+    tiles = qweight.view(k // PLANE_TILE, PLANE_TILE // PACK, -1)  # (T, 16, N)
+    r = torch.arange(PLANE_TILE // PACK, device=qweight.device)
+    shift = (4 * (r % PACK)).to(torch.int32).view(1, -1, 1)
+    out = torch.zeros_like(tiles)
+    for j in range(PACK):  # row 16 j + r sits in word 2 j + r // 8, nibble r % 8
+        nib = (tiles[:, 2 * j + r // PACK, :] >> shift) & 0xF
+        out |= nib << (4 * j)
+    return out.view_as(qweight)

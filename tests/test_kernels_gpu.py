@@ -351,3 +351,44 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+_PLANES_CODE = """
+import torch
+from edge_llm.kernels import w4a16 as w4
+dev = torch.device("cuda")
+for k, n in ((4096, 12288), (11008, 4096), (3584, 37888)):
+    gs = 128
+    qw = w4.pack_w4_ref(torch.randint(0, 16, (k, n), device=dev))
+    s = (torch.rand(k // gs, n, device=dev) * 0.02 + 0.001).half()
+    z = torch.randint(0, 16, (k // gs, n), device=dev).half()
+    w = w4.dequantize_w4a16_ref(qw, s, z, gs)
+    words = w4.pack_planes_ref(qw)
+    for m in (1, 2, 3, 8, 16, 24, 48, 64, 65, 256):
+        x = torch.randn(m, k, device=dev, dtype=torch.float16)
+        ref = x.float() @ w
+        for zeros_int in (True, False):
+            y = w4.w4a16_matmul(x, words, s, z, gs, integer_zeros=zeros_int,
+                                planes_packed=True)
+            err = float((y.double() - ref.double()).norm() / ref.double().norm())
+            assert err < 1e-2, (k, n, m, zeros_int, err)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("mma_v3", ["default", "disabled"])
+def test_w4a16_plane_packed_words_at_full_size(mma_v3):
+    """Plane-packed words (pack_planes_ref) through the dispatch at 1-256 rows, on this GPU's
+    MMA kind and on mma.sync (DISABLE_MMA_V3=1, a subprocess: Triton's in-memory kernel cache
+    does not key on it), folded zero points or not, against the fp32 product of the standard
+    words."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    if mma_v3 == "disabled":
+        env["DISABLE_MMA_V3"] = "1"
+    out = subprocess.run([sys.executable, "-c", _PLANES_CODE], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -53,14 +53,19 @@ def _w4_problem(m, k, n, gs, dtype, lead=(), integer_zeros=False):
     return x, qw, s, z
 
 
-def _check_w4(m, k, n, gs, dtype, cfg=None, lead=(), integer_zeros=False):
-    from edge_llm.kernels.w4a16 import w4a16_matmul, w4a16_matmul_ref
+def _check_w4(m, k, n, gs, dtype, cfg=None, lead=(), integer_zeros=False, planes=False):
+    """The kernel against the reference; ``planes``: the kernel gets the same weights in
+    the plane-packed word order (pack_planes_ref), the reference the standard words."""
+    from edge_llm.kernels.w4a16 import pack_planes_ref, w4a16_matmul, w4a16_matmul_ref
 
     x, qw, s, z = _w4_problem(m, k, n, gs, dtype, lead, integer_zeros)
-    y = w4a16_matmul(x, qw, s, z, gs, config=cfg, integer_zeros=integer_zeros)
+    words = pack_planes_ref(qw) if planes else qw
+    y = w4a16_matmul(x, words, s, z, gs, config=cfg, integer_zeros=integer_zeros,
+                     planes_packed=planes)
     assert y.shape == (*lead, m, n) and y.dtype == dtype
     err = _rel(y, w4a16_matmul_ref(x, qw, s, z, gs))
-    assert err < _tol(dtype), f"M={m} K={k} N={n} gs={gs} {dtype} {cfg}: rel err {err:.2e}"
+    assert err < _tol(dtype), (f"M={m} K={k} N={n} gs={gs} {dtype} {cfg} planes={planes}: "
+                               f"rel err {err:.2e}")
 
 
 def _paged_problem(nq, ctx, h, hkv, d, bs, dtype):
@@ -232,6 +237,43 @@ def case_w4a16_swap():
     _check_w4(40, 512, 64, 128, torch.float16, C("swap", 64, 64, 128, split_k=2,
                                                  nibble_dots=True, fp16_planes=True,
                                                  x_planes=True, fused_reduce=False))
+
+
+def case_w4a16_planes_packed():
+    """Plane-packed words (pack_planes_ref) through every kind of kernel: the one-row GEMV
+    reading x in the new order (folded zero points, a split summed in the kernel, a second
+    K tile in one group), the plane dots reading x as it is (3-16 and 17-64 row tiles, with
+    leading dims), the dequantize pass, and the k-order kernels fed x permuted to match
+    (joined swap tile, "dot", the fp32 GEMV, x split in registers)."""
+    import torch
+
+    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels.w4a16 import pick_config
+
+    g16 = dict(block_n=64, block_k=128, split_k=2, num_warps=4, chain4=True,
+               flat_scales=True, min_k_tiles=1, pipe_stages=2)
+    _check_w4(1, 512, 64, 128, torch.float16, C("gemv16", rows=1, fold_zero=True, **g16),
+              integer_zeros=True, planes=True)
+    _check_w4(2, 512, 96, 256, torch.float16, C("gemv16", rows=2, **g16), planes=True)
+    _check_w4(1, 384, 64, 384, torch.float16, C("gemv16", rows=1, block_n=32, block_k=128,
+                                                split_k=3, chain4=True), planes=True)
+    for m, mma_sync in ((3, False), (16, False), (24, True), (40, True)):
+        cfg = pick_config(m, 64, 512, 128, 4, fp16=True, mma_sync=mma_sync,
+                          planes_packed=True)
+        assert cfg.x_planes and cfg.block_k == 128, cfg
+        _check_w4(m, 512, 64, 128, torch.float16, cfg, planes=True,
+                  lead=(2,) if m == 3 else ())
+    _check_w4(70, 256, 48, 128, torch.float32, planes=True)  # dequantize + matmul
+    _check_w4(20, 512, 64, 128, torch.float16, C("swap", 32, 64, 128, fp16_planes=True),
+              planes=True)  # joined tile, the wgmma choice at 17-64 rows
+    _check_w4(5, 256, 64, 128, torch.float16, C("dot", 16, 64, 128, fp16_planes=True),
+              planes=True)
+    _check_w4(1, 256, 64, 128, torch.float32, C("gemv", block_n=64, block_k=128),
+              planes=True)
+    _check_w4(6, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, nibble_dots=True,
+                                                fp16_planes=True, x_split=True), planes=True)
+    _check_w4(5, 512, 64, 256, torch.float16, C("swap", 16, 64, 256, nibble_dots=True,
+                                                fp16_planes=True, x_planes=True), planes=True)
 
 
 def case_w4a16_large_m_and_fallbacks():

@@ -126,6 +126,9 @@ def test_swap_dispatch_follows_the_mma_kind():
             cfg = w4.pick_config(m, n, k, gs, 132, fp16=True)
             assert cfg.kind == "swap" and not (cfg.nibble_dots or cfg.x_planes), (n, k, gs)
     assert not w4.pick_config(17, 22016, 4096, 128, 132, fp16=True).x_planes
+    for m, n in ((1, 4096), (1, 12288), (2, 37888)):  # the 1-2 row tile sums split K itself
+        cfg = w4.pick_config(m, n, 4096, 128, 132, fp16=True)
+        assert (cfg.kind, cfg.block_n, cfg.fused_reduce) == ("gemv16", 64, True)
     assert not w4.pick_config(4, 22016, 4096, 128, 132, fp16=False).x_planes
 
 

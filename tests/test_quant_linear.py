@@ -42,15 +42,61 @@ def test_kernel_seam_gets_runtime_layout_and_permuted_input():
     lin.load_checkpoint_tensors(pack_gptq(w), "cpu")
     calls = []
 
-    def fake_kernel(x2, qweight, scales, zeros, group_size, integer_zeros=False):
+    def fake_kernel(x2, qweight, scales, zeros, group_size, integer_zeros=False,
+                    planes_packed=False):
         assert torch.equal(zeros, zeros.round())  # what integer_zeros vouches for
-        calls.append((x2.shape, group_size, integer_zeros))
-        return x2 @ dequantize_runtime(qweight, scales, zeros, group_size)
+        calls.append((x2.shape, group_size, integer_zeros, planes_packed))
+        return x2 @ dequantize_runtime(qweight, scales, zeros, group_size,
+                                       planes_packed=planes_packed)
 
     x = torch.randn(2, 3, k, generator=gen)
     y = lin._forward_kernel(fake_kernel, x)
-    assert calls == [((6, k), gs, True)]
+    assert calls == [((6, k), gs, True, False)]
     torch.testing.assert_close(y, x @ w.dequantize())
+
+
+@pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
+def test_plane_packed_words_compute_the_same_function(kind, fields):
+    """pack_planes repacks the words (the kernels' oracle agrees on the order); forward,
+    dequantize and the kernel seam give the same results; packed words refuse to merge."""
+    from edge_llm.kernels import pack_planes_ref, w4a16_matmul_ref
+
+    gen = torch.Generator().manual_seed(11)
+    k, n = 256, 64
+    spec = QuantSpec(**{**fields, "group_size": 128})
+    g_idx = _act_order_g_idx(k, 128, gen) if kind.endswith("act") else None
+    w = _rand_weight(k, n, 128, gen, g_idx, sym=spec.sym)
+    lin = QuantLinear(k, n, False, spec, torch.float32)
+    lin.load_checkpoint_tensors(_pack(spec, w), "cpu")
+    x = torch.randn(3, k, generator=gen)
+    before, words = lin(x), lin.qweight.clone()
+    assert lin.planes_packable()
+    lin.pack_planes()
+    assert lin.planes_packed and torch.equal(lin.qweight, pack_planes_ref(words))
+    torch.testing.assert_close(lin(x), before)
+    torch.testing.assert_close(lin.dequantize(), w.dequantize().t())
+    torch.testing.assert_close(lin._forward_kernel(w4a16_matmul_ref, x), before)
+    lin.pack_planes()  # a second call changes nothing
+    assert torch.equal(lin.qweight, pack_planes_ref(words))
+    other = QuantLinear(k, n, False, spec, torch.float32)
+    other.load_checkpoint_tensors(_pack(spec, w), "cpu")
+    with pytest.raises(ValueError, match="plane-packed"):
+        QuantLinear.concat([lin, other])
+
+
+def test_pack_planes_refuses_small_groups_and_counts_on_cuda_only():
+    from edge_llm.model.plane_pack import pack_weight_planes
+
+    gen = torch.Generator().manual_seed(12)
+    lin = QuantLinear(256, 16, False, QuantSpec("awq", group_size=64), torch.float16)
+    lin.load_checkpoint_tensors(pack_awq(_rand_weight(256, 16, 64, gen)), "cpu")
+    assert not lin.planes_packable()
+    with pytest.raises(ValueError, match="multiples of 128"):
+        lin.pack_planes()
+    ok = QuantLinear(256, 16, False, QuantSpec("awq", group_size=128), torch.float16)
+    ok.load_checkpoint_tensors(pack_awq(_rand_weight(256, 16, 128, gen)), "cpu")
+    assert pack_weight_planes(nn.Sequential(lin, ok)) == 0  # CPU: the reference path
+    assert not ok.planes_packed
 
 
 @pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
@@ -136,7 +182,8 @@ def test_make_linear_and_module_names():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
 @pytest.mark.parametrize("rows", [1, 3, 40, 300])
-def test_cuda_forward_goes_through_the_kernel(kind, fields, rows):
+@pytest.mark.parametrize("packed", [False, True])
+def test_cuda_forward_goes_through_the_kernel(kind, fields, rows, packed):
     from edge_llm.quant.linear import _w4a16_kernel
 
     assert _w4a16_kernel() is not None, "edge_llm.kernels.w4a16_matmul is missing"
@@ -149,6 +196,10 @@ def test_cuda_forward_goes_through_the_kernel(kind, fields, rows):
     lin = QuantLinear(k, n, True, spec, torch.float16)
     bias = torch.randn(n, generator=gen).half()
     lin.load_checkpoint_tensors({**_pack(spec, w), "bias": bias}, "cuda")
+    if packed:
+        if not lin.planes_packable():
+            pytest.skip(f"group size {gs} cannot be plane-packed")
+        lin.pack_planes()
     x = torch.randn(rows, k, generator=gen).half().cuda()
     ref = x.double() @ w.dequantize(torch.float64).cuda() + bias.double().cuda()
     y = lin(x)

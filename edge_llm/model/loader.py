@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from .arch import ArchConfig, parse_arch_config
 from .fuse import fold_act_order, fuse_projections, merge_enabled
+from .plane_pack import pack_weight_planes, planes_enabled
 from .llama import CausalLM, plain_linear
 from .staged_read import fits_staged, iter_tensors_staged
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
@@ -79,10 +80,13 @@ def load_model(
     progress: bool = True,
     merge_projections: bool | None = None,
     staged: bool | None = None,
+    plane_packed: bool | None = None,
 ) -> LoadedModel:
     """Load ``model`` (folder or hub id) onto ``device``. ``merge_projections``: merge q/k/v
     and gate/up into one linear each (edge_llm/model/fuse.py); None reads
-    ``EDGE_LLM_MERGE_PROJECTIONS`` (on unless "0"). ``staged``: read the files through pinned
+    ``EDGE_LLM_MERGE_PROJECTIONS`` (on unless "0"). ``plane_packed``: repack the 4-bit words
+    for the plane-dot kernels (edge_llm/model/plane_pack.py); None reads
+    ``EDGE_LLM_PLANE_PACKED`` (on unless "0"). ``staged``: read the files through pinned
     buffers into device memory (edge_llm/model/staged_read.py) instead of mapping them; None
     reads ``EDGE_LLM_STAGED_LOAD`` ("1" on, "0" off, unset: on CUDA when the GPU has room)."""
     path = resolve_model_path(model, revision)
@@ -116,6 +120,8 @@ def load_model(
     if merge_enabled() if merge_projections is None else merge_projections:
         fuse_projections(lm)
         fold_act_order(lm)
+    if planes_enabled() if plane_packed is None else plane_packed:
+        pack_weight_planes(lm)  # after merging: concat refuses packed words
     lm.rotary.build_tables(dev)
     lm.eval()
     seconds = time.perf_counter() - start
