@@ -78,10 +78,13 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     """
     fp16 = half if fp16 is None else fp16
     planes_ok = k % 128 == 0 and group_size % 128 == 0  # x_planes: whole K tiles (measured g128)
-    if fp16 and planes_packed and planes_ok and 3 <= m <= 64 and (m <= 16 or mma_sync):
-        # plane-packed words (pack_planes_ref): the plane dots read x as it is, no copy
-        # (session 21, wgmma: 1.50 / 1.39x at 4 / 16 rows with x in plane order for free,
-        # against 1.26 / 1.23x for the joined tile; mma.sync: session 22's tiles below)
+    if fp16 and planes_packed and planes_ok and 3 <= m <= 64 and (m <= 48 or mma_sync):
+        # plane-packed words (pack_planes_ref): the plane dots read x as it is, no copy.
+        # Session 23, wgmma, geomean of the 8 shapes: 1.50 / 1.47 / 1.40 / 1.19 / 1.11 /
+        # 0.79x at 4 / 8 / 16 / 24 / 32 / 48 rows, against 1.06 / 1.05 / 1.03 / 0.96 / 0.95 /
+        # 0.77x for the joined tile fed a copy of x in the words' order (standard words
+        # with the dispatch: 1.32 / 1.31 / 1.28 / 1.12 / 1.12 / 0.87x); at 64 rows the joined
+        # tile + copy wins (0.75 against 0.67x). mma.sync: session 22's tiles below
         if m <= 16:
             return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                                fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
