@@ -384,7 +384,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                       chain4=cfg.chain4, fold_zero=cfg.fold_zero,
                       flat_scales=cfg.flat_scales, pipe=cfg.pipe_stages,
                       final=out if cnt is not None else None, counters=cnt,
-                      planes=gemv_planes)
+                      planes=cfg.gemv_x_planes if gemv_planes else 0)
     elif cfg.kind == "swap":
         launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,
                     cfg.block_n, block_k, k_per_split, split, one_group,

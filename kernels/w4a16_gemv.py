@@ -80,13 +80,38 @@ def _ld(ptrs, mask, other, EVEN: tl.constexpr):
 
 @triton.jit
 def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr, EVEN: tl.constexpr,
-             VEC: tl.constexpr, PLANES: tl.constexpr):
+             VEC: tl.constexpr, PLANES: tl.constexpr, k0=0, r_lim=0):
     """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
     (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
     (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
     EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load.
-    PLANES: plane-packed words (pack_planes_ref), x_j of word row r at column
-    128 (r // 16) + 16 j + r % 16: eight 2-byte loads."""
+    PLANES (plane-packed words, pack_planes_ref; ``k0`` the tile's first row, a multiple of
+    128; ``r_lim``: rows from there on are masked): x_j of word row r is column
+    k0 + 128 (r // 16) + 16 j + r % 16. 1: eight 2-byte
+    loads per word row; 2: one [BK8, 8] load, contiguous along the rows, regrouped into the
+    pairs in registers; 3: the same tile read as int32 words of two rows (fp16 x only)."""
+    if PLANES >= 2:
+        nr: tl.constexpr = rows.shape[0]
+        js = tl.arange(0, 8)
+        if PLANES == 3:  # int32 words (x_{2i}, x_{2i+1}) of each plane: 4-byte loads
+            loc = tl.arange(0, nr // 2)  # word i of a plane tile covers rows 2 i, 2 i + 1
+            r_loc = (loc // 8) * 16 + (loc % 8) * 2
+            offs = tl.multiple_of(k0 // 2, 64) + ((loc // 8) * 64 + loc % 8)[:, None] \
+                + 8 * js[None, :]
+            wv = _ld(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)  # (nr/2, 8)
+            both = tl.join(wv & 0xFFFF, (wv >> 16) & 0xFFFF)  # [i, j, b]: row 2 i + b
+            hb = tl.reshape(tl.permute(both, (0, 2, 1)), (nr, 8))  # (BK8, 8): x_j bits
+        else:
+            loc = tl.arange(0, nr)
+            offs = tl.multiple_of(k0, 128) + ((loc // 16) * 128 + loc % 16)[:, None] \
+                + 16 * js[None, :]
+            hb = _half_bits(_ld(x_ptr + offs, r_mask[:, None], 0.0, EVEN))  # (BK8, 8)
+        lo, hi = tl.split(tl.permute(tl.reshape(hb, (nr, 2, 4)), (0, 2, 1)))  # x_i, x_{4+i}
+        pairs = tl.reshape(lo | (hi << 16), (nr, 2, 2))  # [r, a, b]: pair i = 2 a + b
+        p02, p13 = tl.split(pairs)  # b = 0: pairs 0, 2; b = 1: pairs 1, 3
+        xa, xc = tl.split(p02)
+        xb, xd = tl.split(p13)
+        return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
     if PLANES:
         base = x_ptr + (rows // 16) * 128 + rows % 16
         xa = (_half_bits(_ld(base + 0, r_mask, 0.0, EVEN))
@@ -187,7 +212,8 @@ def _store_row(out, acc, m, M, N, offs_n, stride_om):
 
 
 @triton.jit
-def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
+def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2,
+                 m3,
                  M, stride_xm, stride_xim, ROWS: tl.constexpr, USE_ASM: tl.constexpr,
                  X_FP16: tl.constexpr, CHAIN4: tl.constexpr, FOLD: tl.constexpr,
                  FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr):
@@ -202,19 +228,19 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0
     else:
         z_a = _pair(z)  # (z, z) as fp16x2
     xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
-                                  r_mask, X_FP16, EVEN, FLAT, PLANES)
+                                  r_mask, X_FP16, EVEN, FLAT, PLANES, k0, r_end)
     if ROWS >= 2:
         xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
                                       rows, rows < r_end * _live(M, m1), X_FP16, EVEN,
-                                      FLAT, PLANES)
+                                      FLAT, PLANES, k0, r_end * _live(M, m1))
     if ROWS >= 3:
         xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
                                       rows, rows < r_end * _live(M, m2), X_FP16, EVEN,
-                                      FLAT, PLANES)
+                                      FLAT, PLANES, k0, r_end * _live(M, m2))
     if ROWS >= 4:
         xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
                                       rows, rows < r_end * _live(M, m3), X_FP16, EVEN,
-                                      FLAT, PLANES)
+                                      FLAT, PLANES, k0, r_end * _live(M, m3))
     if USE_ASM:
         if FOLD and ROWS == 1:
             p0 = _f32(tl.inline_asm_elementwise(
@@ -292,7 +318,7 @@ def _w4a16_gemv16_kernel(
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
     CHAIN4: tl.constexpr, FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
     PIPE: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
-    PLANES: tl.constexpr = False,
+    PLANES: tl.constexpr = 0,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -309,8 +335,9 @@ def _w4a16_gemv16_kernel(
     cp.async (Triton's pipeliner, asked for by tl.range), so the bytes in flight no longer
     cost registers; 0: the next tile is loaded into registers while this one is computed.
     REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
-    writes their sum to ``final`` (kernels/splitk.py). PLANES: plane-packed words
-    (pack_planes_ref; K tiles and splits whole 128-row tiles), x read in natural order.
+    writes their sum to ``final`` (kernels/splitk.py). PLANES (1, 2): plane-packed words
+    (pack_planes_ref; K tiles and splits whole 128-row tiles), x read in natural order
+    (``_x_pairs`` says how).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -337,7 +364,7 @@ def _w4a16_gemv16_kernel(
                                   group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP,
                                   FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
-                acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
+                acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
                 M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN,
                 PLANES)
     else:
@@ -356,7 +383,7 @@ def _w4a16_gemv16_kernel(
                                         r_end, offs_n, n_mask, N, k_next, group_size,
                                         stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
-                acc0, acc1, acc2, acc3, w, s, z, rows, r_end, x_ptr, xi_ptr, m0, m1, m2, m3,
+                acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
                 M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN,
                 PLANES)
             rows += BLOCK_K // 8
@@ -380,7 +407,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
                   chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
                   pipe: int = 0, final: torch.Tensor | None = None,
-                  counters: torch.Tensor | None = None, planes: bool = False) -> None:
+                  counters: torch.Tensor | None = None, planes: int = 0) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
@@ -391,8 +418,8 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     staged through shared memory that many tiles ahead (PIPE) instead of one tile ahead in
     registers. ``final``
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
-    ``final`` (no second launch). ``planes``: plane-packed words (PLANES), block_k and
-    k_per_split multiples of 128."""
+    ``final`` (no second launch). ``planes`` (1 or 2): plane-packed words, x read as PLANES
+    says; block_k and k_per_split multiples of 128."""
     m, k = x2.shape
     n = qweight.shape[1]
     if planes and (block_k % 128 or k_per_split % 128):
@@ -402,6 +429,8 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         x2 = x2.contiguous()
     fp16 = x2.dtype == torch.float16
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
+    if planes == 3 and not fp16:
+        planes = 2  # int32 words of two fp16 values need fp16 x
     one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
     flat = flat_scales and one_group
     grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, rows))
