@@ -88,9 +88,9 @@ def test_pack_planes_refuses_small_groups_and_counts_on_cuda_only(monkeypatch):
     from edge_llm.model.plane_pack import ENV_FLAG, pack_weight_planes, planes_enabled
 
     monkeypatch.delenv(ENV_FLAG, raising=False)
-    assert not planes_enabled()  # off by default: the one-row GEMV loses (module doc)
-    monkeypatch.setenv(ENV_FLAG, "1")
-    assert planes_enabled()
+    assert planes_enabled()  # on by default
+    monkeypatch.setenv(ENV_FLAG, "0")
+    assert not planes_enabled()
 
     gen = torch.Generator().manual_seed(12)
     lin = QuantLinear(256, 16, False, QuantSpec("awq", group_size=64), torch.float16)

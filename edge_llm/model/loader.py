@@ -86,7 +86,7 @@ def load_model(
     and gate/up into one linear each (edge_llm/model/fuse.py); None reads
     ``EDGE_LLM_MERGE_PROJECTIONS`` (on unless "0"). ``plane_packed``: repack the 4-bit words
     for the plane-dot kernels (edge_llm/model/plane_pack.py); None reads
-    ``EDGE_LLM_PLANE_PACKED`` (off unless "1"). ``staged``: read the files through pinned
+    ``EDGE_LLM_PLANE_PACKED`` (on unless "0"). ``staged``: read the files through pinned
     buffers into device memory (edge_llm/model/staged_read.py) instead of mapping them; None
     reads ``EDGE_LLM_STAGED_LOAD`` ("1" on, "0" off, unset: on CUDA when the GPU has room)."""
     path = resolve_model_path(model, revision)

@@ -10,11 +10,11 @@ consecutive columns of x, and the plane dots read x as it is. The one-row GEMV a
 dequantize pass read the new order directly; the other kernels are given x permuted to match.
 
 Packed on CUDA for fp16 activations (the plane kernels' dtype) when K and the group size are
-multiples of 128; the CPU reference reads either order. Off by default:
-``EDGE_LLM_PLANE_PACKED=1`` (or ``load_model(plane_packed=True)``) turns it on. Measured on
-the H200 (BENCHMARKS.md, session 23): decode at batch 4 / 16 1.08x / 1.06x, but batch 1
-0.80x, because the one-row GEMV then reads x as eight 2-byte loads per word instead of one
-16-byte load. A server whose steps mostly carry 3-48 rows gains; a single user loses.
+multiples of 128; the CPU reference reads either order. On by default;
+``EDGE_LLM_PLANE_PACKED=0`` (or ``load_model(plane_packed=False)``) keeps the checkpoint
+order. Measured on the H200 (BENCHMARKS.md, session 23): decode at batch 4 / 16 1.09x /
+1.06x, batch 1 unchanged (the one-row GEMV reads x as int32 words of two rows, staged by
+cp.async as before; read as eight 2-byte loads per word it had lost 20%).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ ENV_FLAG = "EDGE_LLM_PLANE_PACKED"
 
 
 def planes_enabled() -> bool:
-    """Whether ``load_model`` plane-packs by default: only with ``EDGE_LLM_PLANE_PACKED=1``."""
-    return os.environ.get(ENV_FLAG, "0").strip() == "1"
+    """Whether ``load_model`` plane-packs by default: on unless ``EDGE_LLM_PLANE_PACKED=0``."""
+    return os.environ.get(ENV_FLAG, "1").strip() != "0"
 
 
 def pack_weight_planes(model: nn.Module) -> int:
