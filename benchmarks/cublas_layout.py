@@ -73,8 +73,8 @@ def main() -> None:
         wts = [w.t().contiguous() for w in ws]
         for m in (int(v) for v in args.ms.split(",")):
             xs = [torch.randn(m, k, device=dev, dtype=torch.float16) for _ in range(n_rot)]
-            kn = lambda i, xs=xs: torch.matmul(xs[i], ws[i])  # noqa: E731
-            nk = lambda i, xs=xs: F.linear(xs[i], wts[i])  # noqa: E731
+            kn = lambda i, xs=xs, ws=ws: torch.matmul(xs[i], ws[i])  # noqa: E731
+            nk = lambda i, xs=xs, wts=wts: F.linear(xs[i], wts[i])  # noqa: E731
             err = float((kn(0).float() - nk(0).float()).norm() / kn(0).float().norm())
             row = dict(shape=name, k=k, n=n, m=m, err=err,
                        kn_eager=eager_us(kn, n_rot), kn_graph=time_op(kn, n_rot, False),

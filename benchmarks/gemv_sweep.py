@@ -125,10 +125,9 @@ def variants(m: int, n: int):
 def variants_planes(m: int):
     """Session 23, plane-packed words (``--planes``): the plane dots reading x as it is
     against the joined swap tile fed x permuted to match (a copy), at 3-64 rows."""
-    from edge_llm.kernels.w4a16 import W4A16Config as C
-
     import dataclasses
 
+    from edge_llm.kernels.w4a16 import W4A16Config as C
     from edge_llm.kernels.w4a16 import pick_config
 
     out = {}

@@ -87,9 +87,11 @@ def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr, EVEN: tl.constex
     EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load.
     PLANES (plane-packed words, pack_planes_ref; ``k0`` the tile's first row, a multiple of
     128; ``r_lim``: rows from there on are masked): x_j of word row r is column
-    k0 + 128 (r // 16) + 16 j + r % 16. 1: eight 2-byte
-    loads per word row; 2: one [BK8, 8] load, contiguous along the rows, regrouped into the
-    pairs in registers; 3: the same tile read as int32 words of two rows (fp16 x only)."""
+    k0 + 128 (r // 16) + 16 j + r % 16. 1: eight 2-byte loads per word row (not staged by
+    cp.async: 1.46x fp16 cuBLAS at one row); 2: one [BK8, 8] load, contiguous along the
+    rows, regrouped into the pairs in registers (1.72x); 3, dispatched: the same tile read
+    as int32 words of two rows, staged by cp.async like the standard path (1.89x; fp16 x
+    only). Session 23, BENCHMARKS.md."""
     if PLANES >= 2:
         nr: tl.constexpr = rows.shape[0]
         js = tl.arange(0, 8)
@@ -212,9 +214,9 @@ def _store_row(out, acc, m, M, N, offs_n, stride_om):
 
 
 @triton.jit
-def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2,
-                 m3,
-                 M, stride_xm, stride_xim, ROWS: tl.constexpr, USE_ASM: tl.constexpr,
+def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr,
+                 m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS: tl.constexpr,
+                 USE_ASM: tl.constexpr,
                  X_FP16: tl.constexpr, CHAIN4: tl.constexpr, FOLD: tl.constexpr,
                  FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr):
     """The accumulators after one K tile: words ``w`` [BK8, BN] of word rows ``rows`` with
@@ -335,7 +337,7 @@ def _w4a16_gemv16_kernel(
     cp.async (Triton's pipeliner, asked for by tl.range), so the bytes in flight no longer
     cost registers; 0: the next tile is loaded into registers while this one is computed.
     REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
-    writes their sum to ``final`` (kernels/splitk.py). PLANES (1, 2): plane-packed words
+    writes their sum to ``final`` (kernels/splitk.py). PLANES (1-3): plane-packed words
     (pack_planes_ref; K tiles and splits whole 128-row tiles), x read in natural order
     (``_x_pairs`` says how).
     """

@@ -78,11 +78,17 @@ def test_w4a16_dispatched_configs_fit(k, n, arch, monkeypatch):
             for gs in (128, 32, k):
                 g = -(-k // gs)
                 s = torch.rand(g, n).to(dtype)
+                # plane-packed words (the loader's default for fp16, groups of 128k)
+                packed = (False, True) if dtype == torch.float16 and gs % 128 == 0 else (False,)
                 for m in (1, 2, 3, 8, 16, 33, 64, 200):
                     for integer_zeros in (False, True) if m <= 2 else (False,):
-                        w4.w4a16_matmul(torch.randn(m, k).to(dtype), qw, s, s.clone(), gs,
-                                        integer_zeros=integer_zeros)
+                        for planes in packed:
+                            w4.w4a16_matmul(torch.randn(m, k).to(dtype), qw, s, s.clone(), gs,
+                                            integer_zeros=integer_zeros, planes_packed=planes)
     _assert_fits(records)
+    # packed words, one row: x read as int32 words staged by cp.async (PLANES 3)
+    assert any(kw.get("PLANES") == 3 and "cp.async" in kern.asm["ptx"]
+               for _name, kw, kern in records)
     # the one-row GEMV's loads staged through shared memory (cp.async, sm_80+)
     assert any(kw.get("PIPE", 0) > 0 and "cp.async" in kern.asm["ptx"]
                for _name, kw, kern in records)

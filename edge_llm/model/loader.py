@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 
 from .arch import ArchConfig, parse_arch_config
 from .fuse import fold_act_order, fuse_projections, merge_enabled
-from .plane_pack import pack_weight_planes, planes_enabled
 from .llama import CausalLM, plain_linear
+from .plane_pack import pack_weight_planes, planes_enabled
 from .staged_read import fits_staged, iter_tensors_staged
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
 
