@@ -157,7 +157,7 @@ def pack_planes(qweight: torch.Tensor) -> torch.Tensor:
     if qweight.dtype != torch.int32 or k % PLANE_TILE:
         raise ValueError(f"pack_planes: int32 words with K a multiple of {PLANE_TILE}, got "
                          f"{qweight.dtype} K={k}")
-    tiles = qweight.view(k // PLANE_TILE, PLANE_TILE // PACK, -1)  # (T, 16, N)
+    tiles = qweight.contiguous().view(k // PLANE_TILE, PLANE_TILE // PACK, -1)  # (T, 16, N)
     r = torch.arange(PLANE_TILE // PACK, device=qweight.device)
     shift = (4 * (r % PACK)).to(torch.int32).view(1, -1, 1)
     out = torch.zeros_like(tiles)
