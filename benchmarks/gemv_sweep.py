@@ -125,16 +125,10 @@ def variants(m: int, n: int):
 def variants_planes(m: int):
     """Session 23, plane-packed words (``--planes``): the plane dots reading x as it is
     against the joined swap tile fed x permuted to match (a copy), at 3-64 rows."""
-    import dataclasses
-
     from edge_llm.kernels.w4a16 import W4A16Config as C
-    from edge_llm.kernels.w4a16 import pick_config
 
     out = {}
-    if m <= 2:  # the one-row GEMV's ways to read x in the packed order (w4a16_gemv._x_pairs)
-        base = pick_config(m, 4096, 4096, 128, 132, fp16=True)
-        for mode in (1, 2, 3):
-            out[f"gemv x mode {mode}"] = dataclasses.replace(base, gemv_x_planes=mode)
+    if m <= 2:  # the one-row GEMV: "auto" (session 23 timed three ways to read x there)
         return out
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     for tile in sorted({16 if m <= 16 else 32 if m <= 32 else 64, bm}):

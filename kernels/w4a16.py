@@ -346,7 +346,8 @@ def w4a16_matmul(
             cfg.x_planes and (cfg.x_split or k % block_k))):
         raise ValueError("x_planes / x_split need the swap kernel's plane dots (one of them; "
                          f"x_planes K a multiple of block_k): K={k}, {cfg}")
-    gemv_planes = planes_packed and cfg.kind == "gemv16" and block_k % PLANE_TILE == 0
+    gemv_planes = (planes_packed and cfg.kind == "gemv16" and block_k % PLANE_TILE == 0
+                   and x2.dtype == torch.float16)
     if planes_packed and not gemv_planes and not (cfg.x_planes and block_k == PLANE_TILE):
         x2 = unplane_order(x2)  # k-order kernels: x in the words' order (a copy)
     if cfg.x_planes and not (planes_packed and block_k == PLANE_TILE):
@@ -384,7 +385,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                       chain4=cfg.chain4, fold_zero=cfg.fold_zero,
                       flat_scales=cfg.flat_scales, pipe=cfg.pipe_stages,
                       final=out if cnt is not None else None, counters=cnt,
-                      planes=cfg.gemv_x_planes if gemv_planes else 0)
+                      planes=gemv_planes)
     elif cfg.kind == "swap":
         launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,
                     cfg.block_n, block_k, k_per_split, split, one_group,

@@ -45,9 +45,6 @@ class W4A16Config:
     # slice of x (needs K a multiple of block_k)
     x_split: bool = False  # "swap" with nibble_dots: x's K tile loaded whole and split into its
     # eight planes in registers (kernels/w4a16_swap.py)
-    gemv_x_planes: int = 3  # "gemv16" on plane-packed words: how x is read (w4a16_gemv.py
-    # PLANES: 1 eight 2-byte loads per word row, 2 one [BK8, 8] load regrouped, 3 the same
-    # as int32 words of two rows, fp16 x only)
 
 
 def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,

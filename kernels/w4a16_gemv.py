@@ -85,45 +85,27 @@ def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr, EVEN: tl.constex
     (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
     (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
     EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load.
-    PLANES (plane-packed words, pack_planes_ref; ``k0`` the tile's first row, a multiple of
-    128; ``r_lim``: rows from there on are masked): x_j of word row r is column
-    k0 + 128 (r // 16) + 16 j + r % 16. 1: eight 2-byte loads per word row (not staged by
-    cp.async: 1.46x fp16 cuBLAS at one row); 2: one [BK8, 8] load, contiguous along the
-    rows, regrouped into the pairs in registers (1.72x); 3, dispatched: the same tile read
-    as int32 words of two rows, staged by cp.async like the standard path (1.89x; fp16 x
-    only). Session 23, BENCHMARKS.md."""
-    if PLANES >= 2:
+    PLANES (plane-packed words, pack_planes_ref; fp16 x; ``k0`` the tile's first row, a
+    multiple of 128; ``r_lim``: rows from there on are masked): x_j of word row r is column
+    k0 + 128 (r // 16) + 16 j + r % 16, read as a [BK8 / 2, 8] tile of int32 words of two
+    rows (staged by cp.async like the standard path) and regrouped into the pairs in
+    registers. Session 23 (BENCHMARKS.md): 1.89x fp16 cuBLAS at one row, where eight 2-byte
+    loads per word row (not staged) gave 1.46x and one [BK8, 8] fp16 tile 1.72x."""
+    if PLANES:
         nr: tl.constexpr = rows.shape[0]
         js = tl.arange(0, 8)
-        if PLANES == 3:  # int32 words (x_{2i}, x_{2i+1}) of each plane: 4-byte loads
-            loc = tl.arange(0, nr // 2)  # word i of a plane tile covers rows 2 i, 2 i + 1
-            r_loc = (loc // 8) * 16 + (loc % 8) * 2
-            offs = tl.multiple_of(k0 // 2, 64) + ((loc // 8) * 64 + loc % 8)[:, None] \
-                + 8 * js[None, :]
-            wv = _ld(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)  # (nr/2, 8)
-            both = tl.join(wv & 0xFFFF, (wv >> 16) & 0xFFFF)  # [i, j, b]: row 2 i + b
-            hb = tl.reshape(tl.permute(both, (0, 2, 1)), (nr, 8))  # (BK8, 8): x_j bits
-        else:
-            loc = tl.arange(0, nr)
-            offs = tl.multiple_of(k0, 128) + ((loc // 16) * 128 + loc % 16)[:, None] \
-                + 16 * js[None, :]
-            hb = _half_bits(_ld(x_ptr + offs, r_mask[:, None], 0.0, EVEN))  # (BK8, 8)
+        loc = tl.arange(0, nr // 2)  # word i of a plane tile covers rows 2 i, 2 i + 1
+        r_loc = (loc // 8) * 16 + (loc % 8) * 2
+        offs = tl.multiple_of(k0 // 2, 64) + ((loc // 8) * 64 + loc % 8)[:, None] \
+            + 8 * js[None, :]
+        wv = _ld(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)  # (nr/2, 8)
+        both = tl.join(wv & 0xFFFF, (wv >> 16) & 0xFFFF)  # [i, j, b]: row 2 i + b
+        hb = tl.reshape(tl.permute(both, (0, 2, 1)), (nr, 8))  # (BK8, 8): x_j bits
         lo, hi = tl.split(tl.permute(tl.reshape(hb, (nr, 2, 4)), (0, 2, 1)))  # x_i, x_{4+i}
         pairs = tl.reshape(lo | (hi << 16), (nr, 2, 2))  # [r, a, b]: pair i = 2 a + b
         p02, p13 = tl.split(pairs)  # b = 0: pairs 0, 2; b = 1: pairs 1, 3
         xa, xc = tl.split(p02)
         xb, xd = tl.split(p13)
-        return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
-    if PLANES:
-        base = x_ptr + (rows // 16) * 128 + rows % 16
-        xa = (_half_bits(_ld(base + 0, r_mask, 0.0, EVEN))
-              | (_half_bits(_ld(base + 64, r_mask, 0.0, EVEN)) << 16))
-        xb = (_half_bits(_ld(base + 16, r_mask, 0.0, EVEN))
-              | (_half_bits(_ld(base + 80, r_mask, 0.0, EVEN)) << 16))
-        xc = (_half_bits(_ld(base + 32, r_mask, 0.0, EVEN))
-              | (_half_bits(_ld(base + 96, r_mask, 0.0, EVEN)) << 16))
-        xd = (_half_bits(_ld(base + 48, r_mask, 0.0, EVEN))
-              | (_half_bits(_ld(base + 112, r_mask, 0.0, EVEN)) << 16))
         return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
     if X_FP16 and VEC:
         xv = _ld(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :], r_mask[:, None], 0,
@@ -320,7 +302,7 @@ def _w4a16_gemv16_kernel(
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
     CHAIN4: tl.constexpr, FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
     PIPE: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
-    PLANES: tl.constexpr = 0,
+    PLANES: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -337,9 +319,9 @@ def _w4a16_gemv16_kernel(
     cp.async (Triton's pipeliner, asked for by tl.range), so the bytes in flight no longer
     cost registers; 0: the next tile is loaded into registers while this one is computed.
     REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
-    writes their sum to ``final`` (kernels/splitk.py). PLANES (1-3): plane-packed words
-    (pack_planes_ref; K tiles and splits whole 128-row tiles), x read in natural order
-    (``_x_pairs`` says how).
+    writes their sum to ``final`` (kernels/splitk.py). PLANES: plane-packed words
+    (pack_planes_ref; K tiles and splits whole 128-row tiles; fp16 x), x read in natural
+    order (``_x_pairs``).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -409,7 +391,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
                   chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
                   pipe: int = 0, final: torch.Tensor | None = None,
-                  counters: torch.Tensor | None = None, planes: int = 0) -> None:
+                  counters: torch.Tensor | None = None, planes: bool = False) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
@@ -420,19 +402,18 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     staged through shared memory that many tiles ahead (PIPE) instead of one tile ahead in
     registers. ``final``
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
-    ``final`` (no second launch). ``planes`` (1 or 2): plane-packed words, x read as PLANES
-    says; block_k and k_per_split multiples of 128."""
+    ``final`` (no second launch). ``planes``: plane-packed words (PLANES; fp16 x, block_k
+    and k_per_split multiples of 128)."""
     m, k = x2.shape
     n = qweight.shape[1]
-    if planes and (block_k % 128 or k_per_split % 128):
-        raise ValueError(f"plane-packed words need K tiles and splits of whole 128-row "
-                         f"tiles: block_k={block_k}, k_per_split={k_per_split}")
+    if planes and (block_k % 128 or k_per_split % 128 or x2.dtype != torch.float16):
+        raise ValueError(f"plane-packed words need fp16 x and K tiles and splits of whole "
+                         f"128-row tiles: {x2.dtype}, block_k={block_k}, "
+                         f"k_per_split={k_per_split}")
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     fp16 = x2.dtype == torch.float16
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
-    if planes == 3 and not fp16:
-        planes = 2  # int32 words of two fp16 values need fp16 x
     one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
     flat = flat_scales and one_group
     grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, rows))

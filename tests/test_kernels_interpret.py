@@ -252,15 +252,13 @@ def case_w4a16_planes_packed():
 
     g16 = dict(block_n=64, block_k=128, split_k=2, num_warps=4, chain4=True,
                flat_scales=True, min_k_tiles=1, pipe_stages=2)
-    for mode in (1, 2, 3):  # x as eight 2-byte loads, one [BK8, 8] load, int32 words
-        _check_w4(1, 512, 64, 128, torch.float16, C("gemv16", rows=1, fold_zero=True,
-                                                    gemv_x_planes=mode, **g16),
-                  integer_zeros=True, planes=True)
-        _check_w4(2, 512, 96, 256, torch.float16, C("gemv16", rows=2, gemv_x_planes=mode,
-                                                    **g16), planes=True)
-        _check_w4(1, 384, 64, 384, torch.float16, C("gemv16", rows=1, block_n=32,
-                                                    block_k=128, split_k=3, chain4=True,
-                                                    gemv_x_planes=mode), planes=True)
+    _check_w4(1, 512, 64, 128, torch.float16, C("gemv16", rows=1, fold_zero=True, **g16),
+              integer_zeros=True, planes=True)
+    _check_w4(2, 512, 96, 256, torch.float16, C("gemv16", rows=2, **g16), planes=True)
+    _check_w4(1, 384, 64, 384, torch.float16, C("gemv16", rows=1, block_n=32, block_k=128,
+                                                split_k=3, chain4=True), planes=True)
+    _check_w4(1, 256, 64, 128, torch.bfloat16, C("gemv16", rows=1, block_n=32, block_k=128,
+                                                 chain4=True), planes=True)  # bf16 x: a copy
     _check_w4(2, 512, 64, 128, torch.float16, C("gemv16", rows=2, block_n=64, block_k=256,
                                                 split_k=0, chain4=True, min_k_tiles=1),
               planes=True)  # K tiles of two plane tiles
