@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .w4a16_gemv import _bits_half, _half_bits
+from .w4a16_gemv_x import _bits_half, _half_bits
 
 _PLANES_ASM = tl.constexpr("\n".join([
     "{",

@@ -1,0 +1,96 @@
+"""The activation side of the fp16x2 GEMV (kernels/w4a16_gemv.py): fp16 bits in int32
+lanes, and each word row's activations as the four fp16x2 pairs (x0, x4), (x1, x5), (x2, x6),
+(x3, x7) that the PTX multiplies with the dequantized nibble pairs, in the standard word
+order or the plane-packed one (kernels/w4a16_ref.py pack_planes_ref)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _half_bits(v):
+    """fp16 (or bf16 -> fp16) values as their 16 bits in the low half of an int32."""
+    return v.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+
+
+@triton.jit
+def _pair(v):
+    """Values as (v, v) fp16x2 bits in an int32."""
+    b = _half_bits(v)
+    return b | (b << 16)
+
+
+@triton.jit
+def _bits_half(b):
+    """Inverse of _half_bits: the low 16 bits of an int32 as fp32."""
+    return (b & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _ld(ptrs, mask, other, EVEN: tl.constexpr):
+    """tl.load, masked unless EVEN (every address in range)."""
+    if EVEN:
+        return tl.load(ptrs)
+    else:
+        return tl.load(ptrs, mask=mask, other=other)
+
+
+@triton.jit
+def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr, EVEN: tl.constexpr,
+             VEC: tl.constexpr, PLANES: tl.constexpr, k0=0, r_lim=0):
+    """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
+    (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
+    (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
+    EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load.
+    PLANES (plane-packed words, pack_planes_ref; fp16 x; ``k0`` the tile's first row, a
+    multiple of 128; ``r_lim``: rows from there on are masked): x_j of word row r is column
+    k0 + 128 (r // 16) + 16 j + r % 16, read as a [BK8 / 2, 8] tile of int32 words of two
+    rows (staged by cp.async like the standard path) and regrouped into the pairs in
+    registers. Session 23 (BENCHMARKS.md): 1.89x fp16 cuBLAS at one row, where eight 2-byte
+    loads per word row (not staged) gave 1.46x and one [BK8, 8] fp16 tile 1.72x."""
+    if PLANES:
+        nr: tl.constexpr = rows.shape[0]
+        js = tl.arange(0, 8)
+        loc = tl.arange(0, nr // 2)  # word i of a plane tile covers rows 2 i, 2 i + 1
+        r_loc = (loc // 8) * 16 + (loc % 8) * 2
+        offs = tl.multiple_of(k0 // 2, 64) + ((loc // 8) * 64 + loc % 8)[:, None] \
+            + 8 * js[None, :]
+        wv = _ld(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)  # (nr/2, 8)
+        both = tl.join(wv & 0xFFFF, (wv >> 16) & 0xFFFF)  # [i, j, b]: row 2 i + b
+        hb = tl.reshape(tl.permute(both, (0, 2, 1)), (nr, 8))  # (BK8, 8): x_j bits
+        lo, hi = tl.split(tl.permute(tl.reshape(hb, (nr, 2, 4)), (0, 2, 1)))  # x_i, x_{4+i}
+        pairs = tl.reshape(lo | (hi << 16), (nr, 2, 2))  # [r, a, b]: pair i = 2 a + b
+        p02, p13 = tl.split(pairs)  # b = 0: pairs 0, 2; b = 1: pairs 1, 3
+        xa, xc = tl.split(p02)
+        xb, xd = tl.split(p13)
+        return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
+    if X_FP16 and VEC:
+        xv = _ld(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :], r_mask[:, None], 0,
+                 EVEN)  # (BK8, 4): x01, x23, x45, x67
+        lo, hi = tl.split(tl.reshape(xv, (rows.shape[0], 2, 2)))  # (x01, x45), (x23, x67)
+        x01, x45 = tl.split(lo)
+        x23, x67 = tl.split(hi)
+    elif X_FP16:
+        base = xi_ptr + rows * 4
+        x01 = _ld(base + 0, r_mask, 0, EVEN)
+        x23 = _ld(base + 1, r_mask, 0, EVEN)
+        x45 = _ld(base + 2, r_mask, 0, EVEN)
+        x67 = _ld(base + 3, r_mask, 0, EVEN)
+    if X_FP16:
+        xa = (x01 & 0xFFFF) | (x45 << 16)
+        xb = ((x01 >> 16) & 0xFFFF) | (x45 & -65536)
+        xc = (x23 & 0xFFFF) | (x67 << 16)
+        xd = ((x23 >> 16) & 0xFFFF) | (x67 & -65536)
+    else:
+        base = x_ptr + rows * 8
+        xa = (_half_bits(_ld(base + 0, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 4, r_mask, 0.0, EVEN)) << 16))
+        xb = (_half_bits(_ld(base + 1, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 5, r_mask, 0.0, EVEN)) << 16))
+        xc = (_half_bits(_ld(base + 2, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 6, r_mask, 0.0, EVEN)) << 16))
+        xd = (_half_bits(_ld(base + 3, r_mask, 0.0, EVEN))
+              | (_half_bits(_ld(base + 7, r_mask, 0.0, EVEN)) << 16))
+    return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
