@@ -26,11 +26,11 @@ from .gptq import pack_gptq, unpack_gptq
 from .gptq_method import gptq_quantize
 from .linear import (
     QuantLinear,
-    concat_mismatch,
     dequantize_runtime,
     make_linear,
     quant_tensor_suffixes,
 )
+from .linear_concat import concat_mismatch
 from .packing import QuantizedWeight, pack_int4, unpack_int4
 from .perplexity import perplexity
 from .quantize import quantize_model
