@@ -124,7 +124,8 @@ def variants(m: int, n: int):
 
 def variants_planes(m: int):
     """Session 23, plane-packed words (``--planes``): the plane dots reading x as it is
-    against the joined swap tile fed x permuted to match (a copy), at 3-64 rows."""
+    against the joined swap tile fed x permuted to match (a copy), or with its columns in
+    plane order (``plane_major``: no copy), at 3-64 rows."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
@@ -139,6 +140,10 @@ def variants_planes(m: int):
                                     min_k_tiles=1 if fused else 4, fused_reduce=fused)
     out[f"joined bm{bm} + copy"] = C("swap", bm, 64, 128, split_k=0, num_warps=4,
                                       num_stages=3, fused_reduce=m <= 16, fp16_planes=True)
+    # the joined tile with its columns in plane order: x as it is (written in session 23
+    # after its last device call; the dispatch at 49-64 rows on wgmma is the one above)
+    out[f"joined pm bm{bm}"] = C("swap", bm, 64, 128, split_k=0, num_warps=4, num_stages=3,
+                                 fused_reduce=m <= 16, fp16_planes=True, plane_major=True)
     return out
 
 

@@ -348,7 +348,12 @@ def w4a16_matmul(
                          f"x_planes K a multiple of block_k): K={k}, {cfg}")
     gemv_planes = (planes_packed and cfg.kind == "gemv16" and block_k % PLANE_TILE == 0
                    and x2.dtype == torch.float16)
-    if planes_packed and not gemv_planes and not (cfg.x_planes and block_k == PLANE_TILE):
+    joined_pm = cfg.kind == "swap" and cfg.plane_major and not cfg.nibble_dots
+    if joined_pm and not (planes_packed and block_k == PLANE_TILE and cfg.fp16_planes):
+        raise ValueError(f"plane_major on the swap kernel needs plane-packed words, fp16 "
+                         f"planes and block_k {PLANE_TILE}: {cfg}")
+    if planes_packed and not (gemv_planes or joined_pm
+                              or (cfg.x_planes and block_k == PLANE_TILE)):
         x2 = unplane_order(x2)  # k-order kernels: x in the words' order (a copy)
     if cfg.x_planes and not (planes_packed and block_k == PLANE_TILE):
         x2 = plane_order(x2, block_k)
@@ -392,7 +397,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                     joined=not cfg.nibble_dots, planes=cfg.fp16_planes,
                     use_asm=not _interpreting(), num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages, x_planes=cfg.x_planes,
-                    x_split=cfg.x_split)
+                    x_split=cfg.x_split, plane_major=cfg.plane_major and not cfg.nibble_dots)
     elif cfg.kind == "gemv":
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,

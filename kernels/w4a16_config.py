@@ -39,7 +39,9 @@ class W4A16Config:
     fused_reduce: bool = True  # split K: the kernel's last program sums (kernels/splitk.py)
     fp16_planes: bool = False  # "dot", fp16 x: weight planes from PTX (w4a16_planes.py)
     plane_major: bool = False  # fp16_planes without nibble_dots: tile rows in plane order
-    # (x read in that column order) instead of k order; measured slower (session 12)
+    # (x read in that column order) instead of k order; measured slower on "dot" (session
+    # 12). On the joined "swap" tile: plane-packed words only, whose plane order is x's
+    # natural order (no copy of x; unmeasured, session 23)
     x_planes: bool = False  # "swap" with nibble_dots: x copied with the columns of each K tile
     # in plane order first (w4a16_swap.plane_order), so each plane dot reads one contiguous
     # slice of x (needs K a multiple of block_k)

@@ -51,11 +51,15 @@ def _plane_f32(packed, j: tl.constexpr, s, zs, dtype: tl.constexpr):
 
 
 @triton.jit
-def _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Planes [BN, BK8] -> [BN, BK] with column 8 r + j = plane j's column r. Each join adds
+def _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+           PLANE_MAJOR: tl.constexpr = False):
+    """Planes [BN, BK8] -> [BN, BK] with column 8 r + j = plane j's column r (PLANE_MAJOR:
+    column BK8 j + r, the k order of plane-packed words in a 128-row tile). Each join adds
     a last axis; the three axes, slowest first, carry bits 4, 2 and 1 of j."""
     a = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)),
                 tl.join(tl.join(w1, w5), tl.join(w3, w7)))  # [BN, BK8, 2, 2, 2]
+    if PLANE_MAJOR:
+        a = tl.permute(a, (0, 2, 3, 4, 1))  # [BN, 2, 2, 2, BK8]
     return tl.reshape(a, (BLOCK_N, BLOCK_K))
 
 
@@ -119,7 +123,7 @@ def _w4a16_swap_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, JOINED: tl.constexpr, PLANES: tl.constexpr, USE_ASM: tl.constexpr,
     DOT_PRECISION: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
-    X_PLANES: tl.constexpr, X_SPLIT: tl.constexpr,
+    X_PLANES: tl.constexpr, X_SPLIT: tl.constexpr, PLANE_MAJOR: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
     pid_n = tl.program_id(1)
@@ -155,7 +159,7 @@ def _w4a16_swap_kernel(
             w6 = _plane_f32(packed, 6, s, zs, dt)
             w7 = _plane_f32(packed, 7, s, zs, dt)
         if JOINED:
-            w = _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N, BLOCK_K)
+            w = _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N, BLOCK_K, PLANE_MAJOR)
             cols = k0 + tl.arange(0, BLOCK_K)
             xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
                          mask=(cols[:, None] < K) & m_mask[None, :], other=0.0)  # (BK, BM)
@@ -204,7 +208,8 @@ def _w4a16_swap_kernel(
 def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size: int,
                 block_m: int, block_n: int, block_k: int, k_per_split: int, split: int,
                 one_group: bool, joined: bool, planes: bool, use_asm: bool, num_warps: int,
-                num_stages: int, x_planes: bool = False, x_split: bool = False) -> None:
+                num_stages: int, x_planes: bool = False, x_split: bool = False,
+                plane_major: bool = False) -> None:
     """Launch into ``target`` [SPLIT, M, N]; with ``counters`` the last program of each tile
     also writes the sum of the partials to ``final`` [M, N]. ``x_planes`` (eight plane
     dots only): x2's columns are in plane order within each K tile (``plane_order``), so
@@ -212,7 +217,8 @@ def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size:
     eighth column, which the compiled loop gathers through shared memory with a barrier
     per plane. ``x_split`` (plane dots): x's K tile is loaded whole and split into its eight
     planes in registers (mma.sync takes them from there; Hopper's wgmma needs them stored
-    to shared memory, with a fence per plane)."""
+    to shared memory, with a fence per plane). ``plane_major`` (joined tile, block_k 128):
+    the tile's columns in plane order, which for plane-packed words is x's natural order."""
     m, k = x2.shape
     n = qweight.shape[1]
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)
@@ -226,7 +232,7 @@ def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size:
         PLANES=planes and x2.dtype == torch.float16, USE_ASM=use_asm,
         DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
         SPLIT_P2=triton.next_power_of_2(split) if reduce else 1, X_PLANES=x_planes,
-        X_SPLIT=x_split, num_warps=num_warps, num_stages=num_stages)
+        X_SPLIT=x_split, PLANE_MAJOR=plane_major, num_warps=num_warps, num_stages=num_stages)
 
 
 def plane_order(x2: torch.Tensor, block_k: int) -> torch.Tensor:

@@ -270,7 +270,11 @@ def case_w4a16_planes_packed():
                   lead=(2,) if m == 3 else ())
     _check_w4(70, 256, 48, 128, torch.float32, planes=True)  # dequantize + matmul
     _check_w4(20, 512, 64, 128, torch.float16, C("swap", 32, 64, 128, fp16_planes=True),
-              planes=True)  # joined tile, the wgmma choice at 17-64 rows
+              planes=True)  # joined tile, the wgmma choice at 49-64 rows (a copy of x)
+    for split in (1, 2):  # ... with its columns in plane order: x as it is
+        _check_w4(40, 512, 80, 128, torch.float16, C("swap", 64, 64, 128, split_k=split,
+                                                     fp16_planes=True, plane_major=True),
+                  planes=True)
     _check_w4(5, 256, 64, 128, torch.float16, C("dot", 16, 64, 128, fp16_planes=True),
               planes=True)
     _check_w4(1, 256, 64, 128, torch.float32, C("gemv", block_n=64, block_k=128),
