@@ -80,20 +80,6 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     """
     fp16 = half if fp16 is None else fp16
     planes_ok = k % 128 == 0 and group_size % 128 == 0  # x_planes: whole K tiles (measured g128)
-    if fp16 and planes_packed and planes_ok and 3 <= m <= 64 and (m <= 48 or mma_sync):
-        # plane-packed words (pack_planes_ref): the plane dots read x as it is, no copy.
-        # Session 23, wgmma, geomean of the 8 shapes: 1.50 / 1.47 / 1.40 / 1.19 / 1.11 /
-        # 0.79x at 4 / 8 / 16 / 24 / 32 / 48 rows, against 1.06 / 1.05 / 1.03 / 0.96 / 0.95 /
-        # 0.77x for the joined tile fed a copy of x in the words' order (standard words
-        # with the dispatch: 1.32 / 1.31 / 1.28 / 1.12 / 1.12 / 0.87x); at 64 rows the joined
-        # tile + copy wins (0.75 against 0.67x). mma.sync: session 22's tiles below
-        if m <= 16:
-            return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
-                               fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
-                               min_k_tiles=1)
-        return W4A16Config("swap", 32 if m <= 32 else 64, 64, 128, split_k=0, num_warps=4,
-                           num_stages=3, fp16_planes=True, nibble_dots=True, x_planes=True,
-                           fused_reduce=False, waves=2, min_k_tiles=4)
     if fp16 and m <= 2 and group_size % 128 == 0:
         # session 20 (BENCHMARKS.md): K tiles of one group (one scale row per tile, 1-D),
         # 64 columns, the tile loads staged through shared memory 4 tiles ahead (cp.async),
@@ -121,24 +107,31 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         # enough to carry the copy (session 21's call 5, per shape): at 3-8 rows on the
         # >= 32M-weight q/k/v, gate/up and down (1.25-1.60x against 1.12-1.33x; the 16M
         # o and Qwen q/k/v lost, 0.89-1.12x against 0.99-1.26x), at 16 rows only at gate/up
-        # widths (1.36 / 1.44x against 1.29 / 1.26x)
-        wide = n >= 16384 or (m <= 8 and n * k >= 1 << 25)
+        # widths (1.36 / 1.44x against 1.29 / 1.26x). Plane-packed words need no copy.
+        wide = planes_packed or n >= 16384 or (m <= 8 and n * k >= 1 << 25)
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fp16_planes=True, nibble_dots=True, x_split=not (planes_ok and wide),
                            x_planes=planes_ok and wide, waves=2.5, min_k_tiles=1)
-    if fp16 and m <= 16 and n >= 16384 and planes_ok:
+    if fp16 and m <= 16 and (n >= 16384 or planes_packed) and planes_ok:
         # session 21, wgmma: at the gate/up projections' widths the plane dots over x copied
         # into plane order (a copy of about 3 us) beat the joined tile: 1.26-1.30x against
         # 1.06-1.08x (Llama-2), 1.48-1.58x against 1.31-1.33x (Qwen2.5) at 3-16 rows; at
-        # N <= 12,288 the copy outweighed the gain (groups of 128 measured)
+        # N <= 12,288 the copy outweighed the gain (groups of 128 measured). On plane-packed
+        # words (pack_planes_ref) they read x as it is, no copy: session 23, geomean of the
+        # 8 shapes 1.50 / 1.47 / 1.40x at 4 / 8 / 16 rows (standard words, dispatched: 1.32 /
+        # 1.31 / 1.28x; the joined tile fed a copy of x in the words' order: 1.06 / 1.05 /
+        # 1.03x)
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
                            min_k_tiles=1)
-    if fp16 and m <= 64 and mma_sync and planes_ok:
+    if fp16 and m <= 64 and planes_ok and (mma_sync or (planes_packed and m <= 48)):
         # session 22 (BENCHMARKS.md), DISABLE_MMA_V3=1: at 17-64 rows the plane dots over x
         # copied into plane order beat the "dot" kernel below on 31 of 32 shape/row cells:
         # geomean 0.92 / 0.88 / 0.67 / 0.59x fp16 cuBLAS at 24 / 32 / 48 / 64 rows against
-        # 0.79 / 0.78 / 0.49 / 0.48x (x split in registers: 0.38x at 64, register-bound)
+        # 0.79 / 0.78 / 0.49 / 0.48x (x split in registers: 0.38x at 64, register-bound).
+        # wgmma, plane-packed words (no copy; session 23): 1.19 / 1.11 / 0.79x at 24 / 32 /
+        # 48 rows against 0.96 / 0.95 / 0.77x for the joined tile fed a copy of x; at 64 rows
+        # the joined tile + copy below wins (0.75 against 0.67x)
         return W4A16Config("swap", 32 if m <= 32 else 64, 64, 128, split_k=0, num_warps=4,
                            num_stages=3, fp16_planes=True, nibble_dots=True, x_planes=True,
                            fused_reduce=False, waves=2, min_k_tiles=4)
