@@ -117,7 +117,6 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
                  FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr):
     """The accumulators after one K tile: words ``w`` [BK8, BN] of word rows ``rows`` with
     their scales and zeros, times the activation rows m0..m0+ROWS-1."""
-    r_mask = rows < r_end
     s = s.to(tl.float32)
     if FOLD:
         zf = z.to(tl.float32)
@@ -126,19 +125,19 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
     else:
         z_a = _pair(z)  # (z, z) as fp16x2
     xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
-                                  r_mask, X_FP16, EVEN, FLAT, PLANES, k0, r_end)
+                                  r_end, X_FP16, EVEN, FLAT, PLANES, k0)
     if ROWS >= 2:
         xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
-                                      rows, rows < r_end * _live(M, m1), X_FP16, EVEN,
-                                      FLAT, PLANES, k0, r_end * _live(M, m1))
+                                      rows, r_end * _live(M, m1), X_FP16, EVEN, FLAT,
+                                      PLANES, k0)
     if ROWS >= 3:
         xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
-                                      rows, rows < r_end * _live(M, m2), X_FP16, EVEN,
-                                      FLAT, PLANES, k0, r_end * _live(M, m2))
+                                      rows, r_end * _live(M, m2), X_FP16, EVEN, FLAT,
+                                      PLANES, k0)
     if ROWS >= 4:
         xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
-                                      rows, rows < r_end * _live(M, m3), X_FP16, EVEN,
-                                      FLAT, PLANES, k0, r_end * _live(M, m3))
+                                      rows, r_end * _live(M, m3), X_FP16, EVEN, FLAT,
+                                      PLANES, k0)
     if USE_ASM:
         if FOLD and ROWS == 1:
             p0 = _f32(tl.inline_asm_elementwise(

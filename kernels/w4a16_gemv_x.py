@@ -38,18 +38,20 @@ def _ld(ptrs, mask, other, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _x_pairs(x_ptr, xi_ptr, rows, r_mask, X_FP16: tl.constexpr, EVEN: tl.constexpr,
-             VEC: tl.constexpr, PLANES: tl.constexpr, k0=0, r_lim=0):
+def _x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexpr,
+             VEC: tl.constexpr, PLANES: tl.constexpr, k0=0):
     """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
     (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
     (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
-    EVEN: every row is in range (no masks). VEC: the four words of a row in one 16-byte load.
+    Word rows from ``r_lim`` on read zeros. EVEN: every row is in range (no masks). VEC: the
+    four words of a row in one 16-byte load.
     PLANES (plane-packed words, pack_planes_ref; fp16 x; ``k0`` the tile's first row, a
-    multiple of 128; ``r_lim``: rows from there on are masked): x_j of word row r is column
+    multiple of 128): x_j of word row r is column
     k0 + 128 (r // 16) + 16 j + r % 16, read as a [BK8 / 2, 8] tile of int32 words of two
     rows (staged by cp.async like the standard path) and regrouped into the pairs in
     registers. Session 23 (BENCHMARKS.md): 1.89x fp16 cuBLAS at one row, where eight 2-byte
     loads per word row (not staged) gave 1.46x and one [BK8, 8] fp16 tile 1.72x."""
+    r_mask = rows < r_lim
     if PLANES:
         nr: tl.constexpr = rows.shape[0]
         js = tl.arange(0, 8)
