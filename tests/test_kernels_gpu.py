@@ -321,10 +321,6 @@ def test_w4a16_mma_sync_dispatch_in_a_subprocess():
     rows for 50M weights), and at 17-64 the plane dots over x in plane order (groups of 128)
     or the "dot" kernel (groups of 64), all right. A subprocess: Triton's in-memory kernel
     cache does not key on that variable."""
-    import os
-    import subprocess
-    import sys
-
     code = """
 import torch
 from edge_llm.kernels import w4a16 as w4
@@ -347,9 +343,18 @@ for k, n, gs in ((4096, 4096, 128), (3584, 4608, 64), (4096, 12288, 128)):
         assert err < 1e-2, (k, n, gs, m, err)
 print("ok")
 """
-    env = dict(os.environ, DISABLE_MMA_V3="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=600)
+    _run_child(code, DISABLE_MMA_V3="1")
+
+
+def _run_child(code: str, **env: str) -> None:
+    """Run ``code`` in a fresh Python with ``env`` added (Triton's in-memory kernel cache
+    does not key on DISABLE_MMA_V3); it must print "ok" last."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env),
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
@@ -382,13 +387,4 @@ def test_w4a16_plane_packed_words_at_full_size(mma_v3):
     MMA kind and on mma.sync (DISABLE_MMA_V3=1, a subprocess: Triton's in-memory kernel cache
     does not key on it), folded zero points or not, against the fp32 product of the standard
     words."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ)
-    if mma_v3 == "disabled":
-        env["DISABLE_MMA_V3"] = "1"
-    out = subprocess.run([sys.executable, "-c", _PLANES_CODE], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    _run_child(_PLANES_CODE, **({"DISABLE_MMA_V3": "1"} if mma_v3 == "disabled" else {}))
