@@ -15,9 +15,11 @@ from tests.engine_fixtures import demo_dir, tiny_dir  # noqa: F401
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 
 
-def _prompts(n: int, seed: int = 0) -> list[dict]:
+def _prompts(n: int, seed: int = 0, longest: int = 50) -> list[dict]:
+    """Prompts of 3 to ``longest`` random token ids."""
     rng = random.Random(seed)
-    return [{"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(rng.randint(3, 50))]}
+    return [{"prompt_token_ids": [rng.randrange(100, 40000)
+                                  for _ in range(rng.randint(3, longest))]}
             for _ in range(n)]
 
 

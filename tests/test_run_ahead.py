@@ -5,8 +5,6 @@ batches (a run-ahead step is either the scheduled step or dropped), request by r
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from edge_llm import LLM, SamplingParams
@@ -14,13 +12,12 @@ from edge_llm.engine.scheduler_ahead import ahead_matches, plan_ahead
 from edge_llm.engine.scheduler_output import ScheduledSeq, SchedulerOutput
 from tests.engine_fixtures import demo_dir, tiny_dir  # noqa: F401
 from tests.test_async_output import GREEDY, _assert_idle, _fields
+from tests.test_async_output import _prompts as async_prompts
 
 
 def _prompts(n: int, seed: int = 0) -> list[dict]:
     """Prompts of 3-40 tokens (the memory-pressure case caps the model at 128)."""
-    rng = random.Random(seed)
-    return [{"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(rng.randint(3, 40))]}
-            for _ in range(n)]
+    return async_prompts(n, seed, longest=40)
 
 
 def _engine(tiny_dir, ahead: bool, **kw) -> LLM:  # noqa: F811
