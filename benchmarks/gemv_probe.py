@@ -9,7 +9,10 @@ the table gives, as a fraction of copy bandwidth (bytes = packed words + scales 
   * ``loads BNxR``: a kernel that only loads the same words ([R word rows, BN columns] tiles,
     the next tile requested before the current one is used, as the GEMV does) and XORs them;
     ``32x64`` is the GEMV's own tiling, the others the same 8 KB tile wider and shorter;
-  * ``stream``: each program reads one contiguous run of the words (the layout-free floor).
+  * ``stream``: each program reads one contiguous run of the words (the layout-free floor);
+  * ``cublas``: fp16 cuBLAS on the same shape (fp16 bytes); ``auto x``: the dispatched kernel's
+    speed-up over it; ``ceiling x``: the speed-up of a kernel that read all the 4-bit bytes
+    (words, scales, zeros) at the best loads-only / stream rate, i.e. with no arithmetic.
 If ``loads 32x64`` is near ``stream`` and far above ``auto``, the arithmetic is the limit;
 if it sits near ``auto``, the access pattern is.
 
@@ -100,6 +103,14 @@ def probe_gemv(dev, copy_bw: float, log) -> list[dict]:
         us = time_op(lambda i, xs=xs, sets=sets: w4a16_matmul(xs[i], *sets[i], 128), n_rot,
                      False)
         row["auto"] = all_bytes / (us * 1e-6) / copy_bw
+        auto_us = us
+        w_rot = min(rotations(2 * k * n), n_rot)
+        ws = [torch.randn(k, n, device=dev, dtype=torch.float16) for _ in range(w_rot)]
+        us = time_op(lambda i, xs=xs, ws=ws: xs[i] @ ws[i], w_rot, False)
+        row["cublas"] = 2 * k * n / (us * 1e-6) / copy_bw
+        row["auto x"] = us / auto_us
+        cublas_us = us
+        del ws
         rows_total = k // 8
         for bn, r in ((32, 64), (64, 32), (128, 16), (256, 8), (32, 128), (64, 64)):
             tiles = triton.cdiv(n, bn)
@@ -124,6 +135,10 @@ def probe_gemv(dev, copy_bw: float, log) -> list[dict]:
                 _stream_kernel[(grid,)](sets[i][0], res, per, total, BLOCK=block, num_warps=4)
             us = time_op(stream, n_rot, False)
             row[f"stream p{grid} b{block}"] = word_bytes / (us * 1e-6) / copy_bw
+        # the speed-up over cuBLAS of a kernel reading all the 4-bit bytes at the best rate
+        # a loads-only / streaming kernel reached: what no arithmetic on top can beat
+        best = max(val for key, val in row.items() if key.startswith(("loads", "stream")))
+        row["ceiling x"] = cublas_us / (all_bytes / (best * copy_bw) * 1e6)
         log(" | ".join([f"{name:8s}"] + [f"{key} {val:.2f}" for key, val in row.items()
                                            if isinstance(val, float)]))
         out.append(row)

@@ -1,10 +1,7 @@
-# Written in session 23, NOT run there (device time spent). (1) Plane-packed words per kernel
-# under DISABLE_MMA_V3=1 (mma.sync, the 4090's kind of code) at 3-64 rows, against standard
-# words with the dispatch (session 23 measured packed words on mma.sync end to end only:
-# decode b4/b16/b32 1.11x/1.08x/1.07x). (2) The offline scenario with packed words against
-# not, interleaved twice (call 8's 4,831 tok/s against call 2's 4,975 were one run each).
-# (3) On wgmma, packed words at 24-64 rows: the joined tile with its columns in plane order
-# (``joined pm``, no copy of x) against the dispatch (plane dots to 48, joined + copy at 64).
+# Session 24, call 1: session 23's gpu_call75.sh (never run: plane-packed words per kernel
+# under DISABLE_MMA_V3=1 at 3-64 rows; offline packed against not, interleaved twice; on wgmma
+# the joined tile with its columns in plane order at 24-64 rows), then gemv_probe.py with
+# fp16 cuBLAS beside the loads-only ceiling (session 14 measured it at 3.0-3.35x).
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 M=3,4,8,16,24,32,48,64
@@ -19,3 +16,5 @@ for run in packed1 std1 packed2 std2; do
 done
 timeout 150 python3 benchmarks/gemv_sweep.py --ms 24,32,48,64 --planes --out $OUT/pm > $OUT/pm.log 2>&1
 grep -E "^M=" $OUT/pm.log | cut -c1-220
+timeout 150 python3 benchmarks/gemv_probe.py --out $OUT/probe > $OUT/probe.log 2>&1
+grep -vE "^decode" $OUT/probe.log | cut -c1-400
