@@ -124,24 +124,30 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
                            min_k_tiles=1)
-    if fp16 and m <= 64 and planes_ok and (mma_sync or (planes_packed and m <= 48)):
+    if fp16 and m <= 64 and planes_ok and (mma_sync or (planes_packed and m <= 32)):
         # session 22 (BENCHMARKS.md), DISABLE_MMA_V3=1: at 17-64 rows the plane dots over x
         # copied into plane order beat the "dot" kernel below on 31 of 32 shape/row cells:
         # geomean 0.92 / 0.88 / 0.67 / 0.59x fp16 cuBLAS at 24 / 32 / 48 / 64 rows against
         # 0.79 / 0.78 / 0.49 / 0.48x (x split in registers: 0.38x at 64, register-bound).
         # wgmma, plane-packed words (no copy; session 23): 1.19 / 1.11 / 0.79x at 24 / 32 /
-        # 48 rows against 0.96 / 0.95 / 0.77x for the joined tile fed a copy of x; at 64 rows
-        # the joined tile + copy below wins (0.75 against 0.67x)
+        # 48 rows against 0.96 / 0.95 / 0.77x for the joined tile fed a copy of x; above 32
+        # rows the joined tile below with its columns in plane order wins (session 24: 0.86 /
+        # 0.84x at 48 / 64 rows against 0.78x for the plane dots, 0.77 / 0.75x + copy). On
+        # mma.sync the plane dots win at every row count (session 24: 0.74 / 0.66x at 48 / 64
+        # rows against 0.50 / 0.49x for that tile; standard words 0.67 / 0.59x)
         return W4A16Config("swap", 32 if m <= 32 else 64, 64, 128, split_k=0, num_warps=4,
                            num_stages=3, fp16_planes=True, nibble_dots=True, x_planes=True,
                            fused_reduce=False, waves=2, min_k_tiles=4)
     if fp16 and m <= 64 and not mma_sync:
         # the weights as the MMA's left operand, from registers (kernels/w4a16_swap.py):
         # session 13's sweep, geomean over the eight 7B shapes against the paths it replaced:
-        # 1.26 vs 1.10x at 4 rows (gemv16), 1.23 vs 0.95x at 16, 0.85 vs 0.77x at 64 (dot)
+        # 1.26 vs 1.10x at 4 rows (gemv16), 1.23 vs 0.95x at 16, 0.85 vs 0.77x at 64 (dot).
+        # On plane-packed words (33-64 rows here) its columns follow the words' plane order,
+        # so it reads x as it is (no copy)
         bm = min(64, max(16, triton.next_power_of_2(m)))
         return W4A16Config("swap", bm, 64, 128, split_k=0, num_warps=4, num_stages=3,
-                           fused_reduce=m <= 16, fp16_planes=True)
+                           fused_reduce=m <= 16, fp16_planes=True,
+                           plane_major=planes_packed and planes_ok)
     if half and m <= 4:  # 1.13x geomean at M = 4, the old nibble-plane dots 0.92x
         return W4A16Config("gemv16", block_n=32, block_k=256, split_k=0, num_warps=4, rows=m,
                            chain4=True, waves=2, min_k_tiles=2)

@@ -262,15 +262,16 @@ def case_w4a16_planes_packed():
     _check_w4(2, 512, 64, 128, torch.float16, C("gemv16", rows=2, block_n=64, block_k=256,
                                                 split_k=0, chain4=True, min_k_tiles=1),
               planes=True)  # K tiles of two plane tiles
-    for m, mma_sync in ((3, False), (16, False), (24, True), (40, True)):
+    for m, mma_sync in ((3, False), (16, False), (24, True), (40, True), (40, False)):
         cfg = pick_config(m, 64, 512, 128, 4, fp16=True, mma_sync=mma_sync,
                           planes_packed=True)
-        assert cfg.x_planes and cfg.block_k == 128, cfg
+        # the plane dots, or (wgmma, 33-64 rows) the joined tile in plane order
+        assert (cfg.x_planes or cfg.plane_major) and cfg.block_k == 128, cfg
         _check_w4(m, 512, 64, 128, torch.float16, cfg, planes=True,
                   lead=(2,) if m == 3 else ())
     _check_w4(70, 256, 48, 128, torch.float32, planes=True)  # dequantize + matmul
     _check_w4(20, 512, 64, 128, torch.float16, C("swap", 32, 64, 128, fp16_planes=True),
-              planes=True)  # joined tile, the wgmma choice at 49-64 rows (a copy of x)
+              planes=True)  # joined tile in k order, fed a copy of x (not dispatched)
     for split in (1, 2):  # ... with its columns in plane order: x as it is
         _check_w4(40, 512, 80, 128, torch.float16, C("swap", 64, 64, 128, split_k=split,
                                                      fp16_planes=True, plane_major=True),

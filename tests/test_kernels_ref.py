@@ -132,6 +132,29 @@ def test_swap_dispatch_follows_the_mma_kind():
     assert not w4.pick_config(4, 22016, 4096, 128, 132, fp16=False).x_planes
 
 
+def test_plane_packed_dispatch():
+    """Plane-packed words (sessions 23-24): the plane dots reading x as it is at 3-32 rows on
+    both MMA kinds and at 33-64 on mma.sync; on wgmma at 33-64 the joined tile with its
+    columns in plane order; above 64 rows dequantize + cuBLAS."""
+    for mma_sync in (False, True):
+        for m, bm in ((3, 16), (16, 16), (17, 32), (32, 32)):
+            cfg = w4.pick_config(m, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync,
+                                 planes_packed=True)
+            assert (cfg.kind, cfg.nibble_dots, cfg.x_planes, cfg.block_m) == (
+                "swap", True, True, bm), (m, mma_sync, cfg)
+        for m in (33, 48, 64):
+            cfg = w4.pick_config(m, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync,
+                                 planes_packed=True)
+            assert (cfg.kind, cfg.block_m, cfg.block_k, cfg.fp16_planes) == (
+                "swap", 64, 128, True)
+            assert (cfg.nibble_dots, cfg.x_planes, cfg.plane_major) == (
+                (True, True, False) if mma_sync else (False, False, True)), (m, mma_sync, cfg)
+            std = w4.pick_config(m, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync)
+            assert not std.plane_major
+        assert w4.pick_config(65, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync,
+                              planes_packed=True).kind == "dequant"
+
+
 def test_plane_dot_options_are_checked():
     x = torch.randn(4, 320).half()
     qw = torch.zeros(40, 16, dtype=torch.int32)
