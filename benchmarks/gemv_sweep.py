@@ -147,6 +147,31 @@ def variants_planes(m: int):
     return out
 
 
+def variants_pm(m: int):
+    """Session 24 (``--pm``, plane-packed words): launch choices of the joined swap tile with
+    its columns in plane order around the one dispatched on wgmma at 33-64 rows (BN 64, 4
+    warps, 3 stages, 2 waves), and at 65-256 rows, where dequantize + cuBLAS serves."""
+    from edge_llm.kernels.w4a16 import W4A16Config as C
+
+    out = {}
+    if m > 128:  # call 6: row tiles of 128 or 256 (the MMA's widest N), 4 / 8 warps
+        grid = [(bm, bn, w, st, v, 4) for bm in (128, 256) for bn in (32, 64)
+                for w in (4, 8) for st in (2, 3) for v in (1, 2)
+                if not (bm == 256 and w == 4)]
+    else:
+        bm = min(128, max(16, 1 << (m - 1).bit_length()))
+        grid = [(bm, bn, w, st, v, k) for bn, w, st, v, k in (
+            (64, 4, 3, 2, 4), (64, 4, 4, 2, 4), (64, 4, 2, 2, 4), (128, 8, 3, 2, 4),
+            (128, 4, 3, 2, 4), (64, 4, 3, 1, 4), (64, 4, 3, 4, 4), (64, 4, 3, 2, 8),
+            (64, 8, 3, 2, 4), (32, 4, 3, 2, 4), (32, 4, 3, 1, 4), (64, 4, 3, 1, 1))]
+    for bm, bn, warps, st, waves, min_k in grid:
+        out[f"pm bm{bm} bn{bn} w{warps} st{st} v{waves} k{min_k}"] = C(
+            "swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=st,
+            fused_reduce=m <= 16, fp16_planes=True, plane_major=True, waves=waves,
+            min_k_tiles=min_k)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -158,6 +183,8 @@ def main() -> int:
     ap.add_argument("--planes", action="store_true",
                     help="plane-packed words (pack_planes_ref; planes_packed=True), the "
                          "reference on the standard words; variants_planes")
+    ap.add_argument("--pm", action="store_true",
+                    help="with --planes: variants_pm instead of variants_planes")
     ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"),
                     help="no GPU: draw the dispatched speed-ups of a saved run and exit")
     args = ap.parse_args()
@@ -210,7 +237,8 @@ def main() -> int:
                        auto=str(pick_config(m, n, k, gs, 132, fp16=dt == torch.float16,
                                             planes_packed=args.planes)),
                        res={})
-            pool = variants_planes(m) if args.planes else variants(m, n)
+            pool = (variants_pm(m) if args.pm else variants_planes(m)) if args.planes \
+                else variants(m, n)
             chosen = [(v, c) for v, c in pool.items()
                       if not args.only or v.startswith(tuple(args.only.split(",")))]
             for vname, cfg in [("auto", None)] + chosen:

@@ -23,8 +23,13 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
   * fp16 activations, M 3..64: "swap" (kernels/w4a16_swap.py), out^T = W^T x^T with the
     dequantized PTX planes joined in registers as the MMA's left operand. Where dots
     compile for mma.sync (sm_8x: the 3090/4090), M 3..16 takes eight plane dots instead,
-    x's tile split into its planes in registers, and M 17..64 the "dot" kernel below; on
-    Hopper, M 3..16 at N >= 16,384 takes the plane dots over a copy of x in plane order.
+    x's tile split into its planes in registers, and M 17..64 the plane dots over x copied
+    into plane order; on Hopper, M 3..16 at N >= 16,384 takes the plane dots over such a
+    copy.
+  * plane-packed words (``planes_packed``, pack_planes_ref: the loader's default for fp16
+    with groups of 128k), fp16 x: the plane dots read x as it is at 3..32 rows (3..64 on
+    mma.sync); on Hopper the joined tile with its columns in plane order serves 33..64,
+    and 65..128 over 128-row tiles for weights of >= 16M (else dequantize + cuBLAS).
   * fp16 activations at M <= 2, bf16 at M <= 4: "gemv16" (kernels/w4a16_gemv.py), words
     turned into fp16 pairs by inline PTX and shared by up to four activation rows per
     program (it serves any M <= 16 when asked). At 1-2 rows K is split for about 2.5
@@ -40,7 +45,8 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
     activations the unpacking is the inline-PTX planes of w4a16_planes.py joined into it.
   * both split K over a third grid axis when the (M, N) tiles alone cannot fill the GPU; the
     fp32 partial sums [SPLIT, M, N] are added by a small reduce kernel.
-  * M > 64: dequantize W to the activation dtype (one Triton pass) and torch.matmul (cuBLAS).
+  * M > 64 (but see plane-packed words): dequantize W to the activation dtype (one Triton
+    pass) and torch.matmul (cuBLAS).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class W4A16Config:
     plane_major: bool = False  # fp16_planes without nibble_dots: tile rows in plane order
     # (x read in that column order) instead of k order; measured slower on "dot" (session
     # 12). On the joined "swap" tile: plane-packed words only, whose plane order is x's
-    # natural order (no copy of x; unmeasured, session 23)
+    # natural order (no copy of x; dispatched on wgmma at 33-64 rows, session 24)
     x_planes: bool = False  # "swap" with nibble_dots: x copied with the columns of each K tile
     # in plane order first (w4a16_swap.plane_order), so each plane dot reads one contiguous
     # slice of x (needs K a multiple of block_k)
@@ -148,6 +148,17 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         return W4A16Config("swap", bm, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fused_reduce=m <= 16, fp16_planes=True,
                            plane_major=planes_packed and planes_ok)
+    if (fp16 and planes_packed and planes_ok and not mma_sync and 64 < m <= 128
+            and n * k >= 1 << 24):
+        # session 24, wgmma, plane-packed words: the joined tile in plane order over row
+        # tiles of 128 beats dequantize + cuBLAS at 65-128 rows on the six >= 16M-weight
+        # shapes (geomean of the 8: 0.61 / 0.57x fp16 cuBLAS at 96 / 128 rows against 0.51 /
+        # 0.49x; per shape e.g. Llama-2 down 0.74 / 0.71x against 0.50 / 0.49x) and loses on
+        # Qwen2.5's 13-16M q/k/v and o (0.46-0.52x against 0.57-0.60x at 128). Above 128
+        # rows dequantize + cuBLAS wins (0.51 / 0.57x at 160 / 256 against 0.39 / 0.47x)
+        return W4A16Config("swap", 128, 64, 128, split_k=0, num_warps=4, num_stages=3,
+                           fused_reduce=False, fp16_planes=True, plane_major=True, waves=1,
+                           min_k_tiles=4)
     if half and m <= 4:  # 1.13x geomean at M = 4, the old nibble-plane dots 0.92x
         return W4A16Config("gemv16", block_n=32, block_k=256, split_k=0, num_warps=4, rows=m,
                            chain4=True, waves=2, min_k_tiles=2)

@@ -369,7 +369,7 @@ for k, n in ((4096, 12288), (11008, 4096), (3584, 37888)):
     z = torch.randint(0, 16, (k // gs, n), device=dev).half()
     w = w4.dequantize_w4a16_ref(qw, s, z, gs)
     words = w4.pack_planes_ref(qw)
-    for m in (1, 2, 3, 8, 16, 24, 48, 64, 65, 256):
+    for m in (1, 2, 3, 8, 16, 24, 48, 64, 65, 128, 256):
         x = torch.randn(m, k, device=dev, dtype=torch.float16)
         ref = x.float() @ w
         for zeros_int in (True, False):

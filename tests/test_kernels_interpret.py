@@ -276,6 +276,10 @@ def case_w4a16_planes_packed():
         _check_w4(40, 512, 80, 128, torch.float16, C("swap", 64, 64, 128, split_k=split,
                                                      fp16_planes=True, plane_major=True),
                   planes=True)
+    _check_w4(70, 256, 64, 128, torch.float16, C("swap", 128, 64, 128, split_k=0, waves=1,
+                                                 min_k_tiles=1, fused_reduce=False,
+                                                 fp16_planes=True, plane_major=True),
+              planes=True)  # the Hopper choice at 65-128 rows: 128-row tiles, a row masked
     _check_w4(5, 256, 64, 128, torch.float16, C("dot", 16, 64, 128, fp16_planes=True),
               planes=True)
     _check_w4(1, 256, 64, 128, torch.float32, C("gemv", block_n=64, block_k=128),

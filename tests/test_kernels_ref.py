@@ -135,7 +135,8 @@ def test_swap_dispatch_follows_the_mma_kind():
 def test_plane_packed_dispatch():
     """Plane-packed words (sessions 23-24): the plane dots reading x as it is at 3-32 rows on
     both MMA kinds and at 33-64 on mma.sync; on wgmma at 33-64 the joined tile with its
-    columns in plane order; above 64 rows dequantize + cuBLAS."""
+    columns in plane order, and at 65-128 the same over 128-row tiles for >= 16M weights;
+    else above 64 rows dequantize + cuBLAS."""
     for mma_sync in (False, True):
         for m, bm in ((3, 16), (16, 16), (17, 32), (32, 32)):
             cfg = w4.pick_config(m, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync,
@@ -151,8 +152,15 @@ def test_plane_packed_dispatch():
                 (True, True, False) if mma_sync else (False, False, True)), (m, mma_sync, cfg)
             std = w4.pick_config(m, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync)
             assert not std.plane_major
-        assert w4.pick_config(65, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync,
-                              planes_packed=True).kind == "dequant"
+        for m, n, k in ((65, 4096, 4096), (128, 12288, 4096), (129, 4096, 4096),
+                        (96, 4608, 3584)):
+            cfg = w4.pick_config(m, n, k, 128, 132, fp16=True, mma_sync=mma_sync,
+                                 planes_packed=True)
+            # wgmma, 65-128 rows, >= 16M weights: the joined tile in plane order, 128 rows
+            joined = not mma_sync and m <= 128 and n * k >= 1 << 24
+            assert (cfg.kind, cfg.block_m, cfg.plane_major) == (
+                ("swap", 128, True) if joined else ("dequant", cfg.block_m, False)), (m, n, k)
+        assert w4.pick_config(96, 4096, 4096, 128, 132, fp16=True).kind == "dequant"
 
 
 def test_plane_dot_options_are_checked():
