@@ -20,8 +20,9 @@ logger = logging.getLogger(__name__)
 
 # prefill token counts that reach every W4A16 launch variant before the first request
 # (kernels/w4a16_config.py: 1-4 rows on the fp16x2 path, tl.dot tiles of 16/32/64 rows,
-# dequantize + cuBLAS above 64); the kernels do not specialise on the row count itself
-WARMUP_TOKENS = (1, 2, 3, 4, 5, 17, 33, 65)
+# 128-row tiles at 65-128 on Hopper with plane-packed words, dequantize + cuBLAS above);
+# the kernels do not specialise on the row count itself
+WARMUP_TOKENS = (1, 2, 3, 4, 5, 17, 33, 65, 129)
 
 
 @torch.inference_mode()
