@@ -24,7 +24,8 @@ def last_compiled(jit_fn):
 
 def main() -> int:
     from edge_llm.kernels.w4a16 import W4A16Config as C
-    from edge_llm.kernels.w4a16 import _w4a16_dot_kernel, w4a16_matmul
+    from edge_llm.kernels.w4a16 import w4a16_matmul
+    from edge_llm.kernels.w4a16_dot import _w4a16_dot_kernel
     from edge_llm.kernels.w4a16_swap import _w4a16_swap_kernel
 
     dev = torch.device("cuda")

@@ -36,7 +36,8 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
     programs per multiprocessor (the per-shape best on the H200). fp16 with groups of a
     multiple of 128: K tiles of one group, loads staged through shared memory (cp.async)
     and, when the caller vouches for integer zero points, the zeros folded into the PTX.
-  * fp32 activations (the interpreter's tests), M == 1, GEMV: no tensor cores; works on the
+  * fp32 activations (the interpreter's tests), M == 1, "gemv" (kernels/w4a16_dot.py, as
+    "dot" below): no tensor cores; works on the
     packed [BK/8, BN] tile nibble by nibble (no reshape), accumulating in a 2-D fp32 register
     tile reduced once at the end.
   * fp32, M 2..4: tl.dot on each nibble plane (eight K = BK/8 dots), BLOCK_M 16.
@@ -55,22 +56,14 @@ import os
 
 import torch
 import triton
-import triton.language as tl
 
 from .device import dots_from_registers, num_sms
 from .splitk import counters as splitk_counters
-from .splitk import reduce_partials, sum_if_last
+from .splitk import reduce_partials
 from .w4a16_config import W4A16Config, auto_split, pick_config
-from .w4a16_dequant import _nibble_f32, dequantize_w4a16
+from .w4a16_dequant import dequantize_w4a16
+from .w4a16_dot import launch_dot, launch_gemv
 from .w4a16_gemv import launch_gemv16
-from .w4a16_planes import (
-    join_planes,
-    joined_cols,
-    plane_dot,
-    planes_asm,
-    planes_emulated,
-    scale_pairs,
-)
 from .w4a16_ref import (  # noqa: F401 - the references are part of this module's API
     PACK,
     PLANE_TILE,
@@ -83,212 +76,6 @@ from .w4a16_ref import (  # noqa: F401 - the references are part of this module'
     w4a16_matmul_ref,
 )
 from .w4a16_swap import launch_swap, plane_order
-
-# --------------------------------------------------------------------------- Triton kernels
-
-
-@triton.jit
-def _nibble_f32_scaled(packed, hi, j: tl.constexpr):
-    """q_j * 16**(j % 5) as fp32 with one LOP3 and one FADD (no shift per nibble).
-
-    The nibble is masked in place, so the fp32 2**23 + q * 16**p stays exact while the
-    nibble stays below bit 23 (j <= 4); nibbles 5..7 sit at positions 0..2 of ``hi`` =
-    packed >> 20. The caller folds 16**-(j % 5) into x.
-    """
-    src = packed if j < 5 else hi
-    bits = (src & (0xF << (4 * (j % 5)))) | 0x4B000000
-    return bits.to(tl.float32, bitcast=True) - 8388608.0
-
-
-@triton.jit
-def _unpack_tile(packed, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_K // 8, BLOCK_N] int32 words -> [BLOCK_K, BLOCK_N] fp32 values in k order."""
-    shifts = tl.arange(0, 8) * 4
-    bits = ((packed[:, None, :] >> shifts[None, :, None]) & 0xF) | 0x4B000000  # (BK8, 8, BN)
-    q = bits.to(tl.float32, bitcast=True) - 8388608.0
-    return tl.reshape(q, (BLOCK_K, BLOCK_N))  # row 8r + j = nibble j of word row r
-
-
-@triton.jit
-def _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg, stride_zg,
-                ONE_GROUP: tl.constexpr):
-    """scales and zeros*scales for word rows ``rows`` (k // 8 per k also works: gs % 8 == 0).
-
-    ONE_GROUP: the whole K tile lies in one group, so one [1, BN] row serves every word.
-    Returns ([1 or BK8, BN] fp32, same shape): s and z * s.
-    """
-    if ONE_GROUP:
-        g = k0 // group_size
-        # 2-D [1, BN] loads land in the packed tile's layout (a 1-D load would be shuffled)
-        s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=n_mask[None, :], other=0.0)
-        z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=n_mask[None, :], other=0.0)
-        s_out = s.to(tl.float32)
-        zs_out = z.to(tl.float32) * s_out
-    else:
-        g = (rows * 8) // group_size  # (BK8,)
-        mask = (rows[:, None] < K // 8) & n_mask[None, :]
-        s = tl.load(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask=mask, other=0.0)
-        z = tl.load(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask=mask, other=0.0)
-        s_out = s.to(tl.float32)
-        zs_out = z.to(tl.float32) * s_out
-    return s_out, zs_out
-
-
-@triton.jit
-def _gemv_tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, group_size,
-                     stride_qk, stride_sg, stride_zg):
-    """Packed words, scales and zeros of word rows ``rows`` ([BK8, BN] each; rows >= r_end
-    are masked off). Per-row scales even when the tile lies in one group: [BK8, BN] loads
-    share the packed tile's register layout, where a [1, BN] row costs a shuffle per tile."""
-    mask = (rows < r_end)[:, None] & n_mask[None, :]
-    packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :], mask=mask, other=0)
-    g = (rows * 8) // group_size  # (BK8,)
-    s = tl.load(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask=mask, other=0.0)
-    z = tl.load(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask=mask, other=0.0)
-    return packed, s, z
-
-
-@triton.jit
-def _w4a16_gemv_kernel(
-    x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr,
-    N, K, k_per_split, group_size,
-    stride_xk, stride_qk, stride_sg, stride_zg, stride_os,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    """One activation row: out[pid_k, n] = sum over this split's k of x[k] * W[k, n].
-
-    Works on the packed tile [BK8, BN] directly (no reshape, so no layout shuffles): word row
-    r holds k = k0 + 8r + j in nibble j, all in one group, so
-    sum_j x[k] W[k, n] = s[r, n] * sum_j q_j[r, n] x_j[r] - (z s)[r, n] * sum_j x_j[r].
-    The next tile's words and scales are loaded before this tile is computed (register
-    double buffering: in a plain range loop Triton's pipeliner stages only loads that feed a
-    tl.dot; tl.range(num_stages=) would stage them, see kernels/w4a16_gemv.py PIPE).
-    """
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-    k_lo = pid_k * k_per_split
-    k_hi = tl.minimum(K, k_lo + k_per_split)
-    r_end = k_hi // 8
-    rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)  # (BK8,) word rows of the current tile
-    packed, s_raw, z_raw = _gemv_tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask,
-                                            group_size, stride_qk, stride_sg, stride_zg)
-    acc = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
-    for _ in range(k_lo, k_hi, BLOCK_K):
-        nxt = rows + BLOCK_K // 8
-        packed_n, s_n, z_n = _gemv_tile_loads(qw_ptr, s_ptr, z_ptr, nxt, r_end, offs_n, n_mask,
-                                              group_size, stride_qk, stride_sg, stride_zg)
-        r_mask = rows < r_end
-        dot = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
-        xsum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
-        hi = packed >> 20
-        for j in tl.static_range(8):
-            xj = tl.load(x_ptr + (rows * 8 + j) * stride_xk, mask=r_mask, other=0.0)
-            xj = xj.to(tl.float32)
-            xsum += xj
-            xj = xj * (1.0 / (16 ** (j % 5)))  # exact power of two
-            dot += _nibble_f32_scaled(packed, hi, j) * xj[:, None]
-        s = s_raw.to(tl.float32)
-        acc += dot * s - (z_raw.to(tl.float32) * s) * xsum[:, None]
-        packed, s_raw, z_raw, rows = packed_n, s_n, z_n, nxt
-    y = tl.sum(acc, axis=0)
-    tl.store(out_ptr + pid_k * stride_os + offs_n, y.to(out_ptr.dtype.element_ty), mask=n_mask)
-
-
-@triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
-def _w4a16_dot_kernel(
-    x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
-    M, N, K, k_per_split, group_size, split,
-    stride_xm, stride_xk, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    ONE_GROUP: tl.constexpr, NIBBLE_DOTS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr, FP16_PLANES: tl.constexpr,
-    USE_ASM: tl.constexpr, PLANE_MAJOR: tl.constexpr,
-):
-    """out[pid_k, m, n] = sum over this split's k of x[m, k] * W[k, n] via tl.dot.
-
-    Default: unpack the tile to [BLOCK_K, BLOCK_N] in k order and issue one tl.dot.
-    NIBBLE_DOTS: consume it nibble by nibble instead, dot j multiplying x[:, k0 + 8r + j]
-    (BM, BK8) by W[k0 + 8r + j, :] (BK8, BN): each plane keeps the packed tile's register
-    layout, at the price of eight K=BK8 dots (BLOCK_K >= 128 so BK8 >= 16). FP16_PLANES
-    (with NIBBLE_DOTS, fp16 x): the planes come from inline PTX in fp16 (w4a16_planes.py;
-    USE_ASM=False: its plain-Triton twin). FP16_PLANES without NIBBLE_DOTS: the planes are
-    joined into one [BK, BN] tile for one dot (PLANE_MAJOR: in plane order, with x's columns
-    read in the same order).
-    REDUCE: ``out`` holds fp32 partials and the last program of each (m, n) tile writes
-    their sum to ``final`` (kernels/splitk.py).
-    """
-    pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_p = tl.arange(0, BLOCK_K // 8)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
-    k_lo = pid_k * k_per_split
-    k_hi = tl.minimum(K, k_lo + k_per_split)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        rows = k0 // 8 + offs_p  # (BK8,)
-        r_mask = rows < K // 8
-        packed = tl.load(qw_ptr + rows[:, None] * stride_qk + offs_n[None, :],
-                         mask=r_mask[:, None] & n_mask[None, :], other=0)
-        if NIBBLE_DOTS:
-            s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
-                                stride_sg, stride_zg, ONE_GROUP)
-            if FP16_PLANES:
-                ss, nzs = scale_pairs(s, zs)
-                if USE_ASM:
-                    w0, w1, w2, w3, w4, w5, w6, w7 = planes_asm(packed, ss, nzs)
-                else:
-                    w0, w1, w2, w3, w4, w5, w6, w7 = planes_emulated(packed, ss, nzs)
-                args = (x_ptr, offs_m, rows)
-                masks = (m_mask, r_mask, stride_xm, stride_xk)
-                acc = plane_dot(acc, *args, 0, *masks, w0, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 1, *masks, w1, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 2, *masks, w2, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 3, *masks, w3, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 4, *masks, w4, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 5, *masks, w5, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 6, *masks, w6, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 7, *masks, w7, DOT_PRECISION)
-            else:
-                for j in tl.static_range(8):
-                    xj = tl.load(x_ptr + offs_m[:, None] * stride_xm
-                                 + (rows * 8 + j)[None, :] * stride_xk,
-                                 mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
-                    wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
-                    acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
-        elif FP16_PLANES:  # the eight fp16 planes joined into one K = BK tile
-            s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
-                                stride_sg, stride_zg, ONE_GROUP)
-            ss, nzs = scale_pairs(s, zs)
-            if USE_ASM:
-                w0, w1, w2, w3, w4, w5, w6, w7 = planes_asm(packed, ss, nzs)
-            else:
-                w0, w1, w2, w3, w4, w5, w6, w7 = planes_emulated(packed, ss, nzs)
-            w = join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K, BLOCK_N, PLANE_MAJOR)
-            cols = joined_cols(k0, BLOCK_K, PLANE_MAJOR)
-            xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xk,
-                         mask=m_mask[:, None] & (cols[None, :] < K), other=0.0)  # (BM, BK)
-            acc = tl.dot(xt, w, acc, input_precision=DOT_PRECISION)
-        else:
-            cols = k0 + tl.arange(0, BLOCK_K)
-            xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xk,
-                         mask=m_mask[:, None] & (cols[None, :] < K), other=0.0)  # (BM, BK)
-            s, zs = _scale_rows(s_ptr, z_ptr, k0, cols // 8, offs_n, n_mask, K, group_size,
-                                stride_sg, stride_zg, ONE_GROUP)  # (1 or BK, BN)
-            w = (_unpack_tile(packed, BLOCK_K, BLOCK_N) * s - zs).to(xt.dtype)  # (BK, BN)
-            acc = tl.dot(xt, w, acc, input_precision=DOT_PRECISION)
-    out = out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :]
-    mask = m_mask[:, None] & n_mask[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    if REDUCE:
-        sum_if_last(cnt_ptr, pid_n * tl.num_programs(0) + pid_m, split, out_ptr, final_ptr,
-                    offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
-
 
 # --------------------------------------------------------------------------- host side
 
@@ -405,23 +192,12 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                     num_stages=cfg.num_stages, x_planes=cfg.x_planes,
                     x_split=cfg.x_split, plane_major=cfg.plane_major and not cfg.nibble_dots)
     elif cfg.kind == "gemv":
-        _w4a16_gemv_kernel[(n_tiles, split)](
-            x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,
-            x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
-            target.stride(0), BLOCK_N=cfg.block_n, BLOCK_K=block_k,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        launch_gemv(x2, qweight, scales, zeros, target, group_size, cfg.block_n, block_k,
+                    k_per_split, split, cfg.num_warps, cfg.num_stages)
     else:
-        precision = "ieee" if x2.dtype == torch.float32 else "tf32"
-        _w4a16_dot_kernel[(m_tiles, n_tiles, split)](
-            x2, qweight, scales, zeros, target, final, target if cnt is None else cnt,
-            m, n, k, k_per_split, group_size, split,
-            x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
-            target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
-            BLOCK_N=cfg.block_n, BLOCK_K=block_k, ONE_GROUP=one_group,
-            NIBBLE_DOTS=cfg.nibble_dots, DOT_PRECISION=precision, REDUCE=cnt is not None,
-            FP16_PLANES=cfg.fp16_planes and x2.dtype == torch.float16,
-            USE_ASM=not _interpreting(), PLANE_MAJOR=cfg.plane_major,
-            SPLIT_P2=triton.next_power_of_2(split) if cnt is not None else 1,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        launch_dot(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,
+                   cfg.block_n, block_k, k_per_split, split, one_group, cfg.nibble_dots,
+                   cfg.fp16_planes, cfg.plane_major, not _interpreting(), cfg.num_warps,
+                   cfg.num_stages)
     if split > 1 and cnt is None:
         reduce_partials(target, out)
