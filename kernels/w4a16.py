@@ -41,7 +41,8 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
     packed [BK/8, BN] tile nibble by nibble (no reshape), accumulating in a 2-D fp32 register
     tile reduced once at the end.
   * fp32, M 2..4: tl.dot on each nibble plane (eight K = BK/8 dots), BLOCK_M 16.
-  * bf16 M 5..64 (fp16 on mma.sync GPUs at 17..64): the tile unpacked to [BK, BN] in k
+  * bf16 M 5..64 (fp16 on mma.sync GPUs at 17..64 where K or the group size is not a
+    multiple of 128): the tile unpacked to [BK, BN] in k
     order, one tl.dot (BLOCK_K kept inside a group so scales are one [1, BN] row); with fp16
     activations the unpacking is the inline-PTX planes of w4a16_planes.py joined into it.
   * both split K over a third grid axis when the (M, N) tiles alone cannot fill the GPU; the
