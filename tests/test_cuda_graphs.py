@@ -16,10 +16,12 @@ from edge_llm import LLM, CompletionOutput, SamplingParams
 from edge_llm.engine.cuda_graphs import (
     DecodeGraphs,
     capture_sizes,
+    capture_stats,
     decode_inputs,
     describe_sizes,
     is_decode_step,
     padded_size,
+    release_graphs,
 )
 from tests.helpers import save_hf_checkpoint, tiny_hf_model
 
@@ -256,3 +258,33 @@ def test_metrics_export_the_capture():
     assert 'edge_llm:cuda_graph_capture_seconds{model_name="m"} 1.5' in text
     line = next(x for x in text.splitlines() if x.startswith("edge_llm:cuda_graph_memory_bytes{"))
     assert float(line.split()[-1]) == 96 << 20
+
+
+def test_capture_stats_and_release(monkeypatch):
+    """The accounting both graph sets share (unit, the CUDA calls stubbed): sizes sorted,
+    memory = the drop in free memory plus the static buffers, never negative; release
+    resets every graph and forgets the sizes left for capture on first use."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+    free = [1000]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free[0], 2000))
+
+    class FakeGraph:
+        def __init__(self):
+            self.was_reset = False
+
+        def reset(self):
+            self.was_reset = True
+
+    graphs = {8: FakeGraph(), 1: FakeGraph(), 4: FakeGraph()}
+    buffers = (torch.zeros(10, dtype=torch.int64), torch.zeros(3, 5, dtype=torch.float16))
+    st = capture_stats(graphs, 0.0, 1600, torch.device("cpu"), buffers)
+    assert st.sizes == (1, 4, 8) and st.memory_bytes == 600 + 80 + 30 and st.seconds > 0
+    assert calls == ["sync", "empty"]
+    free[0] = 1700  # more free than before (another process let go): held = buffers only
+    assert capture_stats(graphs, 0.0, 1600, torch.device("cpu"), buffers).memory_bytes == 110
+    lazy = {16, 32}
+    kept = list(graphs.values())
+    release_graphs(graphs, lazy)
+    assert not graphs and not lazy and all(g.was_reset for g in kept)

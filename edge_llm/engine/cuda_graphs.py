@@ -176,6 +176,27 @@ class GraphStats:
     memory_bytes: int = 0
 
 
+def capture_stats(graphs: dict, start: float, free_before: int, device: torch.device,
+                  buffers) -> GraphStats:
+    """GraphStats of a capture that began at ``start`` (perf_counter) with ``free_before``
+    bytes of device memory free: the sizes in ``graphs``, the seconds, and the memory held,
+    the static ``buffers`` (tensors) included."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # the warm-up runs' cached blocks; the pool stays
+    held = sum(t.numel() * t.element_size() for t in buffers)
+    used = max(free_before - torch.cuda.mem_get_info(device)[0], 0) + held
+    return GraphStats(tuple(sorted(graphs)), time.perf_counter() - start, used)
+
+
+def release_graphs(graphs: dict, lazy: set) -> None:
+    """Drop every graph (their pool memory returns on the next ``empty_cache``) and the sizes
+    still waiting for a capture on first use."""
+    for graph in graphs.values():
+        graph.reset()
+    graphs.clear()
+    lazy.clear()
+
+
 class DecodeGraphs:
     """Static decode buffers and the graphs captured over them (layout: module doc).
 
@@ -330,20 +351,13 @@ class DecodeGraphs:
         self._lazy = set(self.sizes) - set(now)
         for bs in reversed(now):
             self._capture_one(bs, pool)
-        torch.cuda.synchronize(dev)
-        torch.cuda.empty_cache()  # the warm-up runs' cached blocks; the pool stays
-        buffers = sum(t.numel() * t.element_size() for t in (
+        return capture_stats(self.graphs, start, free_before, dev, (
             self.input_ids, self.positions, self.slot_mapping, self.seq_lens,
             self.block_tables, self.logits))
-        used = max(free_before - torch.cuda.mem_get_info(dev)[0], 0) + buffers
-        return GraphStats(tuple(sorted(self.graphs)), time.perf_counter() - start, used)
 
     def release(self) -> None:
         """Drop every graph (their pool memory returns on the next ``empty_cache``)."""
-        for graph in self.graphs.values():
-            graph.reset()
-        self.graphs.clear()
-        self._lazy.clear()
+        release_graphs(self.graphs, self._lazy)
 
 
 def describe_sizes(sizes: tuple[int, ...] | list[int]) -> str:

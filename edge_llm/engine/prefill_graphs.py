@@ -51,7 +51,14 @@ import torch
 
 from edge_llm.model.attention_metadata import AttentionMetadata
 
-from .cuda_graphs import GraphStats, capture_graph, padded_size, wants_prompt_logprobs
+from .cuda_graphs import (
+    GraphStats,
+    capture_graph,
+    capture_stats,
+    padded_size,
+    release_graphs,
+    wants_prompt_logprobs,
+)
 
 PREFILL_SIZES = (8, 16, 32, 64)  # padded new-token counts, one graph each
 MIN_TOKENS = 2  # one-token steps are decode steps (cuda_graphs.py)
@@ -227,17 +234,10 @@ class PrefillGraphs:
         if not lazy:
             for t in reversed(self.sizes):
                 self._capture_one(t, self._pool)
-        torch.cuda.synchronize(dev)
-        torch.cuda.empty_cache()
-        buffers = sum(x.numel() * x.element_size() for x in (
+        return capture_stats(self.graphs, start, free_before, dev, (
             self.input_ids, self.positions, self.slot_mapping, self.query_start_loc,
             self.seq_lens, self.block_tables, self.logits))
-        used = max(free_before - torch.cuda.mem_get_info(dev)[0], 0) + buffers
-        return GraphStats(tuple(sorted(self.graphs)), time.perf_counter() - start, used)
 
     def release(self) -> None:
         """Drop every graph (their pool memory returns on the next ``empty_cache``)."""
-        for graph in self.graphs.values():
-            graph.reset()
-        self.graphs.clear()
-        self._lazy.clear()
+        release_graphs(self.graphs, self._lazy)
