@@ -115,3 +115,14 @@ def token_scripts(fake_tokenizer) -> list[list[int]]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def rng():
+    """A random.Random with a fresh seed, printed (shown when the test fails)."""
+    import random
+
+    seed = random.randrange(2**32)
+    print(f"random seed {seed}")
+    return random.Random(seed)
+

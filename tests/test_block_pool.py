@@ -14,13 +14,6 @@ from edge_llm.engine.swap_space import SwapSpace
 from edge_llm.sampling_params import SamplingParams
 
 
-@pytest.fixture
-def rng() -> random.Random:
-    seed = random.randrange(2**32)
-    print(f"random seed {seed}")  # shown when a test fails
-    return random.Random(seed)
-
-
 def rand_tokens(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(1, 32000) for _ in range(n)]
 

@@ -23,14 +23,6 @@ from tests.scheduler_helpers import (
 )
 
 
-@pytest.fixture
-def rng() -> random.Random:
-    seed = random.randrange(2**32)
-    print(f"random seed {seed}")
-    return random.Random(seed)
-
-
-
 def test_chunked_prefill_mixes_with_decodes(rng: random.Random) -> None:
     sched = make(64, block_size=16, max_num_seqs=4, budget=16)
     kv = FakeKV(sched)

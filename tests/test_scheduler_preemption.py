@@ -20,14 +20,6 @@ from tests.scheduler_helpers import (
 )
 
 
-@pytest.fixture
-def rng() -> random.Random:
-    seed = random.randrange(2**32)
-    print(f"random seed {seed}")
-    return random.Random(seed)
-
-
-
 @pytest.mark.parametrize("num_cpu_blocks", [16, 0])  # swap, then recompute
 def test_preemption_when_blocks_run_out(rng: random.Random, num_cpu_blocks: int) -> None:
     reqs = [
