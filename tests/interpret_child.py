@@ -4,7 +4,7 @@ The interpreter must be switched on before Triton is imported, so each interpret
 runs itself as a script (``run_interpreted``) and its ``__main__`` block calls ``run_cases``;
 the parent's tests then read one JSON report: {"seed", "interpret", "results": {case: "ok" or
 a traceback}}. ``list_cases`` lists a module's cases, ``check_case`` is each parent test's
-assertion on the report.
+assertion on the report; ``rel_err`` and ``tolerance`` are the cases' error measure and bound.
 """
 
 from __future__ import annotations
@@ -15,6 +15,24 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+
+FP32_TOL = 1e-4
+FP16_TOL = 1e-2  # fp16 / bf16 outputs
+
+
+def rel_err(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64; a non-finite output fails."""
+    import torch
+
+    out, ref = out.double(), ref.double()
+    assert bool(torch.isfinite(out).all()), "non-finite output"
+    return float((out - ref).norm() / ref.norm())
+
+
+def tolerance(dtype) -> float:
+    import torch
+
+    return FP32_TOL if dtype == torch.float32 else FP16_TOL
 
 
 def list_cases(namespace: dict) -> list[str]:

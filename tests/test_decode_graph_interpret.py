@@ -14,21 +14,26 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import check_case, list_cases, run_cases, run_interpreted
+    from tests.interpret_child import (
+        check_case,
+        list_cases,
+        rel_err,
+        run_cases,
+        run_interpreted,
+        tolerance,
+    )
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import check_case, list_cases, run_cases, run_interpreted
-
-FP32_TOL = 1e-4
-FP16_TOL = 1e-2
+    from interpret_child import (
+        check_case,
+        list_cases,
+        rel_err,
+        run_cases,
+        run_interpreted,
+        tolerance,
+    )
 
 
 # ----------------------------------------------------------------------------- helpers (child)
-
-
-def _rel(out, ref) -> float:
-    out, ref = out.double(), ref.double()
-    assert bool(out.isfinite().all()), "non-finite output"
-    return float((out - ref).norm() / ref.norm())
 
 
 def _cache(num_blocks, bs, hkv, d, dtype):
@@ -65,8 +70,8 @@ def _decode_vs_ref(ctx, h, hkv, d, bs, dtype, max_model_len, cfg):
     qsl = torch.arange(len(ctx) + 1, dtype=torch.int32)
     out = paged_decode(q, kc, vc, table, sl, d ** -0.5, max_model_len, cfg)
     ref = paged_attention_ref(q, kc, vc, table, qsl, sl, d ** -0.5)
-    err = _rel(out, ref)
-    tol = FP32_TOL if dtype == torch.float32 else FP16_TOL
+    err = rel_err(out, ref)
+    tol = tolerance(dtype)
     assert err < tol, f"ctx={ctx} H={h}/{hkv} max_model_len={max_model_len} {cfg}: {err:.2e}"
 
 
@@ -125,8 +130,8 @@ def case_padded_graph_batch():
     assert bool(out.isfinite().all()), "padding rows are not finite"
     qsl = torch.arange(b + 1, dtype=torch.int32)
     ref = paged_attention_ref(q[:b], kc, vc, table[:b], qsl, seq_lens[:b], d ** -0.5)
-    err = _rel(out[:b], ref)
-    assert err < FP32_TOL, f"padded batch: rel err {err:.2e}"
+    err = rel_err(out[:b], ref)
+    assert err < tolerance(torch.float32), f"padded batch: rel err {err:.2e}"
     for i, c in enumerate(ctx):  # the new token's K/V is in the cache where the reference read it
         blk, off = int(table[i, (c - 1) // bs]), (c - 1) % bs
         assert torch.equal(kc[blk, off], k_new[i]) and torch.equal(vc[blk, off], v_new[i])

@@ -1,4 +1,5 @@
-"""Triton kernels vs their torch references on the CPU, under TRITON_INTERPRET=1.
+"""The attention and KV-write Triton kernels vs their torch references on the CPU, under
+TRITON_INTERPRET=1 (the W4A16 kernels: tests/test_w4a16_interpret.py).
 
 The interpreter must be switched on before Triton is imported, so every ``case_*`` below runs
 in one child process (this file executed as a script) and reports back as JSON; the tests here
@@ -12,60 +13,26 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import check_case, list_cases, run_cases, run_interpreted
+    from tests.interpret_child import (
+        check_case,
+        list_cases,
+        rel_err,
+        run_cases,
+        run_interpreted,
+        tolerance,
+    )
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import check_case, list_cases, run_cases, run_interpreted
-
-FP32_TOL = 1e-4
-FP16_TOL = 1e-2
+    from interpret_child import (
+        check_case,
+        list_cases,
+        rel_err,
+        run_cases,
+        run_interpreted,
+        tolerance,
+    )
 
 
 # ----------------------------------------------------------------------------- helpers (child)
-
-
-def _rel(out, ref) -> float:
-    import torch
-
-    out, ref = out.double(), ref.double()
-    assert bool(torch.isfinite(out).all()), "non-finite output"
-    return float((out - ref).norm() / ref.norm())
-
-
-def _tol(dtype) -> float:
-    import torch
-
-    return FP32_TOL if dtype == torch.float32 else FP16_TOL
-
-
-def _w4_problem(m, k, n, gs, dtype, lead=(), integer_zeros=False):
-    import torch
-
-    from edge_llm.kernels.w4a16 import pack_w4_ref
-
-    g = -(-k // gs)
-    qw = pack_w4_ref(torch.randint(0, 16, (k, n)))
-    s = (torch.rand(g, n) * 0.05 + 0.005).to(dtype)
-    if integer_zeros:  # as every checkpoint format has
-        z = torch.randint(0, 17, (g, n)).to(dtype)
-    else:
-        z = (torch.rand(g, n) * 15).to(dtype)  # non-integer zero points
-    x = torch.randn(*lead, m, k).to(dtype)
-    return x, qw, s, z
-
-
-def _check_w4(m, k, n, gs, dtype, cfg=None, lead=(), integer_zeros=False, planes=False):
-    """The kernel against the reference; ``planes``: the kernel gets the same weights in
-    the plane-packed word order (pack_planes_ref), the reference the standard words."""
-    from edge_llm.kernels.w4a16 import pack_planes_ref, w4a16_matmul, w4a16_matmul_ref
-
-    x, qw, s, z = _w4_problem(m, k, n, gs, dtype, lead, integer_zeros)
-    words = pack_planes_ref(qw) if planes else qw
-    y = w4a16_matmul(x, words, s, z, gs, config=cfg, integer_zeros=integer_zeros,
-                     planes_packed=planes)
-    assert y.shape == (*lead, m, n) and y.dtype == dtype
-    err = _rel(y, w4a16_matmul_ref(x, qw, s, z, gs))
-    assert err < _tol(dtype), (f"M={m} K={k} N={n} gs={gs} {dtype} {cfg} planes={planes}: "
-                               f"rel err {err:.2e}")
 
 
 def _paged_problem(nq, ctx, h, hkv, d, bs, dtype):
@@ -104,233 +71,11 @@ def _check_attention(nq, ctx, h, hkv, d, bs, dtype, decode_cfg=None, prefill_cfg
         out = paged_prefill(q, kc, vc, table, qsl, sl, scale, prefill_cfg)
     else:
         out = paged_attention_triton(q, kc, vc, table, qsl, sl, scale)
-    err = _rel(out, ref)
-    assert err < _tol(dtype), f"nq={nq} ctx={ctx} H={h}/{hkv} D={d} bs={bs}: rel err {err:.2e}"
+    err = rel_err(out, ref)
+    assert err < tolerance(dtype), f"nq={nq} ctx={ctx} H={h}/{hkv} D={d} bs={bs}: rel err {err:.2e}"
 
 
 # ------------------------------------------------------------------------------ cases (child)
-
-
-def case_w4a16_gemv():
-    import torch
-
-    from edge_llm.kernels.w4a16 import W4A16Config
-
-    _check_w4(1, 256, 96, 32, torch.float32)  # auto config, per-row scale groups
-    _check_w4(1, 512, 64, 128, torch.float16, W4A16Config("gemv", block_n=32, block_k=128,
-                                                               split_k=3))
-    _check_w4(1, 256, 64, 256, torch.float32)  # per channel (group_size == K)
-    _check_w4(1, 320, 48, 64, torch.float32, W4A16Config("gemv", block_n=64, block_k=256))
-
-
-def case_w4a16_gemv16():
-    """The fp16x2-pair path (its plain-Triton twin under the interpreter): pairing, zero
-    points, per-tile and per-row scales, row chunks with missing rows, splits, bf16."""
-    import torch
-
-    from edge_llm.kernels.w4a16 import W4A16Config as C
-
-    for m in (1, 2, 3, 4):
-        _check_w4(m, 512, 64, 128, torch.float16)  # dispatched
-    _check_w4(7, 1024, 96, 256, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=3,
-                                                 rows=3))
-    _check_w4(2, 1024, 96, 128, torch.bfloat16, C("gemv16", block_n=64, block_k=128,
-                                                  split_k=2, rows=2))
-    _check_w4(6, 320, 48, 64, torch.float16, C("gemv16", block_n=64, block_k=256, rows=4,
-                                               per_tile_scales=False))
-    _check_w4(5, 1024, 96, 1024, torch.float16, C("gemv16", block_n=64, block_k=256,
-                                                  split_k=0, rows=4, chain4=True, waves=8,
-                                                  min_k_tiles=1))
-    # several groups per K tile (per-word-row scales): 4 groups of 64 with a ragged last
-    # tile (K = 17 groups, split 2), and 16 groups of 32 in one 512 tile
-    _check_w4(2, 1088, 80, 64, torch.float16, C("gemv16", block_n=32, block_k=256, split_k=2,
-                                                rows=2))
-    _check_w4(1, 512, 64, 32, torch.float16, C("gemv16", block_n=32, block_k=512, rows=1))
-    # K tiles inside one group, integer zero points, the zero point folded into the bias
-    # constants or not, flat scale rows or not: one row; three rows with a split; bf16; with
-    # flat rows on whole tiles nothing is masked (the last tile of each split prefetches
-    # itself again, a missing activation row reads the last one)
-    for m, k, gs, split, dtype, bn, fold, flat in (
-            (1, 512, 128, 1, torch.float16, 64, True, False),
-            (3, 1024, 256, 3, torch.float16, 64, True, True),
-            (2, 512, 64, 2, torch.bfloat16, 64, True, True),
-            (2, 1024, 128, 3, torch.float16, 32, True, True),
-            (7, 1024, 128, 3, torch.float16, 32, False, True)):
-        cfg = C("gemv16", block_n=bn, block_k=min(gs, 128), split_k=split, rows=min(m, 3),
-                chain4=True, fold_zero=fold, flat_scales=flat)
-        _check_w4(m, k, 96, gs, dtype, cfg, integer_zeros=True)
-    # the tile loads staged through shared memory (tl.range's pipeliner; the interpreter runs
-    # the same loop unstaged): dispatched tile, ragged split, per-row scales, flat + folded
-    for m, k, gs, cfg in (
-            (1, 1024, 128, C("gemv16", block_n=32, block_k=512, split_k=0, rows=1,
-                             chain4=True, waves=2.5, min_k_tiles=1, pipe_stages=3)),
-            (3, 1088, 64, C("gemv16", block_n=32, block_k=256, split_k=2, rows=3,
-                            pipe_stages=4)),
-            (2, 1024, 128, C("gemv16", block_n=64, block_k=128, split_k=3, rows=2,
-                             chain4=True, fold_zero=True, flat_scales=True, pipe_stages=2))):
-        _check_w4(m, k, 96, gs, torch.float16, cfg, integer_zeros=True)
-    # the dispatched one-row tile (groups of 128: one-group K tiles, flat scales, staged
-    # loads), zero points folded only when vouched for as integers; whole and ragged K
-    for m in (1, 2):
-        for k in (1024, 1088):
-            for integer_zeros in (False, True):
-                _check_w4(m, k, 96, 128, torch.float16, integer_zeros=integer_zeros)
-
-
-def case_w4a16_small_m():
-    import torch
-
-    from edge_llm.kernels.w4a16 import W4A16Config
-
-    _check_w4(3, 256, 64, 64, torch.float32)  # nibble-plane dots
-    _check_w4(16, 512, 80, 128, torch.float16)  # k-order dot, N not a tile multiple
-    _check_w4(16, 256, 64, 256, torch.float32,
-              W4A16Config("dot", 16, 32, 128, split_k=2, nibble_dots=True))
-    _check_w4(5, 384, 64, 128, torch.float32, W4A16Config("dot", 16, 32, 128, split_k=3))
-    # fp16 planes (their plain-Triton twin here): per-tile and per-row scales, a split
-    _check_w4(16, 512, 64, 128, torch.float16,
-              W4A16Config("dot", 16, 64, 128, nibble_dots=True, fp16_planes=True))
-    _check_w4(7, 1024, 96, 64, torch.float16,
-              W4A16Config("dot", 16, 32, 128, split_k=3, nibble_dots=True, fp16_planes=True))
-    # fp16 planes joined into one dot: plane-major with a split, k order, a 32-wide tile
-    _check_w4(16, 512, 64, 128, torch.float16,
-              W4A16Config("dot", 16, 64, 128, split_k=2, fp16_planes=True, plane_major=True))
-    _check_w4(9, 512, 96, 64, torch.float16,
-              W4A16Config("dot", 16, 32, 64, fp16_planes=True, plane_major=False))
-    _check_w4(33, 256, 64, 32, torch.float16, W4A16Config("dot", 64, 64, 64, fp16_planes=True))
-    _check_w4(4, 256, 64, 40, torch.float32)  # group size not a power of two
-    _check_w4(2, 256, 32, 128, torch.float16, lead=(3,))  # leading batch dims
-
-
-def case_w4a16_swap():
-    """The weights as the left operand (kernels/w4a16_swap.py): joined and plane-by-plane,
-    fp16 planes and fp32 unpacking, per-tile and per-row scales, ragged M and N, split K
-    summed in the kernel and by a second launch. (bf16 tl.dot is wrong under the interpreter
-    for every kernel here: tests/test_w4a16_swap_gpu.py covers bf16.)"""
-    import torch
-
-    from edge_llm.kernels.w4a16 import W4A16Config as C
-
-    _check_w4(16, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, fp16_planes=True))
-    _check_w4(21, 512, 80, 64, torch.float16, C("swap", 16, 32, 128, split_k=2,
-                                                nibble_dots=True, fp16_planes=True))
-    _check_w4(9, 1024, 96, 128, torch.float32, C("swap", 16, 32, 256, split_k=3))
-    _check_w4(40, 256, 64, 32, torch.float16, C("swap", 32, 64, 128, fp16_planes=True,
-                                                fused_reduce=False, split_k=2))
-    _check_w4(5, 256, 48, 64, torch.float32, C("swap", 16, 16, 128, nibble_dots=True))
-    # plane dots with x's tile split into planes in registers (the mma.sync dispatch at
-    # 3-16 rows; 32 here too): per-tile and per-row scales, K not a whole number of tiles,
-    # a split
-    _check_w4(16, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, nibble_dots=True,
-                                                 fp16_planes=True, x_split=True))
-    _check_w4(21, 520, 80, 32, torch.float16, C("swap", 32, 32, 128, split_k=2,
-                                                nibble_dots=True, fp16_planes=True,
-                                                x_split=True, fused_reduce=False))
-    # plane dots over x copied into plane order (Hopper, wide N): a split, leading dims
-    _check_w4(5, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, split_k=2,
-                                                nibble_dots=True, fp16_planes=True,
-                                                x_planes=True), lead=(2,))
-    _check_w4(3, 256, 48, 256, torch.float32, C("swap", 16, 16, 256, nibble_dots=True,
-                                                x_planes=True))
-    # ... and as dispatched at 33-64 rows on mma.sync: 64-row tiles, the split summed by a
-    # second launch, ragged M
-    _check_w4(40, 512, 64, 128, torch.float16, C("swap", 64, 64, 128, split_k=2,
-                                                 nibble_dots=True, fp16_planes=True,
-                                                 x_planes=True, fused_reduce=False))
-
-
-def case_w4a16_planes_packed():
-    """Plane-packed words (pack_planes_ref) through every kind of kernel: the one-row GEMV
-    reading x in the new order (folded zero points, a split summed in the kernel, a second
-    K tile in one group), the plane dots reading x as it is (3-16 and 17-64 row tiles, with
-    leading dims), the dequantize pass, and the k-order kernels fed x permuted to match
-    (joined swap tile, "dot", the fp32 GEMV, x split in registers)."""
-    import torch
-
-    from edge_llm.kernels.w4a16 import W4A16Config as C
-    from edge_llm.kernels.w4a16 import pick_config
-
-    g16 = dict(block_n=64, block_k=128, split_k=2, num_warps=4, chain4=True,
-               flat_scales=True, min_k_tiles=1, pipe_stages=2)
-    _check_w4(1, 512, 64, 128, torch.float16, C("gemv16", rows=1, fold_zero=True, **g16),
-              integer_zeros=True, planes=True)
-    _check_w4(2, 512, 96, 256, torch.float16, C("gemv16", rows=2, **g16), planes=True)
-    _check_w4(1, 384, 64, 384, torch.float16, C("gemv16", rows=1, block_n=32, block_k=128,
-                                                split_k=3, chain4=True), planes=True)
-    _check_w4(1, 256, 64, 128, torch.bfloat16, C("gemv16", rows=1, block_n=32, block_k=128,
-                                                 chain4=True), planes=True)  # bf16 x: a copy
-    _check_w4(2, 512, 64, 128, torch.float16, C("gemv16", rows=2, block_n=64, block_k=256,
-                                                split_k=0, chain4=True, min_k_tiles=1),
-              planes=True)  # K tiles of two plane tiles
-    for m, mma_sync in ((3, False), (16, False), (24, True), (40, True), (40, False)):
-        cfg = pick_config(m, 64, 512, 128, 4, fp16=True, mma_sync=mma_sync,
-                          planes_packed=True)
-        # the plane dots, or (wgmma, 33-64 rows) the joined tile in plane order
-        assert (cfg.x_planes or cfg.plane_major) and cfg.block_k == 128, cfg
-        _check_w4(m, 512, 64, 128, torch.float16, cfg, planes=True,
-                  lead=(2,) if m == 3 else ())
-    _check_w4(70, 256, 48, 128, torch.float32, planes=True)  # dequantize + matmul
-    _check_w4(20, 512, 64, 128, torch.float16, C("swap", 32, 64, 128, fp16_planes=True),
-              planes=True)  # joined tile in k order, fed a copy of x (not dispatched)
-    for split in (1, 2):  # ... with its columns in plane order: x as it is
-        _check_w4(40, 512, 80, 128, torch.float16, C("swap", 64, 64, 128, split_k=split,
-                                                     fp16_planes=True, plane_major=True),
-                  planes=True)
-    _check_w4(70, 256, 64, 128, torch.float16, C("swap", 128, 64, 128, split_k=0, waves=1,
-                                                 min_k_tiles=1, fused_reduce=False,
-                                                 fp16_planes=True, plane_major=True),
-              planes=True)  # the Hopper choice at 65-128 rows: 128-row tiles, a row masked
-    _check_w4(5, 256, 64, 128, torch.float16, C("dot", 16, 64, 128, fp16_planes=True),
-              planes=True)
-    _check_w4(1, 256, 64, 128, torch.float32, C("gemv", block_n=64, block_k=128),
-              planes=True)
-    _check_w4(6, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, nibble_dots=True,
-                                                fp16_planes=True, x_split=True), planes=True)
-    _check_w4(5, 512, 64, 256, torch.float16, C("swap", 16, 64, 256, nibble_dots=True,
-                                                fp16_planes=True, x_planes=True), planes=True)
-
-
-def case_w4a16_large_m_and_fallbacks():
-    import torch
-
-    from edge_llm.kernels.w4a16 import W4A16Config
-
-    _check_w4(33, 256, 64, 32, torch.float32)  # tile clamped to the group
-    _check_w4(40, 256, 96, 128, torch.float32, W4A16Config("dot", 64, 32, 64))
-    _check_w4(70, 256, 48, 64, torch.float32)  # dequantize + matmul
-    _check_w4(3, 256, 64, 20, torch.float32)  # words straddle groups: dequant path
-
-
-def case_w4a16_splitk_in_kernel():
-    """Split K summed by the last program of each tile equals the separate reduce launch
-    bit for bit (both add partials in split order), and leaves every counter at zero (so a
-    second launch, or a CUDA graph replay, starts clean)."""
-    import dataclasses
-
-    import torch
-
-    from edge_llm.kernels import splitk
-    from edge_llm.kernels.w4a16 import W4A16Config as C
-    from edge_llm.kernels.w4a16 import w4a16_matmul, w4a16_matmul_ref
-
-    for m, k, n, gs, dtype, cfg in (
-        (1, 1024, 96, 128, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=4,
-                                            rows=1)),
-        (7, 1024, 96, 256, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=3,
-                                            rows=3)),
-        (6, 512, 80, 64, torch.float32, C("dot", 16, 32, 64, split_k=5)),
-        (20, 512, 64, 128, torch.float32, C("dot", 16, 32, 128, split_k=2,
-                                            nibble_dots=True)),
-    ):
-        x, qw, s, z = _w4_problem(m, k, n, gs, dtype)
-        fused = w4a16_matmul(x, qw, s, z, gs, config=cfg)
-        again = w4a16_matmul(x, qw, s, z, gs, config=cfg)
-        split = w4a16_matmul(x, qw, s, z, gs, config=dataclasses.replace(cfg,
-                                                                         fused_reduce=False))
-        assert torch.equal(fused, split) and torch.equal(fused, again), f"{cfg}"
-        assert _rel(fused, w4a16_matmul_ref(x, qw, s, z, gs)) < _tol(dtype), f"{cfg}"
-        counters = splitk.counters(x.device, 1)
-        assert counters is not None and int(counters.abs().sum()) == 0, f"{cfg}"
 
 
 def case_decode_gqa_ratios():
@@ -381,10 +126,11 @@ def case_dispatch_without_host_read():
     ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.3)
     out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.3, max_query_len=1,
                                  max_seq_len=30)
-    assert _rel(out, ref) < FP32_TOL
+    assert rel_err(out, ref) < tolerance(torch.float32)
     q, kc, vc, table, qsl, sl = _paged_problem([4, 2], [6, 20], 4, 2, 16, 8, torch.float32)
     out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.3, max_query_len=4)
-    assert _rel(out, paged_attention_ref(q, kc, vc, table, qsl, sl, 0.3)) < FP32_TOL
+    ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.3)
+    assert rel_err(out, ref) < tolerance(torch.float32)
 
 
 def case_write_kv():
