@@ -35,11 +35,16 @@ def has_fp8_cvt(device: torch.device) -> bool:
 
 def dots_from_registers(device: torch.device) -> bool:
     """Whether Triton compiles ``tl.dot`` on ``device`` for mma.sync, which takes both operands
-    from registers (sm_8x: the 3090 and 4090), rather than Hopper's wgmma, whose right operand
-    must sit in shared memory. True for CPU tensors (the interpreter, and offline compiles for
-    sm_89), and where DISABLE_MMA_V3 is set (Triton then uses mma.sync on Hopper too)."""
+    from registers (sm_8x: the 3090 and 4090; sm_11x / sm_12x: consumer Blackwell such as
+    the RTX 5090, whose tensor cores have no wgmma or tcgen05), rather than Hopper's wgmma or
+    datacenter Blackwell's tcgen05 (sm_90, sm_10x), whose right operand must sit in shared
+    memory (Triton's AccelerateMatmul: MMA v2 below 90 and from 110 to 129). True for CPU
+    tensors (the interpreter, and offline compiles for sm_89), and where DISABLE_MMA_V3 is set
+    (Triton then uses mma.sync on Hopper too). The mma.sync dispatch is also the one checked
+    against the consumer cards' 99 KB of shared memory per block
+    (tests/test_kernels_compile.py)."""
     if device.type != "cuda":
         return True
     if os.environ.get("DISABLE_MMA_V3", "").strip().lower() in ("1", "true", "on", "yes"):
         return True
-    return _props(device).major < 9
+    return not 9 <= _props(device).major <= 10

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -179,6 +180,18 @@ def test_dots_from_registers(monkeypatch):
 
     monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
     assert dots_from_registers(torch.device("cpu"))  # the interpreter; sm_89 compiles
+    # CUDA devices by compute capability (the properties stubbed): mma.sync on sm_8x and
+    # consumer Blackwell (sm_12x), wgmma / tcgen05 on Hopper and datacenter Blackwell
+    from edge_llm.kernels import device as dev_mod
+
+    cuda = torch.device("cuda", 0)
+    for major, want in ((8, True), (9, False), (10, False), (12, True)):
+        monkeypatch.setattr(dev_mod, "_props", lambda d, major=major: SimpleNamespace(
+            major=major, minor=0))
+        assert dev_mod.dots_from_registers(cuda) == want, major
+        monkeypatch.setenv("DISABLE_MMA_V3", "1")
+        assert dev_mod.dots_from_registers(cuda)
+        monkeypatch.delenv("DISABLE_MMA_V3")
 
 
 def test_one_row_gemv_dispatch():
