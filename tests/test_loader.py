@@ -82,3 +82,28 @@ def test_folder_without_config(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFoundError, match="config.json"):
         load_model(str(tmp_path / "empty"), device="cpu", progress=False)
+
+
+def test_bf16_needs_sm80(monkeypatch, caplog):
+    """dtype resolution on a GPU without bf16 (the T4's sm_75; capability stubbed, a unit
+    test): "auto" on a bf16 checkpoint takes fp16 with a warning, an explicit bfloat16 is
+    refused in one line; sm_80 keeps bf16; 4-bit checkpoints run fp16, the CPU fp32."""
+    from types import SimpleNamespace
+
+    from edge_llm.model.loader import resolve_dtype
+
+    cap = [(7, 5)]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    gpu, bf16 = torch.device("cuda", 0), SimpleNamespace(torch_dtype="bfloat16")
+    with caplog.at_level("WARNING"):
+        assert resolve_dtype("auto", bf16, False, gpu) == torch.float16
+    assert "no bfloat16 support" in caplog.text
+    with pytest.raises(ValueError, match="capability 8.0 or later; Tesla T4 has 7.5"):
+        resolve_dtype("bfloat16", bf16, False, gpu)
+    assert resolve_dtype("float16", bf16, False, gpu) == torch.float16
+    assert resolve_dtype("auto", bf16, True, gpu) == torch.float16
+    cap[0] = (8, 0)
+    assert resolve_dtype("auto", bf16, False, gpu) == torch.bfloat16
+    assert resolve_dtype("bfloat16", bf16, False, gpu) == torch.bfloat16
+    assert resolve_dtype("auto", bf16, False, torch.device("cpu")) == torch.float32

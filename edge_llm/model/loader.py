@@ -53,11 +53,25 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, arch: ArchConfig, quantized: bool, device: torch.device):
+    """The activations' dtype. "auto": fp32 on the CPU (the reference path), fp16 for 4-bit
+    checkpoints, else the checkpoint's bf16 or fp16. bf16 needs sm_80 or later (no bf16
+    tensor cores on the T4's sm_75): "auto" then takes fp16, as vLLM does, and an explicit
+    bfloat16 is refused."""
+    bf16_ok = device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 0)
     if dtype != "auto":
+        if _DTYPES[dtype] == torch.bfloat16 and not bf16_ok:
+            raise ValueError(f"dtype bfloat16 needs a GPU of compute capability 8.0 or later; "
+                             f"{torch.cuda.get_device_name(device)} has "
+                             f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}: "
+                             f"use --dtype float16.")
         return _DTYPES[dtype]
     if device.type == "cpu":
         return torch.float32  # the CPU path is the fp32 reference
     if quantized:
+        return torch.float16
+    if arch.torch_dtype == "bfloat16" and not bf16_ok:
+        logger.warning("The checkpoint is bfloat16 but %s has no bfloat16 support; running in "
+                       "float16", torch.cuda.get_device_name(device))
         return torch.float16
     return torch.bfloat16 if arch.torch_dtype == "bfloat16" else torch.float16
 
