@@ -76,7 +76,8 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     that every zero point is an integer (QuantLinear's are), so the one-row GEMV may fold
     them into its PTX constants. ``mma_sync``: the device's dots compile for mma.sync
     (kernels/device.py dots_from_registers: sm_8x), not Hopper's wgmma, which changes the
-    best tile at 3-64 rows.
+    best tile at 3-64 rows. ``planes_packed``: the words are plane-packed (pack_planes_ref),
+    which changes the best tile at 3-128 rows.
     """
     fp16 = half if fp16 is None else fp16
     planes_ok = k % 128 == 0 and group_size % 128 == 0  # x_planes: whole K tiles (measured g128)
