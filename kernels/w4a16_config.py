@@ -75,7 +75,7 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
     3-64 rows (bf16 keeps the paths measured for it). ``integer_zeros``: the caller vouches
     that every zero point is an integer (QuantLinear's are), so the one-row GEMV may fold
     them into its PTX constants. ``mma_sync``: the device's dots compile for mma.sync
-    (kernels/device.py dots_from_registers: sm_8x), not Hopper's wgmma, which changes the
+    (kernels/device.py dots_from_registers: sm_8x, sm_12x), not Hopper's wgmma, which changes the
     best tile at 3-64 rows. ``planes_packed``: the words are plane-packed (pack_planes_ref),
     which changes the best tile at 3-128 rows.
     """
