@@ -150,10 +150,10 @@ def test_decode_register_cap_only_where_splits_are_summed_in_the_kernel():
 @pytest.mark.parametrize("arch", [86, 89, 120])
 def test_fp8_kv_configs_compile(arch, monkeypatch):
     """The fp8 KV cache (uint8 codes, kernels/kv_fp8.py): the K/V writes and both attention
-    kernels compile for the 3090 and the 4090 and fit the shared-memory limit. On sm_86
+    kernels compile for the 3090, the 4090 and the 5090 and fit the shared-memory limit. On sm_86
     the codes are decoded with integer and fp32 math (no cvt from e4m3, which sm_86 lacks);
-    on sm_89 (as ``has_fp8_cvt`` would say of a 4090) the attention kernels use the
-    hardware conversion."""
+    on sm_89 and sm_120 (as ``has_fp8_cvt`` would say of a 4090 or 5090) the attention
+    kernels use the hardware conversion."""
     pc = importlib.import_module("edge_llm.kernels.paged_common")
     rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
     monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: arch >= 89)
