@@ -14,23 +14,9 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import (
-        check_case,
-        list_cases,
-        rel_err,
-        run_cases,
-        run_interpreted,
-        tolerance,
-    )
+    import tests.interpret_child as ic
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import (
-        check_case,
-        list_cases,
-        rel_err,
-        run_cases,
-        run_interpreted,
-        tolerance,
-    )
+    import interpret_child as ic
 
 
 # ----------------------------------------------------------------------------- helpers (child)
@@ -70,8 +56,8 @@ def _decode_vs_ref(ctx, h, hkv, d, bs, dtype, max_model_len, cfg):
     qsl = torch.arange(len(ctx) + 1, dtype=torch.int32)
     out = paged_decode(q, kc, vc, table, sl, d ** -0.5, max_model_len, cfg)
     ref = paged_attention_ref(q, kc, vc, table, qsl, sl, d ** -0.5)
-    err = rel_err(out, ref)
-    tol = tolerance(dtype)
+    err = ic.rel_err(out, ref)
+    tol = ic.tolerance(dtype)
     assert err < tol, f"ctx={ctx} H={h}/{hkv} max_model_len={max_model_len} {cfg}: {err:.2e}"
 
 
@@ -130,14 +116,14 @@ def case_padded_graph_batch():
     assert bool(out.isfinite().all()), "padding rows are not finite"
     qsl = torch.arange(b + 1, dtype=torch.int32)
     ref = paged_attention_ref(q[:b], kc, vc, table[:b], qsl, seq_lens[:b], d ** -0.5)
-    err = rel_err(out[:b], ref)
-    assert err < tolerance(torch.float32), f"padded batch: rel err {err:.2e}"
+    err = ic.rel_err(out[:b], ref)
+    assert err < ic.tolerance(torch.float32), f"padded batch: rel err {err:.2e}"
     for i, c in enumerate(ctx):  # the new token's K/V is in the cache where the reference read it
         blk, off = int(table[i, (c - 1) // bs]), (c - 1) % bs
         assert torch.equal(kc[blk, off], k_new[i]) and torch.equal(vc[blk, off], v_new[i])
 
 
-CASES = list_cases(globals())
+CASES = ic.list_cases(globals())
 
 
 # ------------------------------------------------------------------------------- the tests
@@ -145,13 +131,13 @@ CASES = list_cases(globals())
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
-    return run_interpreted(__file__, tmp_path_factory.mktemp("interp"))
+    return ic.run_interpreted(__file__, tmp_path_factory.mktemp("interp"))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_decode_kernel_under_graph_layout(report, case):
-    check_case(report, case)
+    ic.check_case(report, case)
 
 
 if __name__ == "__main__":  # the interpreted child (run_interpreted)
-    run_cases(sys.argv[1], globals(), CASES)
+    ic.run_cases(sys.argv[1], globals(), CASES)

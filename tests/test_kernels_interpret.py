@@ -13,23 +13,9 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import (
-        check_case,
-        list_cases,
-        rel_err,
-        run_cases,
-        run_interpreted,
-        tolerance,
-    )
+    import tests.interpret_child as ic
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import (
-        check_case,
-        list_cases,
-        rel_err,
-        run_cases,
-        run_interpreted,
-        tolerance,
-    )
+    import interpret_child as ic
 
 
 # ----------------------------------------------------------------------------- helpers (child)
@@ -71,8 +57,9 @@ def _check_attention(nq, ctx, h, hkv, d, bs, dtype, decode_cfg=None, prefill_cfg
         out = paged_prefill(q, kc, vc, table, qsl, sl, scale, prefill_cfg)
     else:
         out = paged_attention_triton(q, kc, vc, table, qsl, sl, scale)
-    err = rel_err(out, ref)
-    assert err < tolerance(dtype), f"nq={nq} ctx={ctx} H={h}/{hkv} D={d} bs={bs}: rel err {err:.2e}"
+    err = ic.rel_err(out, ref)
+    assert err < ic.tolerance(dtype), (f"nq={nq} ctx={ctx} H={h}/{hkv} D={d} bs={bs}: "
+                                       f"rel err {err:.2e}")
 
 
 # ------------------------------------------------------------------------------ cases (child)
@@ -126,11 +113,11 @@ def case_dispatch_without_host_read():
     ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.3)
     out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.3, max_query_len=1,
                                  max_seq_len=30)
-    assert rel_err(out, ref) < tolerance(torch.float32)
+    assert ic.rel_err(out, ref) < ic.tolerance(torch.float32)
     q, kc, vc, table, qsl, sl = _paged_problem([4, 2], [6, 20], 4, 2, 16, 8, torch.float32)
     out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.3, max_query_len=4)
     ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.3)
-    assert rel_err(out, ref) < tolerance(torch.float32)
+    assert ic.rel_err(out, ref) < ic.tolerance(torch.float32)
 
 
 def case_write_kv():
@@ -151,7 +138,7 @@ def case_write_kv():
         assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), f"bs={bs} {dtype}"
 
 
-CASES = list_cases(globals())
+CASES = ic.list_cases(globals())
 
 
 # ------------------------------------------------------------------------------- the tests
@@ -159,13 +146,13 @@ CASES = list_cases(globals())
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
-    return run_interpreted(__file__, tmp_path_factory.mktemp("interp"))
+    return ic.run_interpreted(__file__, tmp_path_factory.mktemp("interp"))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_kernel_matches_reference_in_interpreter(report, case):
-    check_case(report, case)
+    ic.check_case(report, case)
 
 
 if __name__ == "__main__":  # the interpreted child (run_interpreted)
-    run_cases(sys.argv[1], globals(), CASES)
+    ic.run_cases(sys.argv[1], globals(), CASES)

@@ -14,23 +14,9 @@ import sys
 import pytest
 
 try:
-    from tests.interpret_child import (
-        check_case,
-        list_cases,
-        rel_err,
-        run_cases,
-        run_interpreted,
-        tolerance,
-    )
+    import tests.interpret_child as ic
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
-    from interpret_child import (
-        check_case,
-        list_cases,
-        rel_err,
-        run_cases,
-        run_interpreted,
-        tolerance,
-    )
+    import interpret_child as ic
 
 
 # ----------------------------------------------------------------------------- helpers (child)
@@ -62,9 +48,9 @@ def _check_w4(m, k, n, gs, dtype, cfg=None, lead=(), integer_zeros=False, planes
     y = w4a16_matmul(x, words, s, z, gs, config=cfg, integer_zeros=integer_zeros,
                      planes_packed=planes)
     assert y.shape == (*lead, m, n) and y.dtype == dtype
-    err = rel_err(y, w4a16_matmul_ref(x, qw, s, z, gs))
-    assert err < tolerance(dtype), (f"M={m} K={k} N={n} gs={gs} {dtype} {cfg} planes={planes}: "
-                               f"rel err {err:.2e}")
+    err = ic.rel_err(y, w4a16_matmul_ref(x, qw, s, z, gs))
+    assert err < ic.tolerance(dtype), (
+        f"M={m} K={k} N={n} gs={gs} {dtype} {cfg} planes={planes}: rel err {err:.2e}")
 
 
 # ------------------------------------------------------------------------------ cases (child)
@@ -287,12 +273,12 @@ def case_w4a16_splitk_in_kernel():
         split = w4a16_matmul(x, qw, s, z, gs, config=dataclasses.replace(cfg,
                                                                          fused_reduce=False))
         assert torch.equal(fused, split) and torch.equal(fused, again), f"{cfg}"
-        assert rel_err(fused, w4a16_matmul_ref(x, qw, s, z, gs)) < tolerance(dtype), f"{cfg}"
+        assert ic.rel_err(fused, w4a16_matmul_ref(x, qw, s, z, gs)) < ic.tolerance(dtype), f"{cfg}"
         counters = splitk.counters(x.device, 1)
         assert counters is not None and int(counters.abs().sum()) == 0, f"{cfg}"
 
 
-CASES = list_cases(globals())
+CASES = ic.list_cases(globals())
 
 
 # ------------------------------------------------------------------------------- the tests
@@ -300,13 +286,13 @@ CASES = list_cases(globals())
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
-    return run_interpreted(__file__, tmp_path_factory.mktemp("interp"))
+    return ic.run_interpreted(__file__, tmp_path_factory.mktemp("interp"))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_w4a16_matches_reference_in_interpreter(report, case):
-    check_case(report, case)
+    ic.check_case(report, case)
 
 
 if __name__ == "__main__":  # the interpreted child (run_interpreted)
-    run_cases(sys.argv[1], globals(), CASES)
+    ic.run_cases(sys.argv[1], globals(), CASES)
