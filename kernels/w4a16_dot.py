@@ -17,14 +17,7 @@ import triton.language as tl
 
 from .splitk import sum_if_last
 from .w4a16_dequant import _nibble_f32
-from .w4a16_planes import (
-    join_planes,
-    joined_cols,
-    plane_dot,
-    planes_asm,
-    planes_emulated,
-    scale_pairs,
-)
+from .w4a16_planes import fp16_planes, join_planes, joined_cols, plane_dot
 
 
 @triton.jit
@@ -179,11 +172,7 @@ def _w4a16_dot_kernel(
             s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
                                 stride_sg, stride_zg, ONE_GROUP)
             if FP16_PLANES:
-                ss, nzs = scale_pairs(s, zs)
-                if USE_ASM:
-                    w0, w1, w2, w3, w4, w5, w6, w7 = planes_asm(packed, ss, nzs)
-                else:
-                    w0, w1, w2, w3, w4, w5, w6, w7 = planes_emulated(packed, ss, nzs)
+                w0, w1, w2, w3, w4, w5, w6, w7 = fp16_planes(packed, s, zs, USE_ASM)
                 args = (x_ptr, offs_m, rows)
                 masks = (m_mask, r_mask, stride_xm, stride_xk)
                 acc = plane_dot(acc, *args, 0, *masks, w0, DOT_PRECISION)
@@ -204,11 +193,7 @@ def _w4a16_dot_kernel(
         elif FP16_PLANES:  # the eight fp16 planes joined into one K = BK tile
             s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
                                 stride_sg, stride_zg, ONE_GROUP)
-            ss, nzs = scale_pairs(s, zs)
-            if USE_ASM:
-                w0, w1, w2, w3, w4, w5, w6, w7 = planes_asm(packed, ss, nzs)
-            else:
-                w0, w1, w2, w3, w4, w5, w6, w7 = planes_emulated(packed, ss, nzs)
+            w0, w1, w2, w3, w4, w5, w6, w7 = fp16_planes(packed, s, zs, USE_ASM)
             w = join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K, BLOCK_N, PLANE_MAJOR)
             cols = joined_cols(k0, BLOCK_K, PLANE_MAJOR)
             xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xk,

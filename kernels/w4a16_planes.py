@@ -91,6 +91,18 @@ def planes_emulated(packed, ss, nzs):
 
 
 @triton.jit
+def fp16_planes(packed, s, zs, USE_ASM: tl.constexpr):
+    """The eight fp16 planes [BK8, BN] of ``packed`` for fp32 scales ``s`` and ``zs`` = z * s:
+    by the PTX (USE_ASM) or by its plain-Triton twin (the interpreter)."""
+    ss, nzs = scale_pairs(s, zs)
+    if USE_ASM:
+        planes = planes_asm(packed, ss, nzs)
+    else:
+        planes = planes_emulated(packed, ss, nzs)
+    return planes
+
+
+@triton.jit
 def join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
                 PLANE_MAJOR: tl.constexpr):
     """The eight planes [BK8, BN] as one [BK, BN] tile for a single K = BK dot.

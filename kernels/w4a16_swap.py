@@ -25,7 +25,7 @@ import triton.language as tl
 
 from .splitk import sum_if_last
 from .w4a16_dequant import _nibble_f32
-from .w4a16_planes import planes_asm, planes_emulated, scale_pairs
+from .w4a16_planes import fp16_planes
 
 
 @triton.jit
@@ -143,11 +143,7 @@ def _w4a16_swap_kernel(
         s, zs = _scales_t(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg,
                           stride_zg, ONE_GROUP)
         if PLANES:
-            ss, nzs = scale_pairs(s, zs)
-            if USE_ASM:
-                w0, w1, w2, w3, w4, w5, w6, w7 = planes_asm(packed, ss, nzs)
-            else:
-                w0, w1, w2, w3, w4, w5, w6, w7 = planes_emulated(packed, ss, nzs)
+            w0, w1, w2, w3, w4, w5, w6, w7 = fp16_planes(packed, s, zs, USE_ASM)
         else:
             dt = x_ptr.dtype.element_ty
             w0 = _plane_f32(packed, 0, s, zs, dt)
