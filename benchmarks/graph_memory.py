@@ -23,7 +23,7 @@ from pathlib import Path
 MiB = 1 << 20
 
 
-def _where(frames: list[dict]) -> str:
+def allocating_call(frames: list[dict]) -> str:
     """The innermost frame in edge_llm / kernels / torch.nn code, as file:line function."""
     for f in frames:
         name = f.get("filename", "")
@@ -43,7 +43,7 @@ def pool_segments(snapshot: dict) -> list[tuple[int, str]]:
     for seg in snapshot["segments"]:
         if tuple(seg.get("segment_pool_id", (0, 0))) == (0, 0):
             continue
-        out.append((seg["total_size"], _where(seg_frames.get(seg["address"], []))))
+        out.append((seg["total_size"], allocating_call(seg_frames.get(seg["address"], []))))
     return sorted(out, reverse=True)
 
 
