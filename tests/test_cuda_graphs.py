@@ -5,6 +5,7 @@ plain eager step, on CPU. The captured graphs themselves: tests/test_cuda_graphs
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,8 @@ import torch
 from edge_llm import LLM, CompletionOutput, SamplingParams
 from edge_llm.engine.cuda_graphs import (
     DecodeGraphs,
+    GraphStats,
+    capture_or_release,
     capture_sizes,
     capture_stats,
     decode_inputs,
@@ -288,3 +291,26 @@ def test_capture_stats_and_release(monkeypatch):
     kept = list(graphs.values())
     release_graphs(graphs, lazy)
     assert not graphs and not lazy and all(g.was_reset for g in kept)
+
+
+def test_capture_or_release(monkeypatch, caplog):
+    """A capture that raises leaves its graph set released and a warning naming the error
+    and what runs eagerly; a capture that works returns its stats (unit, CUDA stubbed)."""
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+    class FakeSet:
+        released = False
+
+        def release(self):
+            self.released = True
+
+    def refuse():
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    ok, bad, stats = FakeSet(), FakeSet(), GraphStats((1, 2), 0.5, 7)
+    assert capture_or_release(ok, lambda: stats, "decode runs") is stats and not ok.released
+    with caplog.at_level(logging.WARNING, logger="edge_llm.engine.cuda_graphs"):
+        assert capture_or_release(bad, refuse, "prefills run") is None
+    assert bad.released
+    assert ("CUDA graph capture failed, prefills run eagerly (RuntimeError: operation not "
+            "permitted when stream is capturing)") in caplog.text

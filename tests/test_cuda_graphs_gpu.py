@@ -147,6 +147,8 @@ def test_kv_plan_sets_the_graphs_memory_aside(model_dir):
                  use_tqdm=False)
     assert runner.graphs.replays[256] > 0
     assert torch.cuda.max_memory_reserved() <= util * total
+    # the engine switched the allocator to expandable segments (engine/kv_cache.py)
+    assert any(seg.get("is_expandable") for seg in torch.cuda.memory_snapshot())
 
 
 def test_replay_equals_padded_eager_and_unpadded_logits(model_dir):

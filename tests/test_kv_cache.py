@@ -117,3 +117,24 @@ def test_dequant_buffer_released_on_sleep_comes_back_at_its_size(monkeypatch):
     assert sizes == [(cpu, torch.float16, 256)] and not dq._SCRATCH and not dq._RETIRED
     dq.acquire_dequant_scratch(sizes)
     assert dq._SCRATCH[(cpu, torch.float16)].numel() == 256 and dq._USERS == [1]
+
+
+def test_expandable_segments_unless_the_allocator_is_configured(monkeypatch):
+    from edge_llm.engine.kv_cache import EXPANDABLE_ENV, use_expandable_segments
+
+    calls: list[str] = []
+    monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", calls.append,
+                        raising=False)
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", EXPANDABLE_ENV):
+        monkeypatch.delenv(var, raising=False)
+    cuda = torch.device("cuda", 0)
+    assert not use_expandable_segments(torch.device("cpu")) and calls == []
+    assert use_expandable_segments(cuda) and calls == ["expandable_segments:True"]
+    monkeypatch.setenv(EXPANDABLE_ENV, "0")
+    assert not use_expandable_segments(cuda)
+    monkeypatch.setenv(EXPANDABLE_ENV, "1")
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):  # the user's own settings
+        monkeypatch.setenv(var, "max_split_size_mb:128")
+        assert not use_expandable_segments(cuda)
+        monkeypatch.delenv(var)
+    assert calls == ["expandable_segments:True"]

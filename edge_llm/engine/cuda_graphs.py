@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ import torch
 
 from edge_llm.config import MAX_CUDA_GRAPH_SIZE
 from edge_llm.model.attention_metadata import AttentionMetadata
+
+logger = logging.getLogger(__name__)
 
 
 def _size_ladder():
@@ -195,6 +198,20 @@ def release_graphs(graphs: dict, lazy: set) -> None:
         graph.reset()
     graphs.clear()
     lazy.clear()
+
+
+def capture_or_release(graphs, capture, eager: str) -> GraphStats | None:
+    """``capture()``'s GraphStats; if it raises (an op that cannot be captured), ``graphs``
+    is released, a warning names the error and that ``eager`` ("decode runs", "prefills
+    run") eagerly, and None is returned."""
+    try:
+        return capture()
+    except Exception as exc:
+        graphs.release()
+        torch.cuda.empty_cache()
+        logger.warning("CUDA graph capture failed, %s eagerly (%s: %s)", eager,
+                       type(exc).__name__, exc)
+        return None
 
 
 class DecodeGraphs:

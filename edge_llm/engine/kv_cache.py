@@ -7,6 +7,7 @@ The CPU swap space mirrors that layout in host memory (pinned on CUDA).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 
@@ -23,6 +24,30 @@ GiB = 1 << 30
 # tiny model's serving peak passed its gpu_memory_utilization budget by 4 MB (session 18)
 SERVING_SLACK_BYTES = 64 << 20
 CPU_DEFAULT_KV_BYTES = 2 * GiB  # CPU has no card to take a fraction of; like vLLM's CPU default
+
+
+EXPANDABLE_ENV = "EDGE_LLM_EXPANDABLE_SEGMENTS"
+
+
+def use_expandable_segments(device: torch.device) -> bool:
+    """Switch the CUDA caching allocator to expandable segments, before the model loads.
+
+    Without them, steps of other token counts than the start-up profile's split the cached
+    blocks of the dequantize path's large matmul outputs, and serving reserved new segments
+    beyond the plan: 752 MiB for a 7B model filling a 0.18 x H200 budget (about a 24 GB
+    card), 1.006 of it; with them none, 0.997 (benchmarks/serving_memory.py, session 25).
+    Left as it is when the user configured the allocator (``PYTORCH_CUDA_ALLOC_CONF`` or
+    ``PYTORCH_ALLOC_CONF``) or set ``EDGE_LLM_EXPANDABLE_SEGMENTS=0``. Returns whether it
+    switched."""
+    if device.type != "cuda" or os.environ.get(EXPANDABLE_ENV, "").strip() == "0":
+        return False
+    if os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"):
+        return False
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if setter is None:  # torch before the accelerator-wide setting
+        setter = torch.cuda.memory._set_allocator_settings
+    setter("expandable_segments:True")
+    return True
 
 
 class KVBudgetError(ValueError):

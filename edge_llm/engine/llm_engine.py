@@ -25,11 +25,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from edge_llm.config import EngineConfig
-from edge_llm.model.loader import load_model
+from edge_llm.model.loader import load_model, resolve_device
 from edge_llm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
 from .detokenizer import IncrementalDetokenizer
+from .kv_cache import EXPANDABLE_ENV, use_expandable_segments
 from .request_state import Choice, RequestState, checked_token_ids, finish_reason
 from .runner import ModelRunner, RunnerOutput
 from .scheduler import Scheduler
@@ -63,6 +64,9 @@ class LLMEngine:
             from edge_llm.model.demo import ensure_demo_model
 
             model = str(ensure_demo_model())
+        if use_expandable_segments(resolve_device(mc.device)):  # before any CUDA memory
+            logger.info("CUDA allocator: expandable segments (%s=0 keeps the default)",
+                        EXPANDABLE_ENV)
         self.loaded = self._load(model)
         arch = self.loaded.arch
         self.max_model_len = self._resolve_max_model_len()

@@ -24,6 +24,7 @@ from edge_llm.model.loader import LoadedModel
 from .cuda_graphs import (
     DecodeGraphs,
     GraphStats,
+    capture_or_release,
     capture_sizes,
     describe_sizes,
     wants_prompt_logprobs,
@@ -111,14 +112,8 @@ class ModelRunner:
             return
         graphs = DecodeGraphs(self.model, self.kv.layers, self.graph_sizes,
                               self.scheduler_config.max_model_len, self.block_size, self.device)
-        try:
-            stats = graphs.capture(eager_max)
-        except Exception as exc:  # an op that cannot be captured: serve eagerly, say why
-            graphs.release()
-            del graphs
-            torch.cuda.empty_cache()
-            logger.warning("CUDA graph capture failed, decode runs eagerly (%s: %s)",
-                           type(exc).__name__, exc)
+        stats = capture_or_release(graphs, lambda: graphs.capture(eager_max), "decode runs")
+        if stats is None:
             return
         self.graphs, self.graph_stats = graphs, stats
         logger.info("CUDA graphs: %d decode graphs (batch sizes %s) captured in %.2f s, "
@@ -138,14 +133,9 @@ class ModelRunner:
         each on first use). A failure logs a warning and leaves prefills eager."""
         graphs = PrefillGraphs(self.model, self.kv.layers, self.scheduler_config.max_model_len,
                                self.block_size, self.device)
-        try:
-            stats = graphs.capture(pool, lazy=lazy)
-        except Exception as exc:
-            graphs.release()
-            del graphs
-            torch.cuda.empty_cache()
-            logger.warning("Prefill CUDA graph capture failed, prefills run eagerly (%s: %s)",
-                           type(exc).__name__, exc)
+        stats = capture_or_release(graphs, lambda: graphs.capture(pool, lazy=lazy),
+                                   "prefills run")
+        if stats is None:
             return
         self.prefill_graphs, self.prefill_graph_stats = graphs, stats
         logger.info("CUDA graphs: %d prefill graphs (new tokens %s%s) in %.2f s, %.0f MiB",
