@@ -17,10 +17,12 @@ import torch
 from edge_llm import LLM, SamplingParams
 from edge_llm.engine.prefill_graphs import (
     ENV_FLAG,
+    PREFILL_SIZES,
     PrefillGraphs,
     is_short_prefill,
     prefill_graphs_enabled,
     prefill_inputs,
+    prefill_sizes,
 )
 from tests.test_cuda_graphs import random_prompts, run_traffic, word_model
 
@@ -65,13 +67,22 @@ def test_prefill_inputs_layout():
 def test_is_short_prefill():
     assert is_short_prefill([_row([1, 2], 0, [1])])
     assert is_short_prefill([_row(range(64), 900, [1])])
-    assert not is_short_prefill([_row(range(65), 0, [1])])
+    assert is_short_prefill([_row(range(512), 0, [1])])
+    assert not is_short_prefill([_row(range(513), 0, [1])])
     assert not is_short_prefill([_row([1], 5, [1])])  # a decode step
     assert not is_short_prefill([])
     assert not is_short_prefill([_row([1, 2], 0, [1]), _row([3, 4], 0, [2])])  # two sequences
     assert not is_short_prefill([_row([1, 2, 3], 0, [1], prompt_logprobs=1, num_prompt=3)])
     assert is_short_prefill([_row(range(20), 0, [1])], max_tokens=32)
     assert not is_short_prefill([_row(range(40), 0, [1])], max_tokens=32)
+
+
+def test_prefill_sizes_stop_at_the_token_budget():
+    assert PREFILL_SIZES == (8, 16, 32, 64, 128, 256, 512)
+    assert prefill_sizes(8192) == prefill_sizes(512) == PREFILL_SIZES
+    assert prefill_sizes(128) == (8, 16, 32, 64, 128)
+    assert prefill_sizes(100) == (8, 16, 32, 64, 128)  # steps of 65..100 tokens pad to 128
+    assert prefill_sizes(8) == prefill_sizes(3) == (8,)
 
 
 def test_env_flag(monkeypatch):
@@ -96,7 +107,7 @@ def test_bad_sizes_and_cpu_capture(word_dir):
     with pytest.raises(RuntimeError, match="CUDA device"):
         graphs.capture()
     with pytest.raises(ValueError, match="short single-sequence"):
-        graphs.run([_row(range(65), 0, list(range(1, 10)))])
+        graphs.run([_row(range(513), 0, list(range(1, 66)))])
 
 
 # ---- the padded forward on CPU --------------------------------------------------------------
@@ -149,13 +160,15 @@ def _snapshot(runner) -> list[torch.Tensor]:
 
 
 CASES = [(n, start) for n in range(2, 65) for start in (0, 13)] + [
-    (2, 7), (9, 8), (24, 40), (24, 200), (33, 95), (64, 190), (64, 1)]
+    (2, 7), (9, 8), (24, 40), (24, 200), (33, 95), (64, 190), (64, 1),
+    (65, 0), (100, 13), (128, 0), (129, 40), (200, 50), (256, 0)]
 
 
 @pytest.mark.parametrize("n, start", CASES)
 def test_padded_logits_equal_eager_logits(runner, n, start):
-    """Every real row's logits equal the eager step's; the cache after the padded step equals
-    the cache after the eager one (padding rows wrote nothing: the NaN slots stay NaN)."""
+    """The last real row's logits equal the eager step's; the cache after the padded step
+    equals the cache after the eager one (every real row wrote the K/V the eager rows wrote,
+    layer by layer; padding rows wrote nothing: the NaN slots stay NaN)."""
     s = _setup(runner, n, start, seed=100 * n + start)
     before = _snapshot(runner)
     eager = _eager(runner, s)
@@ -164,11 +177,11 @@ def test_padded_logits_equal_eager_logits(runner, n, start):
         t.copy_(b)
     graphs = PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)
     got = graphs.run([s])
-    t_pad = next(t for t in (8, 16, 32, 64) if t >= n)
+    t_pad = next(t for t in PREFILL_SIZES if t >= n)
     assert graphs.replays == {t_pad: 1}
-    assert got.shape == eager.shape == (n, 512)
+    assert got.shape == (1, 512) and eager.shape == (n, 512)
     assert torch.isfinite(got).all()
-    torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, eager[-1:], rtol=1e-5, atol=1e-5)
     for a, b in zip(_snapshot(runner), after_eager, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
 
@@ -185,8 +198,9 @@ def _run_mutated(runner, s, t: int, mutate) -> torch.Tensor:
         graphs.query_start_loc.copy_(host.query_start_loc)
         graphs.seq_lens.copy_(host.seq_lens)
         graphs.block_tables[:, : host.block_tables.shape[1]].copy_(host.block_tables)
+        graphs.last_row.fill_(s.num_scheduled_tokens - 1)
         graphs._forward(t)
-    return graphs.logits[: s.num_scheduled_tokens].clone()
+    return graphs.logits.clone()
 
 
 def _one_sequence(host, n, start):  # padding inside the real sequence, seq_len start + T
@@ -220,7 +234,7 @@ def test_mutated_padding_rules_change_the_logits(runner, mutate):
     for t, b in zip((t for kv in runner.kv.layers for t in kv), before, strict=True):
         t.copy_(b)
     got = _run_mutated(runner, s, 8, mutate)
-    assert not torch.allclose(got, eager, rtol=1e-3, atol=1e-3, equal_nan=False)
+    assert not torch.allclose(got, eager[-1:], rtol=1e-3, atol=1e-3, equal_nan=False)
 
 
 def test_padding_writing_slots_corrupts_the_cache(runner):

@@ -1,12 +1,14 @@
-"""CUDA graphs for short single-sequence prefills (a short prompt, a prompt's last chunk, the
-uncached tail after a prefix-cache hit). On by default; ``EDGE_LLM_PREFILL_GRAPHS=0`` turns
-them off.
+"""CUDA graphs for single-sequence prefills of up to 512 new tokens (a chat prompt, a prompt's
+last chunk, the uncached tail after a prefix-cache hit). On by default;
+``EDGE_LLM_PREFILL_GRAPHS=0`` turns them off.
 
 An eager prefill of a 7B model costs ~45 ms of Python launch overhead whatever its length, so
-the 24 new tokens after a 1,000-token cached prefix take as long as the whole prompt; a graph
-replay of the same forward costs a few ms. Eligible steps (``is_short_prefill``): exactly ONE
-scheduled sequence feeding ``2 <= n <= 64`` tokens, no prompt logprobs. ``n`` is padded up to
-the smallest bucket ``T`` in ``PREFILL_SIZES`` (8, 16, 32, 64); one graph per bucket.
+the 24 new tokens after a 1,000-token cached prefix take as long as the whole prompt, and a
+128-token prompt's first token came after 50 ms on the H200 (session 25); a graph replay of
+the same forward costs a few ms. Eligible steps (``is_short_prefill``): exactly ONE scheduled
+sequence feeding ``2 <= n <= 512`` tokens, no prompt logprobs. ``n`` is padded up to the
+smallest bucket ``T`` in ``PREFILL_SIZES`` (8, 16, ..., 512; ``prefill_sizes`` drops the
+buckets a step of ``max_num_batched_tokens`` cannot reach); one graph per bucket.
 
 Layout: the ``T`` rows form TWO sequences, the real one and a padding one::
 
@@ -18,7 +20,9 @@ Layout: the ``T`` rows form TWO sequences, the real one and a padding one::
                                                                     read, never written)
     query_start_loc (on the device) = [0, n, T]; seq_lens = [start + n, T - n]
 
-    forward(T rows) -> compute_logits -> logits[:T] (fp32); the sampler reads row n - 1.
+    forward(T rows) -> row n - 1 (``last_row``, on the device) -> compute_logits -> logits
+    (1, vocab) fp32: the one row the sampler reads (a (T, vocab) buffer would be 311 MB at
+    512 rows of Qwen2.5's vocabulary).
 
 Positions feed only the rotary embedding (the kernel places queries by ``seq_len``): padding
 rows take 0, in range of the rotary table whatever ``max_model_len``.
@@ -29,12 +33,14 @@ padding rows would load the unwritten slots ``start + n ..`` (``torch.empty`` me
 NaN). Their softmax weight is 0, but ``0 * NaN`` is NaN in ``p @ V``. With the padding as its
 own sequence, the real sequence's attention is exactly the eager step's (same ``seq_len``,
 ``num_q`` and tiles), and the norms and linears are row-independent, so the real rows get the
-eager rows' values up to the linears' row-count-dependent rounding (tests/test_prefill_graphs.py).
+eager rows' values up to the linears' row-count-dependent rounding: the K/V they write and the
+last row's logits (tests/test_prefill_graphs.py).
 
 Graph safety: the prefill kernel (kernels/paged_prefill.py) takes ``query_start_loc`` on the
 device, computes its tiles there, and sizes its grid from ``T`` and ``num_seqs`` (= 2) only;
 ``max_query_len = T`` picks it without a host read; ``max_seq_len`` (read by the decode kernel
-only) is ``max_model_len``. W4A16 linears of 8..64 rows take the tl.dot path. CPU never
+only) is ``max_model_len``. W4A16 linears take the path of their padded row count (above
+64 rows on mma.sync and 128 on wgmma, dequantize + cuBLAS into the one reused buffer). CPU never
 captures: ``PrefillGraphs.run`` without a captured graph runs the same padded forward eagerly
 (the CPU tests' path). Graphs are captured at start-up after the decode graphs, into their pool;
 dropped on sleep; after a wake captured on first use.
@@ -60,7 +66,7 @@ from .cuda_graphs import (
     wants_prompt_logprobs,
 )
 
-PREFILL_SIZES = (8, 16, 32, 64)  # padded new-token counts, one graph each
+PREFILL_SIZES = (8, 16, 32, 64, 128, 256, 512)  # padded new-token counts, one graph each
 MIN_TOKENS = 2  # one-token steps are decode steps (cuda_graphs.py)
 ENV_FLAG = "EDGE_LLM_PREFILL_GRAPHS"
 
@@ -73,6 +79,14 @@ def prefill_graphs_enabled() -> bool:
     if value not in ("0", "1"):
         raise ValueError(f"{ENV_FLAG} must be 0 or 1, got {value!r}.")
     return value == "1"
+
+
+def prefill_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
+    """The buckets a one-sequence step of at most ``max_num_batched_tokens`` tokens can use:
+    those below it and the first at or above it."""
+    below = tuple(t for t in PREFILL_SIZES if t < max_num_batched_tokens)
+    above = [t for t in PREFILL_SIZES if t >= max_num_batched_tokens][:1]
+    return below + tuple(above)
 
 
 def is_short_prefill(scheduled: list, max_tokens: int = PREFILL_SIZES[-1]) -> bool:
@@ -150,7 +164,8 @@ class PrefillGraphs:
             self.seq_lens = torch.zeros(2, dtype=torch.int32, device=device)
             self.block_tables = torch.zeros((2, width), dtype=torch.int32,
                                             device=device)
-            self.logits = torch.empty((rows, vocab), dtype=torch.float32, device=device)
+            self.last_row = torch.zeros(1, dtype=torch.int64, device=device)
+            self.logits = torch.empty((1, vocab), dtype=torch.float32, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._lazy: set[int] = set()
         self._pool = None
@@ -161,7 +176,7 @@ class PrefillGraphs:
                 and len(scheduled[0].block_table) <= self.max_blocks)
 
     def _forward(self, t: int) -> None:
-        """The captured body: forward and logits of static rows [0, t) into logits[:t]."""
+        """The captured body: forward of static rows [0, t), logits of row ``last_row``."""
         meta = AttentionMetadata(
             slot_mapping=self.slot_mapping[:t],
             query_start_loc=self.query_start_loc,
@@ -171,12 +186,12 @@ class PrefillGraphs:
             max_seq_len=self.max_model_len,
         )
         hidden = self.model(self.input_ids[:t], self.positions[:t], self.kv_layers, meta)
-        self.logits[:t].copy_(self.model.compute_logits(hidden))
+        self.logits.copy_(self.model.compute_logits(hidden.index_select(0, self.last_row)))
 
     @torch.inference_mode()
     def run(self, scheduled: list) -> torch.Tensor:
-        """Logits (n, vocab) fp32 of the real rows of a short prefill (``can_run``); a view of
-        the static buffer, valid until the next ``run``."""
+        """Logits (1, vocab) fp32 of the last real row of a short prefill (``can_run``): the
+        static buffer, valid until the next ``run``."""
         if not self.can_run(scheduled):
             raise ValueError("not a short single-sequence prefill that fits the buffers.")
         s = scheduled[0]
@@ -193,13 +208,14 @@ class PrefillGraphs:
         self.query_start_loc.copy_(host.query_start_loc, non_blocking=True)
         self.seq_lens.copy_(host.seq_lens, non_blocking=True)
         self.block_tables[:, :w].copy_(host.block_tables, non_blocking=True)
+        self.last_row.fill_(s.num_scheduled_tokens - 1)
         graph = self.graphs.get(t)
         if graph is not None:
             graph.replay()
         else:
             self._forward(t)
         self.replays[t] += 1
-        return self.logits[: s.num_scheduled_tokens]
+        return self.logits
 
     def _pad_all(self, t: int) -> None:
         """Every row padding (no real queries, nothing written): warm-up and capture runs."""
@@ -209,6 +225,7 @@ class PrefillGraphs:
         self.query_start_loc.copy_(torch.tensor([0, 0, t], dtype=torch.int32))
         self.seq_lens.copy_(torch.tensor([0, t], dtype=torch.int32))
         self.block_tables.zero_()
+        self.last_row.fill_(t - 1)
 
     def _capture_one(self, t: int, pool) -> torch.cuda.CUDAGraph:
         """Warm size ``t`` up eagerly, then capture it into ``pool`` (inputs all padding)."""
@@ -236,7 +253,7 @@ class PrefillGraphs:
                 self._capture_one(t, self._pool)
         return capture_stats(self.graphs, start, free_before, dev, (
             self.input_ids, self.positions, self.slot_mapping, self.query_start_loc,
-            self.seq_lens, self.block_tables, self.logits))
+            self.seq_lens, self.block_tables, self.last_row, self.logits))
 
     def release(self) -> None:
         """Drop every graph (their pool memory returns on the next ``empty_cache``)."""

@@ -31,7 +31,7 @@ from .cuda_graphs import (
 )
 from .kv_cache import KVCache, KVCachePlan, kv_storage_dtype, plan_kv_cache
 from .pending_step import PendingStep, RunnerOutput
-from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
+from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled, prefill_sizes
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
 from .startup_probes import profile_graph_memory, profile_peak_memory, warm_up_kernels
 
@@ -131,8 +131,9 @@ class ModelRunner:
     def _capture_prefill_graphs(self, pool, lazy: bool) -> None:
         """Short-prefill graphs into the decode graphs' pool (start-up: every size now; wake:
         each on first use). A failure logs a warning and leaves prefills eager."""
-        graphs = PrefillGraphs(self.model, self.kv.layers, self.scheduler_config.max_model_len,
-                               self.block_size, self.device)
+        sc = self.scheduler_config
+        graphs = PrefillGraphs(self.model, self.kv.layers, sc.max_model_len, self.block_size,
+                               self.device, prefill_sizes(sc.max_num_batched_tokens))
         stats = capture_or_release(graphs, lambda: graphs.capture(pool, lazy=lazy),
                                    "prefills run")
         if stats is None:
@@ -194,9 +195,11 @@ class ModelRunner:
         """The graphs' memory for the KV plan (startup_probes.py); 0 without graphs."""
         if not self._graphs_wanted():
             return 0
+        sc = self.scheduler_config
         return profile_graph_memory(self.model, self.graph_sizes[-1],
-                                    self.scheduler_config.max_model_len, self.block_size,
-                                    self.kv_dtype, self.device)
+                                    prefill_sizes(sc.max_num_batched_tokens)[-1],
+                                    sc.max_model_len, self.block_size, self.kv_dtype,
+                                    self.device)
 
     def execute(self, sched) -> RunnerOutput:
         """Apply swap-out, swap-in, copies; run the scheduled tokens; sample ``do_sample`` rows."""

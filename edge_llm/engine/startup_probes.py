@@ -14,7 +14,7 @@ from edge_llm.kernels import triton_enabled
 from edge_llm.model.full_forward import scratch_prefill
 
 from .cuda_graphs import DecodeGraphs
-from .prefill_graphs import PREFILL_SIZES, PrefillGraphs, prefill_graphs_enabled
+from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -78,14 +78,14 @@ def profile_peak_memory(model, vocab_size: int, scheduler_config: SchedulerConfi
 
 
 @torch.inference_mode()
-def profile_graph_memory(model, largest: int, max_model_len: int, block_size: int,
-                         kv_dtype: torch.dtype, device: torch.device) -> int:
+def profile_graph_memory(model, largest: int, largest_prefill: int, max_model_len: int,
+                         block_size: int, kv_dtype: torch.dtype, device: torch.device) -> int:
     """Device memory the CUDA graphs will hold, for the KV plan to set aside: the decode
-    graph of ``largest`` rows and the largest prefill graph captured into one pool over a
-    one-block scratch cache, measured, then dropped. The smaller sizes, captured after the
-    largest into the same pool, reuse its scratch (their own part is the static buffers, a
-    few MiB). 0 when the capture fails (the runner's own capture says why). The caller
-    checks that graphs are wanted at all."""
+    graph of ``largest`` rows and the prefill graph of ``largest_prefill`` new tokens (the
+    largest of each) captured into one pool over a one-block scratch cache, measured, then
+    dropped. The smaller sizes, captured after the largest into the same pool, reuse its
+    scratch (their own part is the static buffers, a few MiB). 0 when the capture fails (the
+    runner's own capture says why). The caller checks that graphs are wanted at all."""
     start = time.perf_counter()
     kv, _ = scratch_prefill(model, block_size, block_size, kv_dtype, device)
     decode = DecodeGraphs(model, kv, [largest], max_model_len, block_size, device)
@@ -94,7 +94,7 @@ def profile_graph_memory(model, largest: int, max_model_len: int, block_size: in
         held = decode.capture().memory_bytes
         if prefill_graphs_enabled():
             prefill = PrefillGraphs(model, kv, max_model_len, block_size, device,
-                                    sizes=PREFILL_SIZES[-1:])
+                                    sizes=(largest_prefill,))
             held += prefill.capture(decode.pool).memory_bytes
     except Exception as exc:
         logger.debug("graph memory probe failed (%s: %s)", type(exc).__name__, exc)
@@ -108,5 +108,5 @@ def profile_graph_memory(model, largest: int, max_model_len: int, block_size: in
         torch.cuda.empty_cache()
     logger.info("CUDA graph memory: %.0f MiB set aside (batch %d and %d-token prefill "
                 "graphs captured over a scratch cache in %.2f s)", held / (1 << 20),
-                largest, PREFILL_SIZES[-1], time.perf_counter() - start)
+                largest, largest_prefill, time.perf_counter() - start)
     return held
