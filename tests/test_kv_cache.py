@@ -120,8 +120,10 @@ def test_dequant_buffer_released_on_sleep_comes_back_at_its_size(monkeypatch):
 
 
 def test_expandable_segments_unless_the_allocator_is_configured(monkeypatch):
-    from edge_llm.engine.kv_cache import EXPANDABLE_ENV, use_expandable_segments
+    from edge_llm.engine import kv_cache
+    from edge_llm.engine.kv_cache import EXPANDABLE_ENV, plain_segments, use_expandable_segments
 
+    monkeypatch.setattr(kv_cache, "_expandable_on", False)
     calls: list[str] = []
     monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", calls.append,
                         raising=False)
@@ -138,3 +140,11 @@ def test_expandable_segments_unless_the_allocator_is_configured(monkeypatch):
         assert not use_expandable_segments(cuda)
         monkeypatch.delenv(var)
     assert calls == ["expandable_segments:True"]
+    # the KV tensors are allocated with them off, and they are back on after
+    with plain_segments():
+        assert calls[-1] == "expandable_segments:False"
+    assert calls[1:] == ["expandable_segments:False", "expandable_segments:True"]
+    monkeypatch.setattr(kv_cache, "_expandable_on", False)  # not switched on: left alone
+    with plain_segments():
+        pass
+    assert len(calls) == 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,7 @@ def use_expandable_segments(device: torch.device) -> bool:
     blocks of the dequantize path's large matmul outputs, and serving reserved new segments
     beyond the plan: 752 MiB for a 7B model filling a 0.18 x H200 budget (about a 24 GB
     card), 1.006 of it; with them none, 0.997 (benchmarks/serving_memory.py, session 25).
+    The KV tensors are still allocated as plain segments (``plain_segments``).
     Left as it is when the user configured the allocator (``PYTORCH_CUDA_ALLOC_CONF`` or
     ``PYTORCH_ALLOC_CONF``) or set ``EDGE_LLM_EXPANDABLE_SEGMENTS=0``. Returns whether it
     switched."""
@@ -47,11 +49,36 @@ def use_expandable_segments(device: torch.device) -> bool:
         return False
     if os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"):
         return False
+    global _expandable_on
+    _set_allocator("expandable_segments:True")
+    _expandable_on = True
+    return True
+
+
+_expandable_on = False  # use_expandable_segments switched them on in this process
+
+
+def _set_allocator(settings: str) -> None:
     setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
     if setter is None:  # torch before the accelerator-wide setting
         setter = torch.cuda.memory._set_allocator_settings
-    setter("expandable_segments:True")
-    return True
+    setter(settings)
+
+
+@contextmanager
+def plain_segments():
+    """Expandable segments off inside, where ``use_expandable_segments`` switched them on:
+    the KV tensors are allocated once and kept while serving, so they gain nothing from
+    them, and one cudaMalloc per tensor takes 0.01 s where mapping a 121 GiB cache page by
+    page took 0.29-0.45 s on the H200, at start-up and at every wake-up (session 25)."""
+    if not _expandable_on:
+        yield
+        return
+    _set_allocator("expandable_segments:False")
+    try:
+        yield
+    finally:
+        _set_allocator("expandable_segments:True")
 
 
 class KVBudgetError(ValueError):
@@ -182,11 +209,12 @@ class KVCache:
         host: HostSwap | None = None,
     ) -> None:
         shape = (plan.num_gpu_blocks, block_size, arch.num_kv_heads, arch.head_dim)
-        self.layers = [
-            (torch.empty(shape, dtype=dtype, device=device),
-             torch.empty(shape, dtype=dtype, device=device))
-            for _ in range(arch.num_layers)
-        ]
+        with plain_segments():
+            self.layers = [
+                (torch.empty(shape, dtype=dtype, device=device),
+                 torch.empty(shape, dtype=dtype, device=device))
+                for _ in range(arch.num_layers)
+            ]
         cpu_shape = (plan.num_cpu_blocks, *shape[1:])
         self.host = host or HostSwap(cpu_shape, arch.num_layers, dtype,
                                      pin=device.type == "cuda")
