@@ -1,0 +1,10 @@
+# Written at the end of session 25, NOT run there (device time spent). Issue #6's
+# scale-from-zero start measured 15.7-15.8 s (target < 15 s; session 11: 11.8 s). Where the
+# construction's time goes now: `profile_engine.py` (cProfile of LLM(...) on a warm compile
+# cache; cumulative time per function), the serve start's phase lines of a warm start, and
+# the cold start again to compare against a fix.
+set -u
+source benchmarks/gpu_setup.sh > /dev/null 2>&1
+unset PYTORCH_CUDA_ALLOC_CONF
+(cd /tmp && timeout 200 python3 $OLDPWD/benchmarks/profile_engine.py --out $OUT/prof --top 40 > $OUT/prof.log 2>&1; grep -E "warm-up|graph memory|KV cache:|CUDA graphs|Loaded" $OUT/prof.log | sed 's/^.*INFO //' | cut -c1-170; head -60 $OUT/prof/profile_engine.txt)
+(cd /tmp && timeout 300 python3 $OLDPWD/benchmarks/cold_start_gpu.py --out $OUT/cold > $OUT/cold.log 2>&1; tail -6 $OUT/cold.log)
