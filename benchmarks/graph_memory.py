@@ -32,6 +32,14 @@ def allocating_call(frames: list[dict]) -> str:
     return frames[0]["name"] if frames else "?"
 
 
+def print_rows(rows: list[tuple[str, str]]) -> None:
+    """(measure, value) pairs as a two-column table."""
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measure':<{width}}  value")
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
 def pool_segments(snapshot: dict) -> list[tuple[int, str]]:
     """(bytes, allocating call) of each segment in a private (graph) pool, largest first."""
     seg_frames = {}
@@ -89,10 +97,7 @@ def main(argv: list[str] | None = None) -> int:
          f"{torch.cuda.memory_reserved() / (args.util * total):.3f}"),
         ("engine start-up, s", f"{seconds:.1f}"),
     ]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'measure':<{width}}  value")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    print_rows(rows)
     by_call = Counter()
     for size, where in segments:
         by_call[where] += size

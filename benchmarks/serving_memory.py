@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from graph_memory import allocating_call
+from graph_memory import allocating_call, print_rows
 
 MiB = 1 << 20
 
@@ -92,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
          f"{sum(s for s, _, _ in segments) / MiB:.0f} ({len(segments)})"),
         ("serving, s", f"{seconds:.1f}"),
     ]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'measure':<{width}}  value")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    print_rows(rows)
     by_call = Counter()
     for size, stream, where in segments:
         by_call[(where, stream)] += size
