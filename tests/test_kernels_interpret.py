@@ -102,6 +102,24 @@ def case_prefill_chunked_and_mixed():
                      prefill_cfg=PrefillConfig(block_m=32, block_n=16))
 
 
+def case_prefill_short_step_graph_layout():
+    """engine/prefill_graphs.py's layout: real sequences, then empty slots (no queries,
+    seq_len 0), then the padding sequence; query_start_loc on the device side and
+    max_query_len = T, as a captured short step passes them."""
+    import torch
+
+    from edge_llm.kernels.paged_attention import paged_attention_ref, paged_attention_triton
+
+    for nq, ctx in (([5, 1, 0, 0, 0, 2], [20, 9, 0, 0, 0, 2]),  # a prompt, a decode row
+                    ([1, 1, 0, 6], [12, 30, 0, 6]),  # decode rows only, then padding
+                    ([3, 4, 0, 0, 0], [3, 40, 0, 0, 0])):  # no padding rows
+        q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 2, 16, 8, torch.float16)
+        ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
+        out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.25,
+                                     max_query_len=q.shape[0], max_seq_len=64)
+        assert ic.rel_err(out, ref) < ic.tolerance(torch.float16), (nq, ctx)
+
+
 def case_dispatch_without_host_read():
     """Device-style query_start_loc: T == B means decode; hints pick the path directly."""
     import torch

@@ -1,4 +1,4 @@
-"""Short-prefill CUDA graphs on a CUDA GPU (``pytest -m gpu``), with EDGE_LLM_PREFILL_GRAPHS=1.
+"""Short-step CUDA graphs on a CUDA GPU (``pytest -m gpu``), with EDGE_LLM_PREFILL_GRAPHS=1.
 
 Same random tiny models as tests/test_cuda_graphs_gpu.py (fp16 linears through cuBLAS, AWQ
 through the W4A16 Triton kernels). Checks:
@@ -6,11 +6,14 @@ through the W4A16 Triton kernels). Checks:
 - the seven buckets (8..512 new tokens) are captured at start-up and reported; off without
   the flag, with ``enforce_eager`` and in fp32;
 - replay == the same padded forward run eagerly (bit for bit), and == the unpadded eager step
-  within fp16 rounding (the linears' kernels depend on the row count);
-- greedy tokens with the prefill graphs == ``enforce_eager`` (or the first difference at a
-  near-tie), for prompts arriving one at a time, with and without prefix-cache hits;
+  within fp16 rounding (the linears' kernels depend on the row count), for one sequence and
+  for several (prompts together; a prompt joining decoding sequences);
+- greedy tokens with the graphs == ``enforce_eager`` (or the first difference at a near-tie),
+  for prompts arriving one at a time, with and without prefix-cache hits, and for prompts
+  arriving while others decode;
 - sleep drops them, wake captures each on first use;
-- time to first token of a 24-token tail after a cached 1,000-token prefix: graphs < eager.
+- time to first token of a 24-token tail after a cached 1,000-token prefix, and the step of
+  a prompt joining 8 decoding sequences: graphs < eager.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 from edge_llm import SamplingParams  # noqa: E402
-from edge_llm.engine.prefill_graphs import ENV_FLAG, PREFILL_SIZES, is_short_prefill  # noqa: E402
+from edge_llm.engine.prefill_graphs import ENV_FLAG, PREFILL_SIZES, is_short_step  # noqa: E402
 from tests import test_cuda_graphs_gpu as decode_gpu  # noqa: E402
 from tests.test_cuda_graphs import random_prompts, run_traffic, word_model  # noqa: E402
 
@@ -79,7 +82,8 @@ def test_replay_equals_padded_eager_and_unpadded_logits(model_dir, n, start):
                      SamplingParams(max_tokens=1), use_tqdm=False)
     engine.add_request("x", {"prompt_token_ids": prompt}, GREEDY)
     sched = engine.scheduler.schedule()
-    assert is_short_prefill(sched.scheduled), [s.num_scheduled_tokens for s in sched.scheduled]
+    assert is_short_step(sched.scheduled), [s.num_scheduled_tokens for s in sched.scheduled]
+    assert len(sched.scheduled) == 1
     s = sched.scheduled[0]
     assert s.start_pos == start - start % 16 or start == 0
     with torch.inference_mode():
@@ -99,6 +103,69 @@ def test_replay_equals_padded_eager_and_unpadded_logits(model_dir, n, start):
     assert replayed.shape == eager.shape and torch.isfinite(replayed).all()
     err = float((replayed - eager).norm() / eager.norm())
     assert err < 1e-2, f"graph logits vs eager step: rel err {err:.2e}"
+
+
+def _mixed_step(llm, prompts: list[list[int]], decoding: int):
+    """``decoding`` requests decoding (prefilled, then stepped), the rest of ``prompts``
+    added: the next step's SchedulerOutput (async outputs off: the scheduler is settled)."""
+    engine = llm.engine
+    for i, p in enumerate(prompts[:decoding]):
+        engine.add_request(f"d{i}", {"prompt_token_ids": p}, GREEDY)
+    for _ in range(3 if decoding else 0):
+        engine.step()
+    for i, p in enumerate(prompts[decoding:]):
+        engine.add_request(f"p{i}", {"prompt_token_ids": p}, GREEDY)
+    return engine.scheduler.schedule()
+
+
+@pytest.mark.parametrize("decoding, new", [(3, 1), (0, 2), (5, 2)])
+def test_replay_equals_padded_eager_several_sequences(model_dir, decoding, new):
+    llm = make_llm(model_dir, disable_async_output_proc=True)
+    runner = llm.engine.runner
+    prompts = random_prompts(decoding + new, VOCAB, 20, 150, seed=10 * decoding + new)
+    sched = _mixed_step(llm, prompts, decoding)
+    counts = [s.num_scheduled_tokens for s in sched.scheduled]
+    assert len(counts) == decoding + new and is_short_step(sched.scheduled), counts
+    assert counts.count(1) == decoding, counts
+    last = torch.tensor(counts, device="cuda").cumsum(0) - 1
+    with torch.inference_mode():
+        ids, pos, meta, _, _ = runner._prepare(sched.scheduled)
+        hidden = runner.model(ids, pos, runner.kv.layers, meta)
+        eager = runner.model.compute_logits(hidden[last])
+    pg = runner.prefill_graphs
+    replayed = pg.run(sched.scheduled).clone()
+    captured, pg.graphs = pg.graphs, {}
+    try:
+        padded = pg.run(sched.scheduled).clone()
+    finally:
+        pg.graphs = captured
+    assert torch.equal(replayed, padded)
+    assert replayed.shape == eager.shape and torch.isfinite(replayed).all()
+    err = float((replayed - eager).norm() / eager.norm())
+    assert err < 1e-2, f"graph logits vs eager step: rel err {err:.2e}"
+
+
+def test_greedy_equals_enforce_eager_prompts_joining_decodes(model_dir):
+    """Prompts of 2..300 tokens arriving 3 steps apart, most of them while others decode:
+    their prefill steps carry decode rows (mixed steps) or other prompts."""
+    prompts = random_prompts(12, VOCAB, 2, 300, seed=8)
+    arrivals = [(3 * i, p) for i, p in enumerate(prompts)] + [(20, prompts[0][:40])]
+    ref = run_traffic(make_llm(model_dir, enforce_eager=True), arrivals, GREEDY)
+    llm = make_llm(model_dir)
+    pg = llm.engine.runner.prefill_graphs
+    widths, run = [], pg.run
+
+    def recording_run(scheduled):
+        widths.append(len(scheduled))
+        return run(scheduled)
+
+    pg.run = recording_run
+    got = run_traffic(llm, arrivals, GREEDY)
+    keys = sorted(ref)
+    assert keys == sorted(got) and len(keys) == len(arrivals)
+    assert_same_or_near_tie([ref[k] for k in keys], [got[k] for k in keys])
+    assert sum(w > 1 for w in widths) >= 8, widths  # steps of several sequences replayed
+    llm.engine.check_integrity()
 
 
 def test_greedy_equals_enforce_eager(model_dir):
@@ -171,6 +238,36 @@ def test_prefix_cache_ttft_graphs_faster(deep_dir):
     runner.prefill_graphs = pg
     assert pg.replays[32] >= 16
     print(f"TTFT 24 tokens after a cached 1,000-token prefix: graphs "
+          f"{results['graphs'] * 1e3:.2f} ms, eager {results['eager'] * 1e3:.2f} ms "
+          f"({results['eager'] / results['graphs']:.2f}x)")
+    assert results["graphs"] < results["eager"]
+
+
+def test_prompt_joining_decodes_graphs_faster(deep_dir):
+    """The step of a 200-token prompt joining 8 decoding sequences (what stalls their next
+    token), median of 7 runs of that step: short-step graphs on vs detached (eager)."""
+    llm = make_llm(deep_dir, max_model_len=2048, max_num_batched_tokens=2048,
+                   disable_async_output_proc=True)
+    runner = llm.engine.runner
+    sched = _mixed_step(llm, random_prompts(9, VOCAB, 200, 200, seed=6), 8)
+    assert sorted(s.num_scheduled_tokens for s in sched.scheduled) == [1] * 8 + [200]
+    pg = runner.prefill_graphs
+
+    def step_time() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        runner.execute(sched)  # the same step again: it rewrites the same K/V slots
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    results = {}
+    for mode in ("graphs", "eager", "graphs", "eager"):
+        runner.prefill_graphs = pg if mode == "graphs" else None
+        step_time()  # warm
+        results[mode] = statistics.median(step_time() for _ in range(7))
+    runner.prefill_graphs = pg
+    assert pg.replays[256] >= 16
+    print(f"a 200-token prompt joining 8 decoding sequences: graphs "
           f"{results['graphs'] * 1e3:.2f} ms, eager {results['eager'] * 1e3:.2f} ms "
           f"({results['eager'] / results['graphs']:.2f}x)")
     assert results["graphs"] < results["eager"]

@@ -353,7 +353,7 @@ class LLMEngine:
 
     def stats(self) -> dict:
         """Scheduler counters, token totals, and the CUDA graphs' last capture: decode graph
-        count, short-prefill graph count, and seconds and device
+        count, short-step (prefill) graph count, and seconds and device
         bytes of both together (zeros when eager or asleep). ``cache_config``: the KV cache's
         settings as strings (vLLM's ``cache_config_info`` labels)."""
         s = self.scheduler.stats()

@@ -3,9 +3,9 @@
 It owns the KV cache tensors, applies swaps and copies (block-id pairs only: it never learns
 request identities from them), flattens the scheduled tokens into one batch, and samples.
 Decode-only steps replay CUDA graphs (``cuda_graphs.py``) unless ``enforce_eager`` is set or
-the forward would not be capturable (CPU, fp32, ``EDGE_LLM_KERNELS=torch``); with
-so do short single-sequence prefills (``prefill_graphs.py``; ``EDGE_LLM_PREFILL_GRAPHS=0``
-turns those off).
+the forward would not be capturable (CPU, fp32, ``EDGE_LLM_KERNELS=torch``); so do short
+steps that prefill, up to 512 new tokens over one or more sequences, decode rows alongside
+(``prefill_graphs.py``; ``EDGE_LLM_PREFILL_GRAPHS=0`` turns those off).
 """
 
 from __future__ import annotations
@@ -129,11 +129,13 @@ class ModelRunner:
                            self.plan.graph_bytes / (1 << 20))
 
     def _capture_prefill_graphs(self, pool, lazy: bool) -> None:
-        """Short-prefill graphs into the decode graphs' pool (start-up: every size now; wake:
-        each on first use). A failure logs a warning and leaves prefills eager."""
+        """Short-step graphs (engine/prefill_graphs.py) into the decode graphs' pool, writing
+        their logits buffer (start-up: every size now; wake: each on first use). A failure
+        logs a warning and leaves prefill and mixed steps eager."""
         sc = self.scheduler_config
         graphs = PrefillGraphs(self.model, self.kv.layers, sc.max_model_len, self.block_size,
-                               self.device, prefill_sizes(sc.max_num_batched_tokens))
+                               self.device, prefill_sizes(sc.max_num_batched_tokens),
+                               max_seqs=sc.max_num_seqs, logits=self.graphs.logits)
         stats = capture_or_release(graphs, lambda: graphs.capture(pool, lazy=lazy),
                                    "prefills run")
         if stats is None:
@@ -220,18 +222,14 @@ class ModelRunner:
         if not sched.scheduled:
             return step
         rows = [s for s in sched.scheduled if s.do_sample]
-        if self.graphs is not None and self.graphs.can_run(sched.scheduled):
-            logits = self.graphs.run(sched.scheduled)  # (B, vocab), row i: scheduled[i]
-            if len(rows) != len(sched.scheduled):  # a one-token prefill chunk samples nothing
-                logits = logits[[i for i, s in enumerate(sched.scheduled) if s.do_sample]]
-            if rows:
-                self._sample(logits, rows, step)
-            return step
-        if self.prefill_graphs is not None and self.prefill_graphs.can_run(sched.scheduled):
-            logits = self.prefill_graphs.run(sched.scheduled)  # (n, vocab): the real rows
-            if rows:  # a prompt's last chunk (or the uncached tail): sample after its last token
-                self._sample(logits[-1:], rows, step)
-            return step
+        for graphs in (self.graphs, self.prefill_graphs):  # decode-only steps, short steps
+            if graphs is not None and graphs.can_run(sched.scheduled):
+                logits = graphs.run(sched.scheduled)  # (B, vocab), row i: scheduled[i]
+                if len(rows) != len(sched.scheduled):  # a prompt's chunk before its last
+                    logits = logits[[i for i, s in enumerate(sched.scheduled) if s.do_sample]]
+                if rows:
+                    self._sample(logits, rows, step)
+                return step
         ids, positions, meta, sample_idx, prompt_rows = self._prepare(sched.scheduled)
         hidden = self.model(ids, positions, self.kv.layers, meta)
         if rows:

@@ -94,7 +94,8 @@ def profile_graph_memory(model, largest: int, largest_prefill: int, max_model_le
         held = decode.capture().memory_bytes
         if prefill_graphs_enabled():
             prefill = PrefillGraphs(model, kv, max_model_len, block_size, device,
-                                    sizes=(largest_prefill,))
+                                    sizes=(largest_prefill,), max_seqs=largest,
+                                    logits=decode.logits)
             held += prefill.capture(decode.pool).memory_bytes
     except Exception as exc:
         logger.debug("graph memory probe failed (%s: %s)", type(exc).__name__, exc)
