@@ -5,7 +5,9 @@ a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32). Kernels: W4
 (w4a16.py), paged attention and the K/V write (paged_attention.py), fused RMSNorm / residual
 add / SiLU-and-mul / rotary (fused.py), rotary with the K/V cache write (rotary_kv.py), the
 column gather of act-order inputs (gather.py). A uint8 KV cache holds fp8 e4m3 codes: the
-writes encode and the attention kernels decode them (kv_fp8.py).
+writes encode and the attention kernels decode them (kv_fp8.py). Every kernel starts with
+``pdl_enter`` and launches through ``pdl_kwargs`` (pdl.py: programmatic dependent launch on
+Hopper and later, ``EDGE_LLM_PDL=1``).
 """
 
 from __future__ import annotations

@@ -17,6 +17,14 @@ def _props(device: torch.device):
     return _properties(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def compute_capability(device: torch.device) -> tuple[int, int]:
+    """(major, minor) of a CUDA device (cached); (0, 0) for anything else."""
+    if device.type != "cuda":
+        return (0, 0)
+    p = _props(device)
+    return (p.major, p.minor)
+
+
 def num_sms(device: torch.device) -> int:
     """Multiprocessor count of a CUDA device (cached); 8 for anything else (interpreter)."""
     if device.type != "cuda":

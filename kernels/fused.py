@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from .kv_fp8 import to_cache
+from .pdl import pdl_enter, pdl_kwargs
 
 __all__ = [
     "add_rms_norm", "add_rms_norm_ref", "rms_norm", "rms_norm_ref", "rotary", "rotary_ref",
@@ -122,6 +123,7 @@ def _rms_norm_kernel(
     n_rows, n_cols, stride_x, stride_xi, stride_r, stride_o, stride_ro, eps,
     HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_CHUNKS: tl.constexpr, INNER_ROWS: tl.constexpr, PERM: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """ROWS rows per program. One chunk: the rows stay in registers between the sum of
     squares and the scaling. Several chunks: pass 1 sums (and stores the new residual), pass 2
@@ -134,6 +136,7 @@ def _rms_norm_kernel(
     the permuted columns and recomputes the same rounded sum, as the chunked pass 2 does (one
     chunk: the permutation is loaded with the first inputs, not after the sum). tl.gather of
     the row in registers hung on the H200 (Triton 3.6, session 13)."""
+    pdl_enter(PDL)
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
@@ -187,8 +190,9 @@ def _rms_norm_kernel(
 
 @triton.jit
 def _silu_mul_kernel(g_ptr, u_ptr, out_ptr, n_cols, stride_g, stride_u, stride_o,
-                     BLOCK: tl.constexpr):
+                     BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Grid (rows, column blocks): one BLOCK of one row per program."""
+    pdl_enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -232,8 +236,10 @@ def _rotary_kernel(
     stride_cos, stride_sin,
     NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """One program per token: its cos/sin row is read once and applied to q and k."""
+    pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, HALF_PAD)
     d_ok = offs < HALF
@@ -303,7 +309,7 @@ def _norm(x, residual, weight, eps, perm=None) -> tuple[torch.Tensor, torch.Tens
         stride_x, stride_xi, r2.stride(0) if residual is not None else 0,
         o2.stride(0), ro2.stride(0), float(eps), HAS_RESIDUAL=residual is not None, ROWS=rows,
         BLOCK_N=block_n, NUM_CHUNKS=chunks, INNER_ROWS=inner, PERM=perm is not None,
-        num_warps=warps)
+        num_warps=warps, **pdl_kwargs(o2.device))
     return out, (res_out if residual is not None else None)
 
 
@@ -340,7 +346,8 @@ def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Te
         return out
     o2 = out.view(-1, n)
     _silu_mul_kernel[(m, triton.cdiv(n, SILU_BLOCK))](
-        g2, u2, o2, n, g2.stride(0), u2.stride(0), o2.stride(0), BLOCK=SILU_BLOCK, num_warps=4)
+        g2, u2, o2, n, g2.stride(0), u2.stride(0), o2.stride(0), BLOCK=SILU_BLOCK, num_warps=4,
+        **pdl_kwargs(g2.device))
     return out
 
 
@@ -392,5 +399,5 @@ def rotary(
         q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
         cos.stride(0), sin.stride(0),
         NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=half, HALF_PAD=half_pad, HQ_PAD=hq_pad,
-        HK_PAD=hk_pad, num_warps=warps)
+        HK_PAD=hk_pad, num_warps=warps, **pdl_kwargs(q.device))
     return q_out, k_out

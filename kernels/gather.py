@@ -12,13 +12,16 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_enter, pdl_kwargs
+
 BLOCK = 1024
 
 
 @triton.jit(do_not_specialize=["n_rows"])
 def _gather_cols_kernel(x_ptr, perm_ptr, out_ptr, n_rows, n_cols, stride_x, stride_o,
-                        BLOCK: tl.constexpr):
+                        BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Grid (rows, column blocks)."""
+    pdl_enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -44,5 +47,5 @@ def gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     if x2.shape[0]:
         _gather_cols_kernel[(x2.shape[0], triton.cdiv(n, BLOCK))](
             x2, perm, out, x2.shape[0], n, x2.stride(0), out.stride(0), BLOCK=BLOCK,
-            num_warps=4)
+            num_warps=4, **pdl_kwargs(x2.device))
     return out.reshape(x.shape)

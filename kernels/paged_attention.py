@@ -27,6 +27,7 @@ import triton.language as tl
 from .kv_fp8 import from_cache_ref, to_cache, to_cache_ref
 from .paged_decode import DecodeConfig, decode_split_plan, paged_decode
 from .paged_prefill import PrefillConfig, paged_prefill
+from .pdl import pdl_enter, pdl_kwargs
 
 __all__ = [
     "DecodeConfig", "PrefillConfig", "decode_split_plan", "paged_attention_ref",
@@ -155,8 +156,10 @@ def _write_kv_kernel(
     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, H_PAD: tl.constexpr,
     D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Copy token t's K and V (Hkv, D) into cache slot slot_mapping[t]; slot < 0 is skipped."""
+    pdl_enter(PDL)
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     # a tensor, not a scalar bool: the interpreter cannot AND those
@@ -229,4 +232,5 @@ def write_kv(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         NUM_KV_HEADS=hkv, HEAD_DIM=d, H_PAD=triton.next_power_of_2(hkv),
-        D_PAD=triton.next_power_of_2(d), BLOCK_SIZE=k_cache.shape[1], num_warps=1)
+        D_PAD=triton.next_power_of_2(d), BLOCK_SIZE=k_cache.shape[1], num_warps=1,
+        **pdl_kwargs(k_cache.device))

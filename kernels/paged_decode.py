@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile, num_sms
+from .pdl import pdl_enter, pdl_kwargs
 from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, release_tile
 
@@ -43,7 +44,9 @@ def _paged_decode_kernel(
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     FUSED_REDUCE: tl.constexpr, SPLITS_PAD: tl.constexpr, FP8_CVT: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -133,8 +136,10 @@ def _paged_decode_reduce_kernel(
     stride_pb, stride_ph, stride_ps, stride_ot, stride_oh,
     num_splits, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """out[b, h] = sum_s w_s * part[b, h, s] with w_s = 2^lse_s / sum 2^lse (valid splits)."""
+    pdl_enter(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + b)
@@ -241,10 +246,11 @@ def paged_decode(
         FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=triton.next_power_of_2(splits) if cnt is not None else 1,
         FP8_CVT=fp8_cvt(k_cache), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        maxnreg=cfg.max_registers if cnt is not None else None)
+        maxnreg=cfg.max_registers if cnt is not None else None, **pdl_kwargs(q.device))
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,
             out.stride(0), out.stride(1), splits, HEAD_DIM=d, D_PAD=d_pad,
-            SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_N=cfg.block_n, num_warps=4)
+            SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_N=cfg.block_n, num_warps=4,
+            **pdl_kwargs(out.device))
     return out

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile
+from .pdl import pdl_enter, pdl_kwargs
 
 
 @triton.jit
@@ -44,7 +45,9 @@ def _paged_prefill_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8_CVT: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
     b = _tile_owner(tile_starts_ptr, tile, num_seqs, SEARCH_STEPS)
@@ -139,5 +142,5 @@ def paged_prefill(
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
         # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
         SEARCH_STEPS=max(12, num_seqs.bit_length()), FP8_CVT=fp8_cvt(k_cache),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(q.device))
     return out

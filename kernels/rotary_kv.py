@@ -14,6 +14,7 @@ import triton.language as tl
 
 from .fused import _cos_sin, _rotate_heads, check_rotary
 from .paged_attention import check_kv_write, copy_heads
+from .pdl import pdl_enter, pdl_kwargs
 
 
 @triton.jit
@@ -25,9 +26,11 @@ def _rotary_write_kv_kernel(
     NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """One program per token: q rotated into qo; k rotated and v copied into cache slot
     slot_mapping[t] (slot < 0: padding, nothing stored)."""
+    pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     offs = tl.arange(0, HALF_PAD)
@@ -79,5 +82,6 @@ def rotary_write_kv(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=d // 2, HALF_PAD=half_pad, HQ_PAD=hq_pad,
         HK_PAD=hk_pad, HEAD_DIM=d, D_PAD=triton.next_power_of_2(d),
-        BLOCK_SIZE=k_cache.shape[1], num_warps=max(1, min(8, hq_pad * half_pad // 512)))
+        BLOCK_SIZE=k_cache.shape[1], num_warps=max(1, min(8, hq_pad * half_pad // 512)),
+        **pdl_kwargs(q.device))
     return q_out

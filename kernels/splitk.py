@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_enter, pdl_kwargs
+
 MAX_TILES = 1 << 16
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 
@@ -89,8 +91,10 @@ def sum_if_last(cnt_ptr, tile, split, part_ptr, out_ptr, offs_m, offs_n, mask, s
 
 
 @triton.jit(do_not_specialize=["numel"])
-def _splitk_reduce_kernel(part_ptr, out_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+def _splitk_reduce_kernel(part_ptr, out_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+                          PDL: tl.constexpr = False):
     """out[i] = sum_s part[s, i] for the flat [SPLIT, numel] fp32 partial sums."""
+    pdl_enter(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -104,4 +108,4 @@ def reduce_partials(part: torch.Tensor, out: torch.Tensor) -> None:
     split, m, n = part.shape
     block = 1024
     _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](
-        part, out, m * n, SPLIT=split, BLOCK=block, num_warps=4)
+        part, out, m * n, SPLIT=split, BLOCK=block, num_warps=4, **pdl_kwargs(part.device))

@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_enter, pdl_kwargs
 from .w4a16_ref import PACK
 
 
@@ -33,10 +34,12 @@ def _nibble_f32(packed, j: tl.constexpr):
 def _dequant_kernel(
     qw_ptr, s_ptr, z_ptr, w_ptr, N, K, group_size, stride_qk, stride_sg, stride_zg, stride_wk,
     BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, PLANES: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """W[k, n] = (q[k, n] - zeros[g, n]) * scales[g, n] for one [BLOCK_K, BLOCK_N] tile.
     PLANES: plane-packed words (kernels/w4a16_ref.py pack_planes_ref): nibble j of word row
     r holds row 128 (r // 16) + 16 j + r % 16, where W is stored."""
+    pdl_enter(PDL)
     rows = tl.program_id(0) * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)  # (BK8,)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < K // 8) & (offs_n[None, :] < N)
@@ -132,5 +135,5 @@ def dequantize_w4a16(
     _dequant_kernel[(triton.cdiv(k, bk), triton.cdiv(n, bn))](
         qweight, scales, zeros, w, n, k, group_size, qweight.stride(0), scales.stride(0),
         zeros.stride(0), w.stride(0), BLOCK_K=bk, BLOCK_N=bn, PLANES=planes_packed,
-        num_warps=4)
+        num_warps=4, **pdl_kwargs(qweight.device))
     return w

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
 from .w4a16_dequant import _nibble_f32
 from .w4a16_planes import fp16_planes, join_planes, joined_cols, plane_dot
@@ -87,6 +88,7 @@ def _w4a16_gemv_kernel(
     N, K, k_per_split, group_size,
     stride_xk, stride_qk, stride_sg, stride_zg, stride_os,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """One activation row: out[pid_k, n] = sum over this split's k of x[k] * W[k, n].
 
@@ -97,6 +99,7 @@ def _w4a16_gemv_kernel(
     double buffering: in a plain range loop Triton's pipeliner stages only loads that feed a
     tl.dot; tl.range(num_stages=) would stage them, see kernels/w4a16_gemv.py PIPE).
     """
+    pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -138,6 +141,7 @@ def _w4a16_dot_kernel(
     ONE_GROUP: tl.constexpr, NIBBLE_DOTS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr, FP16_PLANES: tl.constexpr,
     USE_ASM: tl.constexpr, PLANE_MAJOR: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """out[pid_k, m, n] = sum over this split's k of x[m, k] * W[k, n] via tl.dot.
 
@@ -152,6 +156,7 @@ def _w4a16_dot_kernel(
     REDUCE: ``out`` holds fp32 partials and the last program of each (m, n) tile writes
     their sum to ``final`` (kernels/splitk.py).
     """
+    pdl_enter(PDL)
     pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -224,7 +229,7 @@ def launch_gemv(x2, qweight, scales, zeros, target, group_size: int, block_n: in
         x2, qweight, scales, zeros, target, n, x2.shape[1], k_per_split, group_size,
         x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
         target.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=num_warps, num_stages=num_stages)
+        num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))
 
 
 def launch_dot(x2, qweight, scales, zeros, target, final, counters, group_size: int,
@@ -248,4 +253,4 @@ def launch_dot(x2, qweight, scales, zeros, target, final, counters, group_size: 
         FP16_PLANES=fp16_planes and x2.dtype == torch.float16,
         USE_ASM=use_asm, PLANE_MAJOR=plane_major,
         SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
-        num_warps=num_warps, num_stages=num_stages)
+        num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))

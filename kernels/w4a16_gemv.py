@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
 from .w4a16_gemv_ptx import (
     ASM1,
@@ -216,6 +217,7 @@ def _w4a16_gemv16_kernel(
     CHAIN4: tl.constexpr, FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
     PIPE: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
     PLANES: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -236,6 +238,7 @@ def _w4a16_gemv16_kernel(
     (pack_planes_ref; K tiles and splits whole 128-row tiles; fp16 x), x read in natural
     order (``_x_pairs``).
     """
+    pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     m0 = tl.program_id(2) * ROWS
@@ -341,4 +344,4 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
         EVEN=flat and k % block_k == 0 and n % block_n == 0, PIPE=pipe, REDUCE=reduce,
         SPLIT_P2=triton.next_power_of_2(split) if reduce else 1, PLANES=planes,
-        num_warps=num_warps, num_stages=num_stages)
+        num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
 from .w4a16_dequant import _nibble_f32
 from .w4a16_planes import fp16_planes
@@ -124,7 +125,9 @@ def _w4a16_swap_kernel(
     ONE_GROUP: tl.constexpr, JOINED: tl.constexpr, PLANES: tl.constexpr, USE_ASM: tl.constexpr,
     DOT_PRECISION: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
     X_PLANES: tl.constexpr, X_SPLIT: tl.constexpr, PLANE_MAJOR: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     pid_m = tl.program_id(0)  # fastest: programs that share a W tile run together (L2 reuse)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -228,7 +231,8 @@ def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size:
         PLANES=planes and x2.dtype == torch.float16, USE_ASM=use_asm,
         DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
         SPLIT_P2=triton.next_power_of_2(split) if reduce else 1, X_PLANES=x_planes,
-        X_SPLIT=x_split, PLANE_MAJOR=plane_major, num_warps=num_warps, num_stages=num_stages)
+        X_SPLIT=x_split, PLANE_MAJOR=plane_major, num_warps=num_warps, num_stages=num_stages,
+        **pdl_kwargs(x2.device))
 
 
 def plane_order(x2: torch.Tensor, block_k: int) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 
 import pytest
 import torch
@@ -234,3 +235,72 @@ def test_w4a16_folded_zero_points_compile(arch):
     (sub_plain, lop_plain), (sub_fold, lop_fold) = subs[False], subs[True]
     assert lop_fold == lop_plain > 0  # the same words unpacked
     assert sub_fold * 3 == sub_plain, subs
+
+
+ALL_KERNELS = {
+    "_rms_norm_kernel", "_silu_mul_kernel", "_rotary_kernel", "_rotary_write_kv_kernel",
+    "_write_kv_kernel", "_paged_decode_kernel", "_paged_decode_reduce_kernel",
+    "_paged_prefill_kernel", "_w4a16_gemv16_kernel", "_w4a16_gemv_kernel", "_w4a16_dot_kernel",
+    "_w4a16_swap_kernel", "_splitk_reduce_kernel", "_dequant_kernel", "_gather_cols_kernel",
+}
+
+
+def _launch_every_kernel(monkeypatch) -> None:
+    """One launch (or more) of each of ``ALL_KERNELS`` through its wrapper, on CPU tensors."""
+    monkeypatch.setattr(torch, "matmul", lambda a, b: a.new_zeros(a.shape[0], b.shape[1]))
+    rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
+    ga = importlib.import_module("edge_llm.kernels.gather")
+    k, n, gs = 4096, 4608, 128
+    qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
+    for dtype, rows in ((torch.float16, (1, 2, 8, 33, 200)), (torch.bfloat16, (8, 33)),
+                        (torch.float32, (1,))):
+        s = torch.rand(k // gs, n).to(dtype)
+        for m in rows:
+            w4.w4a16_matmul(torch.randn(m, k).to(dtype), qw, s, s.clone(), gs,
+                            integer_zeros=True, planes_packed=dtype == torch.float16)
+    s = torch.rand(k // gs, n)
+    w4.w4a16_matmul(torch.randn(1, k), qw, s, s.clone(), gs,  # split K summed in a 2nd launch
+                    config=w4.W4A16Config("gemv", block_n=128, block_k=64, split_k=4))
+    d, h, hkv = 128, 32, 8
+    kc = torch.randn(64, 16, hkv, d).half()
+    table = torch.randint(0, 64, (4, 16), dtype=torch.int32)
+    sl = torch.full((4,), 200, dtype=torch.int32)
+    q = torch.randn(4, h, d).half()
+    pa.paged_decode(q, kc, kc, table, sl, 0.1, max_seq_len=200)
+    pa.paged_decode(q, kc, kc, table, sl, 0.1, max_seq_len=200,
+                    config=pa.DecodeConfig(num_splits=2, fused_reduce=False))
+    qsl = torch.tensor([0, 100, 150, 151, 200], dtype=torch.int32)
+    pa.paged_prefill(torch.randn(200, h, d).half(), kc, kc, table, qsl, sl, 0.1)
+    kv = torch.randn(5, hkv, d).half()
+    pa.write_kv(kv, kv.clone(), kc, kc.clone(), torch.arange(5))
+    cos = torch.randn(4096, d // 2)
+    rkv.rotary_write_kv(torch.randn(5, h, d).half(), kv, kv.clone(), cos, cos.clone(),
+                        torch.arange(5), kc, kc.clone(), torch.arange(5))
+    x, w = torch.randn(3, 4096).half(), torch.randn(4096).half()
+    fu.rms_norm(x, w, 1e-6)
+    fu.add_rms_norm(x, x.clone(), w, 1e-6)
+    fu.silu_and_mul(torch.randn(3, 11008).half(), torch.randn(3, 11008).half())
+    fu.rotary(torch.randn(3, h, d).half(), torch.randn(3, hkv, d).half(), cos, cos.clone(),
+              torch.arange(3))
+    ga.gather_columns(x, torch.randperm(4096))
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_pdl_every_kernel_waits_before_it_reads(on, monkeypatch):
+    """With programmatic dependent launch on (kernels/pdl.py, Hopper), every kernel we launch
+    is built with ``launch_pdl`` and its PTX waits on the previous grid
+    (``griddepcontrol.wait``) and lets the next one launch; off, neither appears. A kernel
+    launched early without the wait would read its inputs before they are written."""
+    pdl = importlib.import_module("edge_llm.kernels.pdl")
+    monkeypatch.setattr(pdl, "pdl_on", lambda device: on)
+    with compile_only(90) as records:
+        _launch_every_kernel(monkeypatch)
+    assert {name for name, _, _ in records} == ALL_KERNELS
+    for name, _, kern in records:
+        ptx = kern.asm["ptx"]
+        assert kern.metadata.launch_pdl is on, name
+        assert ("griddepcontrol.wait" in ptx) is on, name
+        assert ("griddepcontrol.launch_dependents" in ptx) is on, name
+        if on:  # the wait comes before the kernel's first global or shared memory access
+            first = re.search(r"\b(ld|st|cp\.async|atom|red)\.(global|shared)", ptx)
+            assert first and ptx.index("griddepcontrol.wait") < first.start(), name
