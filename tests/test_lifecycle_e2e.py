@@ -90,6 +90,7 @@ def test_start_ping_health_phases_and_hooks(server):
         assert f'edge_llm:startup_phase_seconds{{phase="{phase}"}}' in metrics, phase
     text = log.read_text(errors="replace")
     assert "startup phase weight_load" in text and "GB/s" in text
+    assert "Prefetch: " in text  # the checkpoint asked into the page cache (or not on disk)
     assert "start-up objects out of the cyclic GC" in text  # serve freezes them once ready
     events = hook_log.read_text().split("\n")
     assert events[:2] == ["on_load ServerContext", "on_ready ServerContext"]
