@@ -3,6 +3,10 @@
 # construction's time goes now: `profile_engine.py` (cProfile of LLM(...) on a warm compile
 # cache; cumulative time per function), the serve start's phase lines of a warm start, and
 # the cold start again to compare against a fix.
+# Session 26 (still not run: no device lent): `edge-llm serve` now prefetches the
+# checkpoint into the page cache while it imports torch (edge_llm/model/prefetch.py);
+# start 2's weight_load phase (3.57 s in session 25 call 9, 1.1-1.4 s from a warm page
+# cache) says whether it worked.
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
