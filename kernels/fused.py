@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import cdiv, next_pow2
 from .kv_fp8 import to_cache
 from .pdl import pdl_enter, pdl_kwargs
 
@@ -270,10 +271,10 @@ def _head_rows(x: torch.Tensor) -> bool:
 
 def _row_launch(n_cols: int) -> tuple[int, int, int, int]:
     """(ROWS, BLOCK_N, NUM_CHUNKS, num_warps) for rows of n_cols elements."""
-    block_n = min(triton.next_power_of_2(n_cols), MAX_ROW_BLOCK)
+    block_n = min(next_pow2(n_cols), MAX_ROW_BLOCK)
     rows = max(1, ROW_TILE // block_n)
     warps = max(1, min(8, rows * block_n // 512))
-    return rows, block_n, triton.cdiv(n_cols, block_n), warps
+    return rows, block_n, cdiv(n_cols, block_n), warps
 
 
 def _norm(x, residual, weight, eps, perm=None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -304,7 +305,7 @@ def _norm(x, residual, weight, eps, perm=None) -> tuple[torch.Tensor, torch.Tens
         return out, (res_out if residual is not None else None)
     rows, block_n, chunks, warps = _row_launch(n)
     o2, ro2 = out.view(-1, n), res_out.view(-1, n)
-    _rms_norm_kernel[(triton.cdiv(m, rows),)](
+    _rms_norm_kernel[(cdiv(m, rows),)](
         x2, r2, weight.contiguous(), o2, ro2, o2 if perm is None else perm.contiguous(), m, n,
         stride_x, stride_xi, r2.stride(0) if residual is not None else 0,
         o2.stride(0), ro2.stride(0), float(eps), HAS_RESIDUAL=residual is not None, ROWS=rows,
@@ -345,7 +346,7 @@ def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Te
     if m == 0 or n == 0:
         return out
     o2 = out.view(-1, n)
-    _silu_mul_kernel[(m, triton.cdiv(n, SILU_BLOCK))](
+    _silu_mul_kernel[(m, cdiv(n, SILU_BLOCK))](
         g2, u2, o2, n, g2.stride(0), u2.stride(0), o2.stride(0), BLOCK=SILU_BLOCK, num_warps=4,
         **pdl_kwargs(g2.device))
     return out
@@ -390,8 +391,8 @@ def rotary(
     if t == 0:
         return q_out, k_out
     half = d // 2
-    hq_pad, hk_pad = triton.next_power_of_2(h), triton.next_power_of_2(hkv)
-    half_pad = triton.next_power_of_2(half)
+    hq_pad, hk_pad = next_pow2(h), next_pow2(hkv)
+    half_pad = next_pow2(half)
     warps = max(1, min(8, hq_pad * half_pad // 512))
     _rotary_kernel[(t,)](
         q, k, cos, sin, positions, q_out, k_out,

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import cdiv
 from .pdl import pdl_enter, pdl_kwargs
 
 BLOCK = 1024
@@ -45,7 +46,7 @@ def gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
         x2 = x2.contiguous()
     out = torch.empty_like(x2)
     if x2.shape[0]:
-        _gather_cols_kernel[(x2.shape[0], triton.cdiv(n, BLOCK))](
+        _gather_cols_kernel[(x2.shape[0], cdiv(n, BLOCK))](
             x2, perm, out, x2.shape[0], n, x2.stride(0), out.stride(0), BLOCK=BLOCK,
             num_warps=4, **pdl_kwargs(x2.device))
     return out.reshape(x.shape)

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import next_pow2
 from .kv_fp8 import from_cache_ref, to_cache, to_cache_ref
 from .paged_decode import DecodeConfig, decode_split_plan, paged_decode
 from .paged_prefill import PrefillConfig, paged_prefill
@@ -231,6 +232,6 @@ def write_kv(
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        NUM_KV_HEADS=hkv, HEAD_DIM=d, H_PAD=triton.next_power_of_2(hkv),
-        D_PAD=triton.next_power_of_2(d), BLOCK_SIZE=k_cache.shape[1], num_warps=1,
+        NUM_KV_HEADS=hkv, HEAD_DIM=d, H_PAD=next_pow2(hkv),
+        D_PAD=next_pow2(d), BLOCK_SIZE=k_cache.shape[1], num_warps=1,
         **pdl_kwargs(k_cache.device))

@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import cdiv, next_pow2
 from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile, num_sms
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import counters as splitk_counters
@@ -191,11 +192,11 @@ def decode_split_plan(programs: int, max_context: int, sms: int, block_n: int,
     block_n. The kernel re-derives each sequence's partition from its own length."""
     max_context = max(max_context, 1)
     if num_splits <= 0:
-        num_splits = min(triton.cdiv(2 * sms, max(programs, 1)),
-                         triton.cdiv(max_context, 256), 64)
+        num_splits = min(cdiv(2 * sms, max(programs, 1)),
+                         cdiv(max_context, 256), 64)
         num_splits = max(1, num_splits)
-    partition = triton.cdiv(triton.cdiv(max_context, num_splits), block_n) * block_n
-    return triton.cdiv(max_context, partition), partition
+    partition = cdiv(cdiv(max_context, num_splits), block_n) * block_n
+    return cdiv(max_context, partition), partition
 
 
 def paged_decode(
@@ -223,7 +224,7 @@ def paged_decode(
     max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
     splits, _ = decode_split_plan(b * hkv, max_ctx, num_sms(q.device), cfg.block_n,
                                   cfg.num_splits)
-    d_pad = triton.next_power_of_2(d)
+    d_pad = next_pow2(d)
     part_out = part_lse = out  # placeholders, unused without a split
     cnt = None
     if splits > 1:
@@ -241,16 +242,16 @@ def paged_decode(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1), h * splits, splits, 1,
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
+        GROUP=group, GROUP_PAD=max(16, next_pow2(group)), HEAD_DIM=d,
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
         FUSED_REDUCE=cnt is not None,
-        SPLITS_PAD=triton.next_power_of_2(splits) if cnt is not None else 1,
+        SPLITS_PAD=next_pow2(splits) if cnt is not None else 1,
         FP8_CVT=fp8_cvt(k_cache), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         maxnreg=cfg.max_registers if cnt is not None else None, **pdl_kwargs(q.device))
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,
             out.stride(0), out.stride(1), splits, HEAD_DIM=d, D_PAD=d_pad,
-            SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_N=cfg.block_n, num_warps=4,
+            SPLITS_PAD=next_pow2(splits), BLOCK_N=cfg.block_n, num_warps=4,
             **pdl_kwargs(out.device))
     return out

@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import next_pow2
 from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile
 from .pdl import pdl_enter, pdl_kwargs
 
@@ -125,7 +126,7 @@ def paged_prefill(
     out = torch.empty_like(q)
     if t == 0 or num_seqs == 0:
         return out
-    block_m = max(cfg.block_m, 16, triton.next_power_of_2(group))
+    block_m = max(cfg.block_m, 16, next_pow2(group))
     block_q = block_m // group
     qsl = query_start_loc.to(q.device, torch.int32)
     tiles = (qsl[1:] - qsl[:-1] + block_q - 1) // block_q  # (B,) q tiles per sequence
@@ -138,7 +139,7 @@ def paged_prefill(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        GROUP=group, HEAD_DIM=d, D_PAD=triton.next_power_of_2(d), BLOCK_SIZE=bs,
+        GROUP=group, HEAD_DIM=d, D_PAD=next_pow2(d), BLOCK_SIZE=bs,
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
         # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
         SEARCH_STEPS=max(12, num_seqs.bit_length()), FP8_CVT=fp8_cvt(k_cache),

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from .fused import _cos_sin, _rotate_heads, check_rotary
+from .grid import next_pow2
 from .paged_attention import check_kv_write, copy_heads
 from .pdl import pdl_enter, pdl_kwargs
 
@@ -72,8 +73,8 @@ def rotary_write_kv(
     q_out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if t == 0:
         return q_out
-    half_pad = triton.next_power_of_2(d // 2)
-    hq_pad, hk_pad = triton.next_power_of_2(h), triton.next_power_of_2(hkv)
+    half_pad = next_pow2(d // 2)
+    hq_pad, hk_pad = next_pow2(h), next_pow2(hkv)
     _rotary_write_kv_kernel[(t,)](
         q, k, v, cos, sin, positions, slot_mapping, q_out, k_cache, v_cache,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
@@ -81,7 +82,7 @@ def rotary_write_kv(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=d // 2, HALF_PAD=half_pad, HQ_PAD=hq_pad,
-        HK_PAD=hk_pad, HEAD_DIM=d, D_PAD=triton.next_power_of_2(d),
+        HK_PAD=hk_pad, HEAD_DIM=d, D_PAD=next_pow2(d),
         BLOCK_SIZE=k_cache.shape[1], num_warps=max(1, min(8, hq_pad * half_pad // 512)),
         **pdl_kwargs(q.device))
     return q_out

@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import cdiv
 from .pdl import pdl_enter, pdl_kwargs
 
 MAX_TILES = 1 << 16
@@ -107,5 +108,5 @@ def reduce_partials(part: torch.Tensor, out: torch.Tensor) -> None:
     """out [M, N] = part [SPLIT, M, N].sum(0) in a second launch."""
     split, m, n = part.shape
     block = 1024
-    _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](
+    _splitk_reduce_kernel[(cdiv(m * n, block),)](
         part, out, m * n, SPLIT=split, BLOCK=block, num_warps=4, **pdl_kwargs(part.device))

@@ -56,9 +56,9 @@ from __future__ import annotations
 import os
 
 import torch
-import triton
 
 from .device import dots_from_registers, num_sms
+from .grid import cdiv, next_pow2
 from .splitk import counters as splitk_counters
 from .splitk import reduce_partials
 from .w4a16_config import W4A16Config, auto_split, pick_config
@@ -162,14 +162,14 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
     """GEMV or dot kernel into ``out`` [M, N]; fp32 partials + reduce when K is split."""
     m, k = x2.shape
     n = out.shape[1]
-    block_m = max(16, triton.next_power_of_2(cfg.block_m))
-    m_tiles = (triton.cdiv(m, block_m) if cfg.kind in ("dot", "swap") else
-               triton.cdiv(m, cfg.rows) if cfg.kind == "gemv16" else 1)
-    n_tiles = triton.cdiv(n, cfg.block_n)
+    block_m = max(16, next_pow2(cfg.block_m))
+    m_tiles = (cdiv(m, block_m) if cfg.kind in ("dot", "swap") else
+               cdiv(m, cfg.rows) if cfg.kind == "gemv16" else 1)
+    n_tiles = cdiv(n, cfg.block_n)
     split = cfg.split_k or auto_split(m_tiles * n_tiles, k, block_k, sms, cfg.waves,
                                       cfg.min_k_tiles)
-    k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
-    split = triton.cdiv(k, k_per_split)
+    k_per_split = cdiv(cdiv(k, split), block_k) * block_k
+    split = cdiv(k, k_per_split)
     target = torch.empty((split, m, n), device=x2.device, dtype=torch.float32) if split > 1 \
         else out.view(1, m, n)  # (SPLIT, M, N)
     # the last program of each tile sums the partials (kernels/splitk.py) on the fp16x2 and

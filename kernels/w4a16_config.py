@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import triton
+from .grid import next_pow2
 
 __all__ = ["W4A16Config", "auto_split", "pick_config"]
 
@@ -145,7 +145,7 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         # 1.26 vs 1.10x at 4 rows (gemv16), 1.23 vs 0.95x at 16, 0.85 vs 0.77x at 64 (dot).
         # On plane-packed words (33-64 rows here) its columns follow the words' plane order,
         # so it reads x as it is (no copy)
-        bm = min(64, max(16, triton.next_power_of_2(m)))
+        bm = min(64, max(16, next_pow2(m)))
         return W4A16Config("swap", bm, 64, 128, split_k=0, num_warps=4, num_stages=3,
                            fused_reduce=m <= 16, fp16_planes=True,
                            plane_major=planes_packed and planes_ok)
@@ -172,7 +172,7 @@ def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
         # fp16 x: the weight planes from PTX joined into one tile in k order (0.99 / 0.95 /
         # 0.78 / 0.78x geomean at 8 / 16 / 32 / 64 rows against 0.88 / 0.86 / 0.79 / 0.69x
         # for the fp32 unpacking, session 12); bf16 x keeps the fp32 unpacking
-        return W4A16Config("dot", min(64, max(16, triton.next_power_of_2(m))), 128, 64,
+        return W4A16Config("dot", min(64, max(16, next_pow2(m))), 128, 64,
                            split_k=0, num_warps=4, num_stages=3, fused_reduce=m <= 16,
                            fp16_planes=half, plane_major=False)
     return W4A16Config("dequant")

@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import cdiv
 from .pdl import pdl_enter, pdl_kwargs
 from .w4a16_ref import PACK
 
@@ -132,7 +133,7 @@ def dequantize_w4a16(
         w = torch.empty((k, n), device=qweight.device, dtype=dtype)
     scales, zeros, qweight = scales.contiguous(), zeros.contiguous(), qweight.contiguous()
     bk, bn = 64, 128
-    _dequant_kernel[(triton.cdiv(k, bk), triton.cdiv(n, bn))](
+    _dequant_kernel[(cdiv(k, bk), cdiv(n, bn))](
         qweight, scales, zeros, w, n, k, group_size, qweight.stride(0), scales.stride(0),
         zeros.stride(0), w.stride(0), BLOCK_K=bk, BLOCK_N=bn, PLANES=planes_packed,
         num_warps=4, **pdl_kwargs(qweight.device))

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
 from .w4a16_dequant import _nibble_f32
@@ -225,7 +226,7 @@ def launch_gemv(x2, qweight, scales, zeros, target, group_size: int, block_n: in
                 num_stages: int) -> None:
     """The fp32 one-row GEMV into ``target`` [SPLIT, 1, N] (partials when split > 1)."""
     n = qweight.shape[1]
-    _w4a16_gemv_kernel[(triton.cdiv(n, block_n), split)](
+    _w4a16_gemv_kernel[(cdiv(n, block_n), split)](
         x2, qweight, scales, zeros, target, n, x2.shape[1], k_per_split, group_size,
         x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
         target.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
@@ -242,7 +243,7 @@ def launch_dot(x2, qweight, scales, zeros, target, final, counters, group_size: 
     n = qweight.shape[1]
     precision = "ieee" if x2.dtype == torch.float32 else "tf32"
     reduce = counters is not None
-    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)
+    grid = (cdiv(m, block_m), cdiv(n, block_n), split)
     _w4a16_dot_kernel[grid](
         x2, qweight, scales, zeros, target, final, counters if reduce else target,
         m, n, k, k_per_split, group_size, split,
@@ -252,5 +253,5 @@ def launch_dot(x2, qweight, scales, zeros, target, final, counters, group_size: 
         NIBBLE_DOTS=nibble_dots, DOT_PRECISION=precision, REDUCE=reduce,
         FP16_PLANES=fp16_planes and x2.dtype == torch.float16,
         USE_ASM=use_asm, PLANE_MAJOR=plane_major,
-        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1,
+        SPLIT_P2=next_pow2(split) if reduce else 1,
         num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))

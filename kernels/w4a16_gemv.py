@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
 from .w4a16_gemv_ptx import (
@@ -332,7 +333,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
     one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
     flat = flat_scales and one_group
-    grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, rows))
+    grid = (cdiv(n, block_n), split, cdiv(m, rows))
     reduce = final is not None and counters is not None
     if not reduce:
         final, counters = target, target
@@ -343,5 +344,5 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
         CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
         EVEN=flat and k % block_k == 0 and n % block_n == 0, PIPE=pipe, REDUCE=reduce,
-        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1, PLANES=planes,
+        SPLIT_P2=next_pow2(split) if reduce else 1, PLANES=planes,
         num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))

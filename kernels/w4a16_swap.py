@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
 from .w4a16_dequant import _nibble_f32
@@ -220,7 +221,7 @@ def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size:
     the tile's columns in plane order, which for plane-packed words is x's natural order."""
     m, k = x2.shape
     n = qweight.shape[1]
-    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)
+    grid = (cdiv(m, block_m), cdiv(n, block_n), split)
     reduce = counters is not None
     _w4a16_swap_kernel[grid](
         x2, qweight, scales, zeros, target, final, target if counters is None else counters,
@@ -230,7 +231,7 @@ def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size:
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, JOINED=joined,
         PLANES=planes and x2.dtype == torch.float16, USE_ASM=use_asm,
         DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
-        SPLIT_P2=triton.next_power_of_2(split) if reduce else 1, X_PLANES=x_planes,
+        SPLIT_P2=next_pow2(split) if reduce else 1, X_PLANES=x_planes,
         X_SPLIT=x_split, PLANE_MAJOR=plane_major, num_warps=num_warps, num_stages=num_stages,
         **pdl_kwargs(x2.device))
 

@@ -311,3 +311,17 @@ def test_attention_input_errors():
     with pytest.raises(ValueError, match="slot_mapping"):
         pa.write_kv(torch.randn(3, 2, 16), torch.randn(3, 2, 16), kc, kc.clone(),
                     torch.zeros(2, dtype=torch.int64))
+
+
+def test_host_grid_helpers_match_triton():
+    """kernels/grid.py's plain cdiv / next_pow2 (host code) agree with triton's."""
+    import triton
+
+    from edge_llm.kernels.grid import cdiv, next_pow2
+
+    for a in range(0, 3000, 7):
+        for b in (1, 3, 16, 64, 128, 1000):
+            assert cdiv(a, b) == triton.cdiv(a, b), (a, b)
+    for n in range(1, 70000, 13):
+        assert next_pow2(n) == triton.next_power_of_2(n), n
+    assert next_pow2(1) == 1 and next_pow2(2) == 2 and next_pow2(1 << 20) == 1 << 20
