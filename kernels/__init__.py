@@ -93,16 +93,20 @@ def paged_attention(
     scale: float,
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
+    scratch: dict | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new queries over its paged context, (T, H, D).
 
     ``max_query_len`` / ``max_seq_len`` (host ints, e.g. from AttentionMetadata) are optional
     hints for the CUDA path: the first picks decode vs prefill without reading
-    ``query_start_loc``, the second sizes the decode context split.
+    ``query_start_loc``, the second sizes the decode context split. ``scratch``
+    (``AttentionMetadata.scratch``, one forward's): where the prefill kernel keeps its tile
+    table for the next layers.
     """
     if q.is_cuda and q.dtype in _HALF and _TRITON:
         return _pa.paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc,
-                                          seq_lens, scale, max_query_len, max_seq_len)
+                                          seq_lens, scale, max_query_len, max_seq_len,
+                                          scratch)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale)
 
 

@@ -115,8 +115,13 @@ def paged_prefill(
     seq_lens: torch.Tensor,
     scale: float,
     config: PrefillConfig | None = None,
+    scratch: dict | None = None,
 ) -> torch.Tensor:
-    """Prefill / chunked-prefill / mixed-batch attention (Triton), causal over the cache."""
+    """Prefill / chunked-prefill / mixed-batch attention (Triton), causal over the cache.
+
+    ``scratch`` (a dict that lives for one forward, ``AttentionMetadata.scratch``): the tile
+    table (six small torch ops, the same for every layer of the step) is computed by the
+    first layer and kept there for the others."""
     check_cache(q, k_cache, v_cache)
     cfg = config or PrefillConfig()
     t, h, d = q.shape
@@ -128,10 +133,17 @@ def paged_prefill(
         return out
     block_m = max(cfg.block_m, 16, next_pow2(group))
     block_q = block_m // group
-    qsl = query_start_loc.to(q.device, torch.int32)
-    tiles = (qsl[1:] - qsl[:-1] + block_q - 1) // block_q  # (B,) q tiles per sequence
-    tile_starts = torch.zeros(num_seqs + 1, device=q.device, dtype=torch.int32)
-    tile_starts[1:] = torch.cumsum(tiles, 0)
+    key = ("prefill_tiles", block_q, num_seqs, q.device)
+    cached = scratch.get(key) if scratch is not None else None
+    if cached is None:
+        qsl = query_start_loc.to(q.device, torch.int32)
+        tiles = (qsl[1:] - qsl[:-1] + block_q - 1) // block_q  # (B,) q tiles per sequence
+        tile_starts = torch.zeros(num_seqs + 1, device=q.device, dtype=torch.int32)
+        tile_starts[1:] = torch.cumsum(tiles, 0)
+        if scratch is not None:
+            scratch[key] = qsl, tile_starts
+    else:
+        qsl, tile_starts = cached
     grid = (t // block_q + num_seqs, hkv)  # >= sum over b of ceil(num_q_b / block_q)
     _paged_prefill_kernel[grid](
         q, k_cache, v_cache, block_tables, seq_lens.to(q.device), qsl, tile_starts, out,

@@ -120,6 +120,32 @@ def case_prefill_short_step_graph_layout():
         assert ic.rel_err(out, ref) < ic.tolerance(torch.float16), (nq, ctx)
 
 
+def case_prefill_tile_table_kept_for_the_next_layers():
+    """``scratch`` (AttentionMetadata.scratch): the first layer's tile table serves the next
+    layers of the step (fresh q and caches, same sequences), and it is really the one used."""
+    import torch
+
+    from edge_llm.kernels.paged_attention import paged_attention_ref, paged_attention_triton
+
+    nq, ctx = [5, 1, 12], [20, 9, 12]
+    scratch: dict = {}
+    for layer in range(3):
+        q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 2, 16, 8, torch.float16)
+        if layer == 0:
+            keep = (table, qsl, sl)
+        table, qsl, sl = keep  # one step: the same sequences in every layer
+        ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
+        out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.25, max_query_len=12,
+                                     max_seq_len=20, scratch=scratch)
+        assert ic.rel_err(out, ref) < ic.tolerance(torch.float16), layer
+        assert len(scratch) == 1, scratch.keys()
+    (key, (kept_qsl, tile_starts)), = scratch.items()
+    tile_starts.zero_()  # every tile now belongs to the last sequence: not the right answer
+    out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.25, max_query_len=12,
+                                 max_seq_len=20, scratch=scratch)
+    assert not torch.allclose(out.float().nan_to_num(), ref.float(), atol=1e-2)
+
+
 def case_dispatch_without_host_read():
     """Device-style query_start_loc: T == B means decode; hints pick the path directly."""
     import torch

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,6 +20,10 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # (B, max_blocks) int32
     max_query_len: int
     max_seq_len: int
+    # what the kernels derive from these once and every layer reuses (the prefill kernel's
+    # tile table): lives as long as this object, one forward; never shared between two
+    # forwards (a CUDA graph capture would read a tensor computed outside it)
+    scratch: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_decode_only(self) -> bool:
