@@ -144,6 +144,19 @@ async def run_level(url: str, level: int, prompts: list[list[int]],
     }
 
 
+def forward_steps(url: str) -> dict[str, float]:
+    """The server's ``edge_llm:forward_steps_total`` by path (decode_graph, short_graph,
+    eager); empty if /metrics does not have it."""
+    import httpx
+
+    text = httpx.get(url + "/metrics", timeout=30).text
+    steps = {}
+    for line in text.splitlines():
+        if line.startswith("edge_llm:forward_steps_total{") and 'path="' in line:
+            steps[line.split('path="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+    return steps
+
+
 def scenario_serving(model: Path, p: Profile, device: str, prompts: PromptMaker,
                      work_dir: Path, ready_timeout: float = 1200.0) -> dict[str, Any]:
     """Start the server, warm it with one request, then every concurrency level."""
@@ -161,11 +174,17 @@ def scenario_serving(model: Path, p: Profile, device: str, prompts: PromptMaker,
         asyncio.run(run_level(server.url, 1, prompts.batch(1, p.serve_prompt), p.serve_tokens))
         for level in p.serve_levels:
             n = max(level, p.serve_min_requests)
+            before = forward_steps(server.url)
             r = asyncio.run(run_level(server.url, level, prompts.batch(n, p.serve_prompt),
                                       p.serve_tokens))
-            log.info("serving c=%d: %.0f tok/s, TTFT p50 %.1f ms, ITL p50 %.1f / p99 %.1f ms",
-                     level, r["output_tok_s"], r["ttft_ms"]["p50"], r["itl_ms"]["p50"],
-                     r["itl_ms"]["p99"])
+            after = forward_steps(server.url)
+            # forwards of this level by path: how many steps still ran eagerly
+            r["forward_steps"] = {k: after[k] - before.get(k, 0.0) for k in after}
+            total = sum(r["forward_steps"].values())
+            log.info("serving c=%d: %.0f tok/s, TTFT p50 %.1f ms, ITL p50 %.1f / p99 %.1f ms; "
+                     "%d forwards, %.1f%% eager", level, r["output_tok_s"], r["ttft_ms"]["p50"],
+                     r["itl_ms"]["p50"], r["itl_ms"]["p99"], total,
+                     100 * r["forward_steps"].get("eager", 0.0) / max(total, 1))
             res["levels"][str(level)] = r
     except Exception:
         log.error("server log tail:\n%s", server.log_tail())

@@ -371,8 +371,10 @@ def test_engine_routes_eligible_steps_and_tokens_equal_eager(word_dir):
                            max_seqs=8)
     runner.prefill_graphs = graphs
     taken, eligible, shapes, execute = [], [], [], runner.execute
+    empty = []  # steps with nothing scheduled: no forward at all
 
     def recording_execute(sched):
+        empty.append(not sched.scheduled)
         count = sum(graphs.replays.values())
         eligible.append(is_short_step(sched.scheduled, 512, 8))
         if eligible[-1]:
@@ -386,6 +388,10 @@ def test_engine_routes_eligible_steps_and_tokens_equal_eager(word_dir):
     assert {k: c.token_ids for k, c in got.items()} == {k: c.token_ids for k, c in ref.items()}
     assert taken == eligible
     assert len(taken) - sum(taken) >= 20  # one-sequence decode steps stayed eager
+    eager = len(taken) - sum(taken) - sum(empty)
+    assert runner.step_paths == {"short_graph": sum(taken), "eager": eager}
+    assert llm.engine.stats()["forward_steps"] == {
+        "decode_graph": 0, "short_graph": sum(taken), "eager": eager}
     assert len(graphs.replays) >= 3, graphs.replays  # several buckets
     prefills = [m for m in shapes if any(n > 1 for n, _ in m)]
     one = [m[0][1] for m in prefills if len(m) == 1]

@@ -116,5 +116,11 @@ def test_metrics_and_version(http):
     assert 'model_name="SmolLM2-135M-Instruct-AWQ"' in text
     info = next(ln for ln in text.splitlines() if ln.startswith("vllm:cache_config_info{"))
     assert 'cache_dtype="auto"' in info and 'block_size="16"' in info and info.endswith(" 1.0")
+    # forwards by path: the CPU server runs every step eagerly (no CUDA graphs), and it has
+    # served requests by now (this module's earlier tests, the warm-up)
+    steps = {ln.split('path="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1])
+             for ln in text.splitlines() if ln.startswith("edge_llm:forward_steps_total{")}
+    assert set(steps) == {"decode_graph", "short_graph", "eager"}, steps
+    assert steps["eager"] > 0 and steps["decode_graph"] == steps["short_graph"] == 0
     assert http.get("/version").json()["version"]
     assert "/v1/chat/completions" in http.get("/schema/openapi.json").json()["paths"]

@@ -354,8 +354,10 @@ class LLMEngine:
     def stats(self) -> dict:
         """Scheduler counters, token totals, and the CUDA graphs' last capture: decode graph
         count, short-step (prefill) graph count, and seconds and device
-        bytes of both together (zeros when eager or asleep). ``cache_config``: the KV cache's
-        settings as strings (vLLM's ``cache_config_info`` labels)."""
+        bytes of both together (zeros when eager or asleep). ``forward_steps``: forwards
+        launched so far by path ("decode_graph", "short_graph", "eager"; run-ahead steps
+        included). ``cache_config``: the KV cache's settings as strings (vLLM's
+        ``cache_config_info`` labels)."""
         s = self.scheduler.stats()
         graphs, prefill = self.runner.graph_stats, self.runner.prefill_graph_stats
         s.update(num_total_blocks=self.scheduler.pool.num_blocks,
@@ -364,7 +366,9 @@ class LLMEngine:
                  num_cuda_graphs=len(graphs.sizes),
                  num_prefill_cuda_graphs=len(prefill.sizes),
                  cuda_graph_capture_seconds=graphs.seconds + prefill.seconds,
-                 cuda_graph_memory_bytes=graphs.memory_bytes + prefill.memory_bytes)
+                 cuda_graph_memory_bytes=graphs.memory_bytes + prefill.memory_bytes,
+                 forward_steps={path: self.runner.step_paths[path]
+                                for path in ("decode_graph", "short_graph", "eager")})
         cache, plan = self.config.cache, self.runner.plan
         s["cache_config"] = {
             "block_size": str(cache.block_size), "cache_dtype": cache.kv_cache_dtype,

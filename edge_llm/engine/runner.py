@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 
 import numpy as np
 import torch
@@ -91,6 +92,8 @@ class ModelRunner:
         self.graph_stats = GraphStats()
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_graph_stats = GraphStats()
+        # forwards launched, by how: "decode_graph", "short_graph" (prefill_graphs.py), "eager"
+        self.step_paths: Counter[str] = Counter()
         self.kernel_warmup_seconds = warm_up_kernels(
             self.model, self.block_size, self.dtype, self.device,
             min(scheduler_config.max_num_batched_tokens, scheduler_config.max_model_len))
@@ -222,14 +225,16 @@ class ModelRunner:
         if not sched.scheduled:
             return step
         rows = [s for s in sched.scheduled if s.do_sample]
-        for graphs in (self.graphs, self.prefill_graphs):  # decode-only steps, short steps
+        for path, graphs in (("decode_graph", self.graphs), ("short_graph", self.prefill_graphs)):
             if graphs is not None and graphs.can_run(sched.scheduled):
+                self.step_paths[path] += 1
                 logits = graphs.run(sched.scheduled)  # (B, vocab), row i: scheduled[i]
                 if len(rows) != len(sched.scheduled):  # a prompt's chunk before its last
                     logits = logits[[i for i, s in enumerate(sched.scheduled) if s.do_sample]]
                 if rows:
                     self._sample(logits, rows, step)
                 return step
+        self.step_paths["eager"] += 1
         ids, positions, meta, sample_idx, prompt_rows = self._prepare(sched.scheduled)
         hidden = self.model(ids, positions, self.kv.layers, meta)
         if rows:
@@ -269,8 +274,10 @@ class ModelRunner:
         step.generators = self.sampler.snapshot(  # only seeded rows own a generator
             [s.seq.seq_id for s in rows if s.seq.params.seed is not None])
         if self.graphs is not None and self.graphs.can_run(rows):
+            self.step_paths["decode_graph"] += 1
             logits = self.graphs.run(rows, input_ids=ids)
         else:
+            self.step_paths["eager"] += 1
             _, positions, meta, sample_idx, _ = self._prepare(rows)
             hidden = self.model(ids, positions, self.kv.layers, meta)
             logits = self.model.compute_logits(hidden[sample_idx])

@@ -81,6 +81,14 @@ class _EngineStatsCollector:
                     fam = family(name, doc, labels=["model_name"])
                     fam.add_metric(label, value)
                     yield fam
+        steps = stats.get("forward_steps")
+        if steps:  # a counter per path: how many forwards replayed a graph, how many ran eagerly
+            fam = CounterMetricFamily("edge_llm:forward_steps", "Forwards launched, by path: "
+                                      "decode_graph, short_graph (CUDA graph replays) or eager.",
+                                      labels=["model_name", "path"])
+            for path, count in sorted(steps.items()):
+                fam.add_metric(label + [path], float(count))
+            yield fam
         info = stats.get("cache_config")
         if info:  # vLLM's info gauge: always 1, the settings in its labels
             keys = sorted(info)
