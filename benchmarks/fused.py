@@ -75,7 +75,12 @@ def as_tuple(out) -> tuple:
 
 
 def bench(dev, dt, smoke: bool, log) -> list[dict]:
+    import importlib
+
     from edge_llm.kernels import fused
+
+    # the module (edge_llm.kernels.rotary is also the name of a dispatcher)
+    rotary = importlib.import_module("edge_llm.kernels.rotary")
 
     copy_bw = copy_bandwidth(dev, smoke)
     log(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
@@ -86,7 +91,8 @@ def bench(dev, dt, smoke: bool, log) -> list[dict]:
     for model in models:
         for rows in rows_list:
             for op in OPS:
-                ref_fn, fused_fn = getattr(fused, f"{op}_ref"), getattr(fused, op)
+                mod = rotary if op == "rotary" else fused  # rotary: kernels/rotary.py
+                ref_fn, fused_fn = getattr(mod, f"{op}_ref"), getattr(mod, op)
                 n_bytes = op_bytes(op, model, rows, elem)
                 n_rot = rotations(n_bytes)
                 sets = make_sets(op, model, rows, dt, dev, n_rot)

@@ -3,11 +3,11 @@
 Callers use the dispatch functions below; each picks the Triton kernel when the tensors live on
 a CUDA device in fp16/bf16, and the reference otherwise (CPU, fp32). Kernels: W4A16 matmul
 (w4a16.py), paged attention and the K/V write (paged_attention.py), fused RMSNorm / residual
-add / SiLU-and-mul / rotary (fused.py), rotary with the K/V cache write (rotary_kv.py), the
-column gather of act-order inputs (gather.py). A uint8 KV cache holds fp8 e4m3 codes: the
-writes encode and the attention kernels decode them (kv_fp8.py). Every kernel starts with
-``pdl_enter`` and launches through ``pdl_kwargs`` (pdl.py: programmatic dependent launch on
-Hopper and later, ``EDGE_LLM_PDL=1``).
+add / SiLU-and-mul (fused.py), rotary (rotary.py), rotary with the K/V cache write
+(rotary_kv.py), the column gather of act-order inputs (gather.py). A uint8 KV cache holds
+fp8 e4m3 codes: the writes encode and the attention kernels decode them (kv_fp8.py). Every
+kernel starts with ``pdl_enter`` and launches through ``pdl_kwargs`` (pdl.py: programmatic
+dependent launch on Hopper and later, ``EDGE_LLM_PDL=1``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ import torch
 from . import fused as _fused
 from . import gather as _gather
 from . import paged_attention as _pa
+from . import rotary as _rot
 from . import rotary_kv as _rkv
 from . import w4a16 as _w4
-from .fused import add_rms_norm_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref
+from .fused import add_rms_norm_ref, rms_norm_ref, silu_and_mul_ref
 from .gather import gather_columns_ref
 from .paged_attention import paged_attention_ref, write_kv_ref
+from .rotary import rotary_ref
 from .w4a16 import dequantize_w4a16_ref, pack_planes_ref, pack_w4_ref, w4a16_matmul_ref
 from .w4a16_dequant import acquire_dequant_scratch, release_dequant_scratch
 
@@ -180,7 +182,7 @@ def rotary(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Neox rotary embedding of q and k at ``positions`` (new tensors, q's dtype)."""
     if _fused_ok(q, k):
-        return _fused.rotary(q, k, cos, sin, positions)
+        return _rot.rotary(q, k, cos, sin, positions)
     return rotary_ref(q, k, cos, sin, positions)
 
 

@@ -1,5 +1,5 @@
 """Fused elementwise and per-row kernels of the decoder: RMSNorm (alone and with the residual
-add), SiLU-and-multiply, neox rotary embedding.
+add) and SiLU-and-multiply (the neox rotary embedding: kernels/rotary.py).
 
 Each op has a plain-torch reference ``<op>_ref`` — exactly the math the model layers ran before
 they called the dispatchers in ``edge_llm.kernels`` (the CPU path and the oracle) — and a Triton
@@ -13,8 +13,6 @@ an occasional element (rsqrt/exp approximations, summation order, fused multiply
                    permuted): the input order of an act-order linear that reads y, so that
                    linear needs no gather of its own
     silu_and_mul:  y = dtype(dtype(silu(g_f32)) * u_f32)
-    rotary:        x1, x2 = halves of the head dim (rotate_half, neox style), fp32:
-                   y = dtype(cat(x1 cos - x2 sin, x2 cos + x1 sin)), cos/sin = table[position]
 
 The wrappers read no tensor on the host and size their grids from shapes only, so they can be
 captured in CUDA graphs. Outputs are new tensors (nothing is updated in place).
@@ -27,12 +25,11 @@ import triton
 import triton.language as tl
 
 from .grid import cdiv, next_pow2
-from .kv_fp8 import to_cache
 from .pdl import pdl_enter, pdl_kwargs
 
 __all__ = [
-    "add_rms_norm", "add_rms_norm_ref", "rms_norm", "rms_norm_ref", "rotary", "rotary_ref",
-    "silu_and_mul", "silu_and_mul_ref",
+    "add_rms_norm", "add_rms_norm_ref", "rms_norm", "rms_norm_ref", "silu_and_mul",
+    "silu_and_mul_ref",
 ]
 
 MAX_ROW_BLOCK = 8192  # row elements held in registers at once; longer rows go in chunks
@@ -70,26 +67,6 @@ def silu_and_mul_ref(gate: torch.Tensor, up: torch.Tensor | None = None) -> torc
     if up is None:
         gate, up = _split_gate_up(gate)
     return torch.nn.functional.silu(gate) * up
-
-
-def rotary_ref(
-    q: torch.Tensor,  # (T, H, D)
-    k: torch.Tensor,  # (T, Hkv, D)
-    cos: torch.Tensor,  # (max_positions, D/2)
-    sin: torch.Tensor,
-    positions: torch.Tensor,  # (T,) int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Neox-style rotary embedding of q and k at ``positions``; new tensors in q's/k's dtype."""
-    cos_t = cos[positions].unsqueeze(1)  # (T, 1, D/2)
-    sin_t = sin[positions].unsqueeze(1)
-    return _rotate_half_ref(q, cos_t, sin_t), _rotate_half_ref(k, cos_t, sin_t)
-
-
-def _rotate_half_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    xf = x.float()
-    x1, x2 = xf[..., :half], xf[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
 def _split_gate_up(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,54 +180,6 @@ def _silu_mul_kernel(g_ptr, u_ptr, out_ptr, n_cols, stride_g, stride_u, stride_o
     tl.store(out_ptr + row * stride_o + cols, (act * u).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _rotate_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, cos, sin, offs, d_ok,
-                  NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HALF: tl.constexpr):
-    """All heads of one token: [H_PAD, HALF_PAD] first halves and second halves."""
-    h = tl.arange(0, H_PAD)
-    mask = (h[:, None] < NUM_HEADS) & d_ok[None, :]
-    src = src_ptr + h[:, None] * stride_src_h + offs[None, :]
-    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
-    dst = dst_ptr + h[:, None] * stride_dst_h + offs[None, :]
-    ty = dst_ptr.dtype.element_ty
-    src_ty = src_ptr.dtype.element_ty
-    # to_cache: a plain cast, or fp8 codes when dst is an fp8 KV cache (kernels/rotary_kv.py)
-    tl.store(dst, to_cache(x1 * cos[None, :] - x2 * sin[None, :], ty, src_ty), mask=mask)
-    tl.store(dst + HALF, to_cache(x2 * cos[None, :] + x1 * sin[None, :], ty, src_ty),
-             mask=mask)
-
-
-@triton.jit
-def _cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok):
-    """Token t's cos and sin rows (fp32 [HALF_PAD]) at its position."""
-    pos = tl.load(pos_ptr + t).to(tl.int64)
-    cos = tl.load(cos_ptr + pos * stride_cos + offs, mask=d_ok, other=0.0).to(tl.float32)
-    sin = tl.load(sin_ptr + pos * stride_sin + offs, mask=d_ok, other=0.0).to(tl.float32)
-    return cos, sin
-
-
-@triton.jit
-def _rotary_kernel(
-    q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_qot, stride_qoh, stride_kot, stride_koh,
-    stride_cos, stride_sin,
-    NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
-    HALF_PAD: tl.constexpr, HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr,
-    PDL: tl.constexpr = False,
-):
-    """One program per token: its cos/sin row is read once and applied to q and k."""
-    pdl_enter(PDL)
-    t = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, HALF_PAD)
-    d_ok = offs < HALF
-    cos, sin = _cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
-    _rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
-                  cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
-    _rotate_heads(k_ptr + t * stride_kt, ko_ptr + t * stride_kot, stride_kh, stride_koh,
-                  cos, sin, offs, d_ok, NUM_KV_HEADS, HK_PAD, HALF)
-
-
 # ------------------------------------------------------------------------------- wrappers
 
 
@@ -350,55 +279,3 @@ def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Te
         g2, u2, o2, n, g2.stride(0), u2.stride(0), o2.stride(0), BLOCK=SILU_BLOCK, num_warps=4,
         **pdl_kwargs(g2.device))
     return out
-
-
-def check_rotary(q, k, cos, sin, positions) -> tuple[int, int, int, int]:
-    """(T, H, Hkv, D) of a rotary call's arguments; ValueError naming what does not fit."""
-    if q.dim() != 3 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
-        raise ValueError(f"q, k: expected (T, H, D) and (T, Hkv, D), got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}")
-    t, h, d = q.shape
-    if d % 2 or cos.dim() != 2 or cos.shape[1] != d // 2 or sin.shape != cos.shape:
-        raise ValueError(f"cos, sin: expected (max_positions, {d // 2}) tables for an even "
-                         f"head dim {d}, got {tuple(cos.shape)}, {tuple(sin.shape)}")
-    if positions.shape != (t,) or positions.is_floating_point():
-        raise ValueError(f"positions: expected ({t},) integers, got {tuple(positions.shape)} "
-                         f"{positions.dtype}")
-    return t, h, k.shape[1], d
-
-
-def rotary(
-    q: torch.Tensor,  # (T, H, D)
-    k: torch.Tensor,  # (T, Hkv, D)
-    cos: torch.Tensor,  # (max_positions, D/2)
-    sin: torch.Tensor,
-    positions: torch.Tensor,  # (T,) int32/int64, each in [0, max_positions)
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton ``rotary_ref``: one kernel rotates q and k; new contiguous tensors.
-
-    Positions are not range-checked on the device (that would need a host sync): a position
-    outside the tables reads out of bounds, where the reference raises an IndexError.
-    """
-    t, h, hkv, d = check_rotary(q, k, cos, sin, positions)
-    if q.dtype != k.dtype:
-        raise ValueError(f"q, k: one dtype expected, got {q.dtype} and {k.dtype}")
-    q = q if q.stride(2) == 1 else q.contiguous()
-    k = k if k.stride(2) == 1 else k.contiguous()
-    cos = cos if cos.stride(1) == 1 else cos.contiguous()
-    sin = sin if sin.stride(1) == 1 else sin.contiguous()
-    q_out, k_out = torch.empty_like(q, memory_format=torch.contiguous_format), \
-        torch.empty_like(k, memory_format=torch.contiguous_format)
-    if t == 0:
-        return q_out, k_out
-    half = d // 2
-    hq_pad, hk_pad = next_pow2(h), next_pow2(hkv)
-    half_pad = next_pow2(half)
-    warps = max(1, min(8, hq_pad * half_pad // 512))
-    _rotary_kernel[(t,)](
-        q, k, cos, sin, positions, q_out, k_out,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
-        cos.stride(0), sin.stride(0),
-        NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=half, HALF_PAD=half_pad, HQ_PAD=hq_pad,
-        HK_PAD=hk_pad, num_warps=warps, **pdl_kwargs(q.device))
-    return q_out, k_out

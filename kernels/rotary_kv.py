@@ -1,5 +1,5 @@
 """Rotary embedding of q and k with k and v stored straight into their paged-cache slots: one
-launch per layer where rotary (kernels/fused.py) and write_kv (kernels/paged_attention.py) took
+launch per layer where rotary (kernels/rotary.py) and write_kv (kernels/paged_attention.py) took
 two, and the rotated k never goes through global memory outside the cache.
 
 The reference is the composition ``rotary_ref`` then ``write_kv_ref`` (kernels/__init__.py's
@@ -12,10 +12,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused import _cos_sin, _rotate_heads, check_rotary
 from .grid import next_pow2
 from .paged_attention import check_kv_write, copy_heads
 from .pdl import pdl_enter, pdl_kwargs
+from .rotary import _cos_sin, _rotate_heads, check_rotary
 
 
 @triton.jit

@@ -81,8 +81,8 @@ def case_rotary_and_write_kv_on_views():
     rotated k and the v view; the cache ends up as the references leave it."""
     import torch
 
-    from edge_llm.kernels.fused import rotary, rotary_ref
     from edge_llm.kernels.paged_attention import write_kv, write_kv_ref
+    from edge_llm.kernels.rotary import rotary, rotary_ref
 
     for dtype in _dtypes():
         for d, h, hkv in SHAPES:
@@ -116,8 +116,8 @@ def case_rotary_write_kv_one_launch():
     import torch
 
     from edge_llm.kernels import rotary_write_kv as dispatched
-    from edge_llm.kernels.fused import rotary_ref
     from edge_llm.kernels.paged_attention import write_kv_ref
+    from edge_llm.kernels.rotary import rotary_ref
     from edge_llm.kernels.rotary_kv import rotary_write_kv
 
     for dtype in _dtypes():

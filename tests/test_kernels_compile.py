@@ -27,6 +27,7 @@ except ImportError:  # a Triton without these internals: nothing to check here
     pytest.skip("this Triton build has no offline compile path", allow_module_level=True)
 
 fu = importlib.import_module("edge_llm.kernels.fused")
+rot = importlib.import_module("edge_llm.kernels.rotary")
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 w4 = importlib.import_module("edge_llm.kernels.w4a16")
 
@@ -197,7 +198,7 @@ def test_fused_configs_fit(hidden, inter, h, hkv, d):
                 fu.rms_norm(x, w, 1e-6)
                 fu.add_rms_norm(x, x.clone(), w, 1e-6)
                 fu.silu_and_mul(torch.randn(m, inter).to(dtype), torch.randn(m, inter).to(dtype))
-                fu.rotary(torch.randn(m, h, d).to(dtype), torch.randn(m, hkv, d).to(dtype), cos,
+                rot.rotary(torch.randn(m, h, d).to(dtype), torch.randn(m, hkv, d).to(dtype), cos,
                           cos.clone(), torch.randint(0, 4096, (m,)))
             fu.rms_norm(torch.randn(37, h, d).to(dtype), torch.randn(d).to(dtype), 1e-6)
     assert {name for name, _, _ in records} == {"_rms_norm_kernel", "_silu_mul_kernel",
@@ -280,7 +281,7 @@ def _launch_every_kernel(monkeypatch) -> None:
     fu.rms_norm(x, w, 1e-6)
     fu.add_rms_norm(x, x.clone(), w, 1e-6)
     fu.silu_and_mul(torch.randn(3, 11008).half(), torch.randn(3, 11008).half())
-    fu.rotary(torch.randn(3, h, d).half(), torch.randn(3, hkv, d).half(), cos, cos.clone(),
+    rot.rotary(torch.randn(3, h, d).half(), torch.randn(3, hkv, d).half(), cos, cos.clone(),
               torch.arange(3))
     ga.gather_columns(x, torch.randperm(4096))
 

@@ -21,6 +21,7 @@ import importlib  # noqa: E402
 from edge_llm import kernels  # noqa: E402
 
 fu = importlib.import_module("edge_llm.kernels.fused")
+rot = importlib.import_module("edge_llm.kernels.rotary")
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +134,7 @@ def test_rotary_full_size(h, hkv, d, dtype):
         k = qkv[:, h * d:(h + hkv) * d].view(t, hkv, d)
         pos = torch.randint(0, 32768, (t,), device=DEV)
         got = kernels.rotary(q, k, cos, sin, pos)
-        want = fu.rotary_ref(q, k, cos, sin, pos)
+        want = rot.rotary_ref(q, k, cos, sin, pos)
         check(got[0], want[0], f"rotary q T={t}")
         check(got[1], want[1], f"rotary k T={t}")
 
@@ -156,7 +157,7 @@ def test_rotary_write_kv_full_size(h, hkv, d, dtype):
         kc, vc = torch.randn(2, blocks, bs, hkv, d, device=DEV, dtype=dtype)
         kc_ref, vc_ref = kc.clone(), vc.clone()
         got = kernels.rotary_write_kv(q, k, v, cos, sin, pos, kc, vc, slots)
-        q_ref, k_ref = fu.rotary_ref(q, k, cos, sin, pos)
+        q_ref, k_ref = rot.rotary_ref(q, k, cos, sin, pos)
         write_kv_ref(k_ref, v, kc_ref, vc_ref, slots)
         check(got, q_ref, f"rotary_write_kv q T={t}")
         check(kc, kc_ref, f"rotary_write_kv k cache T={t}")
@@ -202,7 +203,7 @@ def test_fused_ops_replay_in_a_cuda_graph(dtype):
         f = fresh
         refs = (fu.rms_norm_ref(f["x"], w, 1e-6), *fu.add_rms_norm_ref(f["x"], f["r"], w, 1e-6),
                 fu.silu_and_mul_ref(f["g"], f["u"]),
-                *fu.rotary_ref(f["q"], f["k"], cos, sin, f["pos"]))
+                *rot.rotary_ref(f["q"], f["k"], cos, sin, f["pos"]))
         for i, (out, ref) in enumerate(zip(outs, refs, strict=True)):
             check(out, ref, f"graph output {i}")
 

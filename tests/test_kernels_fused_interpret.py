@@ -195,7 +195,7 @@ def case_rotary():
     random positions, q and k as strided views of one qkv projection."""
     import torch
 
-    from edge_llm.kernels.fused import rotary, rotary_ref
+    from edge_llm.kernels.rotary import rotary, rotary_ref
 
     shapes = ((64, 9, 3), (128, 32, 8), (128, 28, 4), (64, 4, 4), (24, 6, 2))
     for dtype in _dtypes():

@@ -21,7 +21,7 @@ from tests.test_kernels_gpu import _paged  # noqa: E402
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 pc = importlib.import_module("edge_llm.kernels.paged_common")
 rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
-fu = importlib.import_module("edge_llm.kernels.fused")
+rot = importlib.import_module("edge_llm.kernels.rotary")
 DEV = torch.device("cuda")
 
 
@@ -51,7 +51,7 @@ def test_writes_match_reference_codes(dtype):
     kc2, vc2 = torch.zeros_like(kc), torch.zeros_like(vc)
     kr2, vr2 = kc2.clone(), vc2.clone()
     rkv.rotary_write_kv(q, k, v, freqs.cos(), freqs.sin(), pos, kc2, vc2, slots)
-    _, k_rot = fu.rotary_ref(q, k, freqs.cos(), freqs.sin(), pos)
+    _, k_rot = rot.rotary_ref(q, k, freqs.cos(), freqs.sin(), pos)
     pa.write_kv_ref(k_rot, v, kr2, vr2, slots)
     assert torch.equal(vc2, vr2)
     assert float((kc2 != kr2).float().mean()) < 0.01

@@ -87,9 +87,9 @@ def case_write_kv_into_fp8_cache():
 def case_rotary_write_kv_into_fp8_cache():
     import torch
 
-    from edge_llm.kernels.fused import rotary_ref
     from edge_llm.kernels.kv_fp8 import fp8_decode_ref
     from edge_llm.kernels.paged_attention import write_kv_ref
+    from edge_llm.kernels.rotary import rotary_ref
     from edge_llm.kernels.rotary_kv import rotary_write_kv
 
     t, h, hkv, d, bs = 7, 6, 2, 32, 16
