@@ -202,6 +202,20 @@ def test_sleep_drops_and_wake_captures_on_first_use(fp16_dir):
     assert sorted(pg.graphs) == [32] and pg.replays[32] == 1
 
 
+def _graphs_vs_eager(runner, timed) -> dict[str, float]:
+    """Median of 7 ``timed()`` seconds with the short-step graphs on, then detached (eager),
+    twice over (the later run of each mode kept), after one warm call each time."""
+    pg, results = runner.prefill_graphs, {}
+    try:
+        for mode in ("graphs", "eager", "graphs", "eager"):
+            runner.prefill_graphs = pg if mode == "graphs" else None
+            timed()  # warm
+            results[mode] = statistics.median(timed() for _ in range(7))
+    finally:
+        runner.prefill_graphs = pg
+    return results
+
+
 @pytest.fixture(scope="module")
 def deep_dir(tmp_path_factory) -> Path:
     """16 layers: launch overhead dominates as in a 7B model's 32 (a tiny model's kernels
@@ -230,12 +244,7 @@ def test_prefix_cache_ttft_graphs_faster(deep_dir):
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    results = {}
-    for mode in ("graphs", "eager", "graphs", "eager"):
-        runner.prefill_graphs = pg if mode == "graphs" else None
-        ttft()  # warm
-        results[mode] = statistics.median(ttft() for _ in range(7))
-    runner.prefill_graphs = pg
+    results = _graphs_vs_eager(runner, ttft)
     assert pg.replays[32] >= 16
     print(f"TTFT 24 tokens after a cached 1,000-token prefix: graphs "
           f"{results['graphs'] * 1e3:.2f} ms, eager {results['eager'] * 1e3:.2f} ms "
@@ -260,12 +269,7 @@ def test_prompt_joining_decodes_graphs_faster(deep_dir):
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    results = {}
-    for mode in ("graphs", "eager", "graphs", "eager"):
-        runner.prefill_graphs = pg if mode == "graphs" else None
-        step_time()  # warm
-        results[mode] = statistics.median(step_time() for _ in range(7))
-    runner.prefill_graphs = pg
+    results = _graphs_vs_eager(runner, step_time)
     assert pg.replays[256] >= 16
     print(f"a 200-token prompt joining 8 decoding sequences: graphs "
           f"{results['graphs'] * 1e3:.2f} ms, eager {results['eager'] * 1e3:.2f} ms "
