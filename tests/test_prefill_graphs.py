@@ -1,9 +1,9 @@
 """Short-step CUDA graphs (steps that prefill, one sequence or several, decode rows alongside),
 the parts that run anywhere (eligibility and the layout alone: tests/test_prefill_layout.py):
 the padded forward (``PrefillGraphs.run`` without a captured graph runs it eagerly, the same
-code as the graph body) against the plain eager step, on CPU. The KV cache is filled with NaN first, so a
-padding rule that lets a real row read an unwritten slot (or a padding row write one) shows
-up. The captured graphs: tests/test_prefill_graphs_gpu.py.
+code as the graph body) against the plain eager step, on CPU. The KV cache is filled with NaN
+first, so a padding rule that lets a real row read an unwritten slot (or a padding row write
+one) shows up. The captured graphs: tests/test_prefill_graphs_gpu.py.
 """
 
 from __future__ import annotations
