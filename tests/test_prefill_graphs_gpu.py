@@ -202,9 +202,17 @@ def test_sleep_drops_and_wake_captures_on_first_use(fp16_dir):
     assert sorted(pg.graphs) == [32] and pg.replays[32] == 1
 
 
-def _graphs_vs_eager(runner, timed) -> dict[str, float]:
-    """Median of 7 ``timed()`` seconds with the short-step graphs on, then detached (eager),
-    twice over (the later run of each mode kept), after one warm call each time."""
+def _graphs_vs_eager(runner, work, what: str) -> dict[str, float]:
+    """Median of 7 timed ``work()`` calls (device synchronised) with the short-step graphs
+    on, then detached (eager), twice over (the later run of each mode kept), after one warm
+    call each time; printed with ``what``."""
+    def timed() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        work()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
     pg, results = runner.prefill_graphs, {}
     try:
         for mode in ("graphs", "eager", "graphs", "eager"):
@@ -213,6 +221,8 @@ def _graphs_vs_eager(runner, timed) -> dict[str, float]:
             results[mode] = statistics.median(timed() for _ in range(7))
     finally:
         runner.prefill_graphs = pg
+    print(f"{what}: graphs {results['graphs'] * 1e3:.2f} ms, eager "
+          f"{results['eager'] * 1e3:.2f} ms ({results['eager'] / results['graphs']:.2f}x)")
     return results
 
 
@@ -236,19 +246,12 @@ def test_prefix_cache_ttft_graphs_faster(deep_dir):
     tails = iter(random_prompts(40, VOCAB, 24, 24, seed=5))
     pg = runner.prefill_graphs
 
-    def ttft() -> float:
-        prompt = {"prompt_token_ids": prefix[:992] + next(tails)}  # 992 = 62 full blocks
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        llm.generate([prompt], one, use_tqdm=False)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
+    def first_token() -> None:  # 992 = 62 full blocks of the cached prefix, a fresh tail
+        llm.generate([{"prompt_token_ids": prefix[:992] + next(tails)}], one, use_tqdm=False)
 
-    results = _graphs_vs_eager(runner, ttft)
+    results = _graphs_vs_eager(runner, first_token,
+                               "TTFT 24 tokens after a cached 1,000-token prefix")
     assert pg.replays[32] >= 16
-    print(f"TTFT 24 tokens after a cached 1,000-token prefix: graphs "
-          f"{results['graphs'] * 1e3:.2f} ms, eager {results['eager'] * 1e3:.2f} ms "
-          f"({results['eager'] / results['graphs']:.2f}x)")
     assert results["graphs"] < results["eager"]
 
 
@@ -262,16 +265,8 @@ def test_prompt_joining_decodes_graphs_faster(deep_dir):
     assert sorted(s.num_scheduled_tokens for s in sched.scheduled) == [1] * 8 + [200]
     pg = runner.prefill_graphs
 
-    def step_time() -> float:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        runner.execute(sched)  # the same step again: it rewrites the same K/V slots
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
-
-    results = _graphs_vs_eager(runner, step_time)
+    # the same step again each time: it rewrites the same K/V slots
+    results = _graphs_vs_eager(runner, lambda: runner.execute(sched),
+                               "a 200-token prompt joining 8 decoding sequences")
     assert pg.replays[256] >= 16
-    print(f"a 200-token prompt joining 8 decoding sequences: graphs "
-          f"{results['graphs'] * 1e3:.2f} ms, eager {results['eager'] * 1e3:.2f} ms "
-          f"({results['eager'] / results['graphs']:.2f}x)")
     assert results["graphs"] < results["eager"]
