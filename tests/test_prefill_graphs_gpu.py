@@ -91,15 +91,20 @@ def test_replay_equals_padded_eager_and_unpadded_logits(model_dir, n, start):
         eager = runner.model.compute_logits(runner.model(ids, pos, runner.kv.layers, meta))
     pg = runner.prefill_graphs
     before = sum(pg.replays.values())  # the prefix-filling request above may have replayed one
-    replayed = pg.run(sched.scheduled).clone()
+    _check_replay(pg, sched.scheduled, eager[-1:])  # the row the sampler reads
+    assert sum(pg.replays.values()) - before == 2
+
+
+def _check_replay(pg, scheduled, eager: torch.Tensor) -> None:
+    """Replay ``scheduled``, then run the same padded forward with the graphs set aside:
+    equal bit for bit, and within fp16 rounding of the unpadded ``eager`` rows."""
+    replayed = pg.run(scheduled).clone()
     captured, pg.graphs = pg.graphs, {}
     try:
-        padded = pg.run(sched.scheduled).clone()
+        padded = pg.run(scheduled).clone()
     finally:
         pg.graphs = captured
-    assert sum(pg.replays.values()) - before == 2
     assert torch.equal(replayed, padded)
-    eager = eager[-1:]  # the row the sampler reads, the only one the graphs compute
     assert replayed.shape == eager.shape and torch.isfinite(replayed).all()
     err = float((replayed - eager).norm() / eager.norm())
     assert err < 1e-2, f"graph logits vs eager step: rel err {err:.2e}"
@@ -132,17 +137,7 @@ def test_replay_equals_padded_eager_several_sequences(model_dir, decoding, new):
         ids, pos, meta, _, _ = runner._prepare(sched.scheduled)
         hidden = runner.model(ids, pos, runner.kv.layers, meta)
         eager = runner.model.compute_logits(hidden[last])
-    pg = runner.prefill_graphs
-    replayed = pg.run(sched.scheduled).clone()
-    captured, pg.graphs = pg.graphs, {}
-    try:
-        padded = pg.run(sched.scheduled).clone()
-    finally:
-        pg.graphs = captured
-    assert torch.equal(replayed, padded)
-    assert replayed.shape == eager.shape and torch.isfinite(replayed).all()
-    err = float((replayed - eager).norm() / eager.norm())
-    assert err < 1e-2, f"graph logits vs eager step: rel err {err:.2e}"
+    _check_replay(runner.prefill_graphs, sched.scheduled, eager)
 
 
 def test_greedy_equals_enforce_eager_prompts_joining_decodes(model_dir):
