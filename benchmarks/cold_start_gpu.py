@@ -235,7 +235,7 @@ def table(starts: list[dict[str, Any]]) -> str:
     rows = [head]
     for i, r in enumerate(starts, 1):
         first, wake = r.get("first_token"), r.get("wake_s")
-        rows.append((str(i), r["page_cache"], r["compile_cache"],
+        rows.append((f"{i} {r.get('env', '')}".strip(), r["page_cache"], r["compile_cache"],
                      mark(r["ready"], r["ready"] < TARGETS["ready_s"]),
                      mark(first, first is not None and first < TARGETS["first_token_s"]),
                      f"{r['load_gb_s']:.3g}",
@@ -255,6 +255,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--starts", type=int, default=3,
                     help="1: cold page cache, empty compile cache; 2: cold page cache, compile "
                          "cache reused (a scale-from-zero start); 3 and later: both warm")
+    ap.add_argument("--cold-starts", type=int, default=2,
+                    help="how many starts, from the first, follow a page-cache drop")
+    ap.add_argument("--start-env", action="append", default=[], metavar="I:KEY=VALUE",
+                    help="an environment variable for start I only (repeat), e.g. "
+                         "3:EDGE_LLM_PREFETCH=0, to compare starts of the same state")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per start")
     ap.add_argument("--engine-only", action="store_true",
                     help="start the engine in a subprocess even where the server could run")
@@ -271,6 +276,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--out is required")
     if args.starts < 1:
         ap.error("--starts must be >= 1")
+    args.env = {}
+    for item in args.start_env:
+        index, sep, pair = item.partition(":")
+        key, eq, value = pair.partition("=")
+        if not (sep and eq and key and index.isdigit()):
+            ap.error(f"--start-env takes I:KEY=VALUE, got {item!r}")
+        args.env.setdefault(int(index), {})[key] = value
     args.ckpt_dir = args.ckpt_dir.resolve()  # the server runs in another directory
     return args
 
@@ -312,23 +324,35 @@ def main(argv: list[str] | None = None) -> int:
                                                         dir=args.ckpt_dir))
     starts = []
     for i in range(1, args.starts + 1):
-        state = "cold" if i <= 2 and drop["ok"] else "warm"
+        state = "cold" if i <= args.cold_starts and drop["ok"] else "warm"
         if state == "cold":
             drop_page_cache()
+        env = args.env.get(i, {})
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             r = one(model, args, cache_dir, use_server)
         except Exception as exc:  # noqa: BLE001 - recorded, the next start still runs
             results.error(args.shape, f"start {i}", exc, repr(exc)[-3000:])
             continue
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        r["env"] = " ".join(f"{k}={v}" for k, v in env.items())
         r["page_cache"] = state
         r["compile_cache"] = "given" if args.cache_dir else ("empty" if i == 1 else "reused")
         r["load_gb_s"] = nbytes / 1e9 / r["phases"]["weight_load"]
         r["load_fraction"] = r["load_gb_s"] / reads[state]["gb_s"]
         starts.append(r)
         results.put(args.shape, f"start{i}", r)
-        log.info("start %d: ready %.2f s, first token %.2f s, load %.2f GB/s (%.0f%% of the "
-                 "plain read), wake %.2f s", i, r["ready"], r.get("first_token") or -1,
-                 r["load_gb_s"], 100 * r["load_fraction"], r.get("wake_s") or -1)
+        log.info("start %d%s: ready %.2f s, first token %.2f s, load %.2f GB/s (%.0f%% of the "
+                 "plain read), wake %.2f s; phases %s", i, f" ({r['env']})" if r["env"] else "",
+                 r["ready"], r.get("first_token") or -1, r["load_gb_s"],
+                 100 * r["load_fraction"], r.get("wake_s") or -1,
+                 " ".join(f"{k} {v:.2f}" for k, v in r["phases"].items() if k != "ready"))
     if starts:
         text = table(starts)
         data["table"] = text.splitlines()

@@ -7,7 +7,7 @@ add / SiLU-and-mul (fused.py), rotary (rotary.py), rotary with the K/V cache wri
 (rotary_kv.py), the column gather of act-order inputs (gather.py). A uint8 KV cache holds
 fp8 e4m3 codes: the writes encode and the attention kernels decode them (kv_fp8.py). Every
 kernel starts with ``pdl_enter`` and launches through ``pdl_kwargs`` (pdl.py: programmatic
-dependent launch on Hopper and later, ``EDGE_LLM_PDL=1``).
+dependent launch on Hopper and later, for short forwards by default).
 """
 
 from __future__ import annotations

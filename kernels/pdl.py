@@ -9,14 +9,21 @@ following it; the wait keeps every read after the write it depends on, and as ea
 waits for the one before it, for every earlier one too. ``pdl_kwargs(device)`` gives a
 launch both switches together (a kernel launched with ``launch_pdl`` but no wait would race).
 
-On when ``EDGE_LLM_PDL=1`` and the device is sm_90 or later (sm_8x has no griddepcontrol:
-the 3090 / 4090 path is unchanged); off by default until measured end to end.
+``EDGE_LLM_PDL``: ``auto`` (the default) launches with PDL the kernels of forwards of at most
+``AUTO_MAX_TOKENS`` tokens (the model's forward says its size through ``forward_tokens``;
+kernels outside a forward launch without); ``1`` every kernel; ``0`` none. Only on sm_90 and
+later (sm_8x has no griddepcontrol: the 3090 / 4090 path is unchanged). Measured on the H200
+(BENCHMARKS.md, session 27): decode steps 1.06x / 1.04x / 1.02x faster at 1 / 2 / 4 rows,
+0.99x at 8, 0.95x / 0.94x at 12 / 16 rows, hence the cut-off.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
+from collections.abc import Iterator
 
 import torch
 import triton
@@ -26,21 +33,44 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from .device import compute_capability
 
 ENV = "EDGE_LLM_PDL"
+MODES = ("auto", "0", "1")
+AUTO_MAX_TOKENS = 4
+_tokens: contextvars.ContextVar[int | None] = contextvars.ContextVar("pdl_tokens", default=None)
 
 
 @functools.cache
-def pdl_wanted() -> bool:
-    """``EDGE_LLM_PDL`` is 1 (read once; tests clear the cache); any value but 0 or 1 is an
-    error."""
-    value = os.environ.get(ENV, "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"{ENV} must be 0 or 1, got {value!r}.")
-    return value == "1"
+def pdl_mode() -> str:
+    """``EDGE_LLM_PDL``: auto, 0 or 1 (read once; tests clear the cache); any other value is
+    an error."""
+    value = os.environ.get(ENV, "auto")
+    if value not in MODES:
+        raise ValueError(f"{ENV} must be auto, 0 or 1, got {value!r}.")
+    return value
+
+
+@contextlib.contextmanager
+def forward_tokens(n: int) -> Iterator[None]:
+    """Within it, kernels belong to a forward of ``n`` tokens (``auto`` decides by it)."""
+    token = _tokens.set(n)
+    try:
+        yield
+    finally:
+        _tokens.reset(token)
 
 
 def pdl_on(device: torch.device) -> bool:
-    """Whether kernels on ``device`` launch with PDL: asked for, and a CUDA sm_90+ device."""
-    return device.type == "cuda" and pdl_wanted() and compute_capability(device)[0] >= 9
+    """Whether a kernel launched now on ``device`` uses PDL: a CUDA sm_90+ device, and the
+    mode is 1, or auto inside a forward of at most ``AUTO_MAX_TOKENS`` tokens."""
+    if device.type != "cuda":
+        return False
+    mode = pdl_mode()
+    if mode == "0":
+        return False
+    if mode == "auto":
+        n = _tokens.get()
+        if n is None or n > AUTO_MAX_TOKENS:
+            return False
+    return compute_capability(device)[0] >= 9
 
 
 def pdl_kwargs(device: torch.device) -> dict:

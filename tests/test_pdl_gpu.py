@@ -32,12 +32,16 @@ fp16_dir, awq_dir, model_dir = decode_gpu.fp16_dir, decode_gpu.awq_dir, decode_g
 PARAMS = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=24, logprobs=3)
 
 
-def _run(path, on: bool, monkeypatch) -> dict:
-    monkeypatch.setenv(pdl.ENV, "1" if on else "0")
-    pdl.pdl_wanted.cache_clear()
+def _run(path, mode: str, monkeypatch) -> dict:
+    monkeypatch.setenv(pdl.ENV, mode)
+    pdl.pdl_mode.cache_clear()
     try:
         llm = make_llm(path)
-        assert pdl.pdl_on(llm.engine.runner.device) is on
+        device = llm.engine.runner.device
+        with pdl.forward_tokens(1):
+            assert pdl.pdl_on(device) is (mode != "0")
+        with pdl.forward_tokens(16):
+            assert pdl.pdl_on(device) is (mode == "1")
         prompts = random_prompts(10, VOCAB, 2, 300, seed=21)
         arrivals = [(4 * i, p) for i, p in enumerate(prompts)]  # prompts join decodes
         got = run_traffic(llm, arrivals, PARAMS)
@@ -48,12 +52,13 @@ def _run(path, on: bool, monkeypatch) -> dict:
         torch.cuda.empty_cache()
         return {"outputs": got, "replays": replays}
     finally:
-        pdl.pdl_wanted.cache_clear()
+        pdl.pdl_mode.cache_clear()
 
 
-def test_outputs_equal_without_pdl(model_dir, monkeypatch):
-    on = _run(model_dir, True, monkeypatch)
-    off = _run(model_dir, False, monkeypatch)
+@pytest.mark.parametrize("mode", ["1", "auto"])
+def test_outputs_equal_without_pdl(model_dir, mode, monkeypatch):
+    on = _run(model_dir, mode, monkeypatch)
+    off = _run(model_dir, "0", monkeypatch)
     assert min(on["replays"]) > 0, on["replays"]  # both graph kinds replayed
     assert sorted(on["outputs"]) == sorted(off["outputs"])
     for key, a in on["outputs"].items():

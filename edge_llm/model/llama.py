@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from edge_llm.kernels import paged_attention, rotary_write_kv, silu_and_mul
+from edge_llm.kernels.pdl import forward_tokens
 
 from .arch import ArchConfig
 from .attention_metadata import AttentionMetadata
@@ -146,11 +147,12 @@ class CausalLM(nn.Module):
         kv_caches: list[KVCache],
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        x = self.model.embed_tokens(input_ids)  # (T, hidden)
-        residual = None
-        for layer, kv in zip(self.model.layers, kv_caches, strict=True):
-            x, residual = layer(x, residual, positions, kv, meta)
-        x, _ = self.model.norm.add_forward(x, residual)
+        with forward_tokens(input_ids.shape[0]):  # PDL's auto mode decides by it
+            x = self.model.embed_tokens(input_ids)  # (T, hidden)
+            residual = None
+            for layer, kv in zip(self.model.layers, kv_caches, strict=True):
+                x, residual = layer(x, residual, positions, kv, meta)
+            x, _ = self.model.norm.add_forward(x, residual)
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
