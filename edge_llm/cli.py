@@ -155,7 +155,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT: then new requests get 503 (or a refused connection), those
     in flight get ``--drain-timeout`` seconds to finish, and the exit code is 0."""
     started = time.time()
-    from edge_llm.model.prefetch import prefetch_wanted, start_prefetch
+    from edge_llm.model.prefetch import prefetch_method, start_prefetch
     from edge_llm.server.hooks import set_compile_cache_env
 
     set_compile_cache_env()  # before torch/triton load: a second cold start reuses kernels
@@ -169,12 +169,12 @@ def run_serve(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     check_model_path(args.model)
     try:
-        prefetch = prefetch_wanted()
+        method = prefetch_method()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if prefetch:  # the checkpoint into the page cache while torch is imported
+    if method:  # the checkpoint into the page cache while torch is imported
         start_prefetch(args.model, engine_cfg.model.revision,
-                       compile_cache=Path(os.environ["TRITON_CACHE_DIR"]))
+                       compile_cache=Path(os.environ["TRITON_CACHE_DIR"]), method=method)
     failures: list[BaseException] = []
     server: Any = None
 

@@ -57,7 +57,7 @@ def test_bad_prefetch_switch_exits_2():
     res = run_cli("serve", env={"EDGE_LLM_PREFETCH": "on"})
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        "edge-llm serve: error: EDGE_LLM_PREFETCH must be 0 or 1, got 'on'."]
+        "edge-llm serve: error: EDGE_LLM_PREFETCH must be 0, 1, fadvise or read, got 'on'."]
 
 
 def test_missing_model_folder_exits_1_without_traceback(tmp_path):

@@ -27,12 +27,19 @@ logger = logging.getLogger(__name__)
 ENV = "EDGE_LLM_PREFETCH"
 
 
-def prefetch_wanted() -> bool:
-    """On unless ``EDGE_LLM_PREFETCH=0``; any value but 0 or 1 is an error."""
+METHODS = ("fadvise", "read")
+DEFAULT_METHOD = "fadvise"
+CHUNK = 16 << 20
+
+
+def prefetch_method() -> str | None:
+    """``EDGE_LLM_PREFETCH``: 1 (the default) the default method, ``fadvise`` (ask the kernel
+    to read ahead), ``read`` (read every byte on the thread, for file systems that ignore the
+    advice), 0 off (None); any other value is an error."""
     value = os.environ.get(ENV, "1")
-    if value not in ("0", "1"):
-        raise ValueError(f"{ENV} must be 0 or 1, got {value!r}.")
-    return value == "1"
+    if value not in ("0", "1", *METHODS):
+        raise ValueError(f"{ENV} must be 0, 1, fadvise or read, got {value!r}.")
+    return None if value == "0" else DEFAULT_METHOD if value == "1" else value
 
 
 def checkpoint_files(model: str | None, revision: str | None = None) -> list[Path]:
@@ -98,11 +105,16 @@ def memory_room() -> int | None:
     return None
 
 
-def prefetch(files: list[Path]) -> int:
-    """Ask the kernel to read ``files`` into the page cache; returns the bytes asked for
-    (0 where ``posix_fadvise`` is missing). Blocks while the kernel queues the reads."""
-    if not hasattr(os, "posix_fadvise"):
+def prefetch(files: list[Path], method: str = DEFAULT_METHOD) -> int:
+    """Bring ``files`` into the page cache: ``fadvise`` asks the kernel to read them (blocks
+    while it queues the reads; nothing where ``posix_fadvise`` is missing), ``read`` reads
+    them through one reused buffer (the GIL released in each read). Returns the bytes
+    covered."""
+    if method not in METHODS:
+        raise ValueError(f"unknown prefetch method {method!r}")
+    if method == "fadvise" and not hasattr(os, "posix_fadvise"):
         return 0
+    buffer = bytearray(CHUNK) if method == "read" else None
     done = 0
     for file in files:
         try:
@@ -110,8 +122,11 @@ def prefetch(files: list[Path]) -> int:
         except OSError:
             continue
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            done += os.fstat(fd).st_size
+            if buffer is None:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                done += os.fstat(fd).st_size
+            else:
+                done += _read_all(fd, buffer)
         except OSError:
             pass
         finally:
@@ -119,8 +134,16 @@ def prefetch(files: list[Path]) -> int:
     return done
 
 
+def _read_all(fd: int, buffer: bytearray) -> int:
+    offset = 0
+    while n := os.readv(fd, [buffer]):
+        offset += n
+    return offset
+
+
 def prefetch_model(model: str | None, revision: str | None = None,
-                   compile_cache: Path | None = None) -> tuple[int, int]:
+                   compile_cache: Path | None = None,
+                   method: str = DEFAULT_METHOD) -> tuple[int, int]:
     """Prefetch the checkpoint, then ``compile_cache``'s files, if the checkpoint is on local
     disk and fits half the memory room; returns (checkpoint bytes, cache bytes) asked for,
     (0, -1) when the checkpoint does not fit."""
@@ -133,28 +156,31 @@ def prefetch_model(model: str | None, revision: str | None = None,
         logger.info("Prefetch: not reading the checkpoint, %.1f GB against %.1f GB of memory "
                     "room", total / 1e9, room / 1e9)
         return 0, -1
-    read = prefetch(weights)
-    return read, prefetch(cache_files(compile_cache)) if compile_cache is not None else 0
+    read = prefetch(weights, method)
+    cached = prefetch(cache_files(compile_cache), method) if compile_cache is not None else 0
+    return read, cached
 
 
 def start_prefetch(model: str | None, revision: str | None = None,
-                   compile_cache: Path | None = None) -> threading.Thread | None:
+                   compile_cache: Path | None = None,
+                   method: str = DEFAULT_METHOD) -> threading.Thread | None:
     """``prefetch_model`` on a daemon thread (finding a hub model's snapshot imports
-    huggingface_hub: not on the caller's time); None without ``posix_fadvise``."""
-    if not hasattr(os, "posix_fadvise"):
+    huggingface_hub: not on the caller's time); None for ``fadvise`` without
+    ``posix_fadvise``."""
+    if method == "fadvise" and not hasattr(os, "posix_fadvise"):
         return None
 
     def run() -> None:
         began = time.perf_counter()
         try:
-            weights, kernels = prefetch_model(model, revision, compile_cache)
+            weights, kernels = prefetch_model(model, revision, compile_cache, method)
         except Exception as exc:  # an optimisation only: the load reads the files anyway
             logger.debug("prefetch failed: %s: %s", type(exc).__name__, exc)
             return
         if weights:
             logger.info("Prefetch: %.2f GB of checkpoint and %.0f MB of compiled kernels "
-                        "asked into the page cache in %.2f s", weights / 1e9, kernels / 1e6,
-                        time.perf_counter() - began)
+                        "into the page cache in %.2f s (%s)", weights / 1e9, kernels / 1e6,
+                        time.perf_counter() - began, method)
         elif kernels == 0:
             logger.info("Prefetch: nothing read (the checkpoint is not on local disk yet)")
 
