@@ -155,6 +155,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT: then new requests get 503 (or a refused connection), those
     in flight get ``--drain-timeout`` seconds to finish, and the exit code is 0."""
     started = time.time()
+    from edge_llm.engine.probe_cache import probe_cache_wanted
     from edge_llm.model.prefetch import prefetch_method, start_prefetch
     from edge_llm.server.hooks import set_compile_cache_env
 
@@ -170,6 +171,7 @@ def run_serve(args: argparse.Namespace) -> int:
     check_model_path(args.model)
     try:
         method = prefetch_method()
+        probe_cache_wanted()  # checked here: the engine reads it on CUDA only
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if method:  # the checkpoint into the page cache while torch is imported

@@ -60,6 +60,13 @@ def test_bad_prefetch_switch_exits_2():
         "edge-llm serve: error: EDGE_LLM_PREFETCH must be 0, 1, fadvise or read, got 'on'."]
 
 
+def test_bad_probe_cache_switch_exits_2():
+    res = run_cli("serve", env={"EDGE_LLM_PROBE_CACHE": "no"})
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "edge-llm serve: error: EDGE_LLM_PROBE_CACHE must be 0 or 1, got 'no'."]
+
+
 def test_missing_model_folder_exits_1_without_traceback(tmp_path):
     missing = tmp_path / "no" / "such-model"
     res = run_cli("serve", str(missing), "--port", "0")

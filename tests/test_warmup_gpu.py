@@ -8,7 +8,12 @@ Triton compile is counted.
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +31,44 @@ from tests.test_cuda_graphs_gpu import awq_dir  # noqa: E402,F401  (fixture)
 def test_first_requests_compile_nothing(awq_dir):  # noqa: F811
     llm = LLM(str(awq_dir), device="cuda", max_model_len=1024, max_num_seqs=16,
               kv_cache_memory=256 << 20)
+    compiled = compiles_while_serving(llm)
+    assert not compiled, f"kernels compiled while serving: {sorted(set(compiled))}"
+
+
+def test_nothing_compiles_either_after_a_start_that_reused_its_probes(awq_dir,  # noqa: F811
+                                                                       tmp_path):
+    """With the memory probes' results from the probe cache (engine/probe_cache.py) the
+    whole-step profile forward does not run; the kernel warm-up alone must still load every
+    variant. Each start in a fresh process (Triton's in-memory cache empty; its disk cache
+    and the probe cache under the same EDGE_LLM_CACHE_DIR)."""
+    env = {**os.environ, "EDGE_LLM_CACHE_DIR": str(tmp_path),
+           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    code = ("import json, sys; from tests.test_warmup_gpu import fresh_start; "
+            "print(json.dumps(fresh_start(sys.argv[1])))")
+    runs = []
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-c", code, str(awq_dir)], env=env,
+                             cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                             text=True, timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    assert [r["reused"] for r in runs] == [False, True]
+    assert runs[0]["blocks"] == runs[1]["blocks"]  # the same plan from the stored values
+    assert runs[1]["compiled"] == [], runs[1]["compiled"]
+
+
+def fresh_start(path: str) -> dict:
+    llm = LLM(path, device="cuda", max_model_len=1024, max_num_seqs=16,
+              gpu_memory_utilization=0.2)
+    runner = llm.engine.runner
+    compiled = compiles_while_serving(llm)
+    return {"reused": runner.probes_reused, "blocks": runner.plan.num_gpu_blocks,
+            "compiled": sorted(set(compiled))}
+
+
+def compiles_while_serving(llm) -> list[str]:
+    """The names of the Triton kernels compiled (or loaded from the disk cache) while a mix
+    of requests runs."""
     compiled: list[str] = []
     original = getattr(JITFunction, "_do_compile", None)
     if original is None:
@@ -53,4 +96,4 @@ def test_first_requests_compile_nothing(awq_dir):  # noqa: F811
         llm.generate([{"prompt_token_ids": [5, 6, 7, 8, 9]}], plp, use_tqdm=False)
     finally:
         JITFunction._do_compile = original
-    assert not compiled, f"kernels compiled while serving: {sorted(set(compiled))}"
+    return compiled

@@ -23,29 +23,40 @@ logger = logging.getLogger(__name__)
 # 128-row tiles at 65-128 on Hopper with plane-packed words, dequantize + cuBLAS above);
 # the kernels do not specialise on the row count itself
 WARMUP_TOKENS = (1, 2, 3, 4, 5, 17, 33, 65, 129)
+# and one prefill of two sequences: Triton compiles the attention kernels apart for one
+# sequence and several (an integer argument equal to 1 is specialised). The memory probe's
+# whole-step forward used to be the first to reach the several-sequence variants; when its
+# result comes from the probe cache (probe_cache.py) it does not run.
+WARMUP_TWO_SEQUENCES = 34
 
 
 @torch.inference_mode()
 def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.device,
                     max_tokens: int) -> float:
     """One eager forward per ``WARMUP_TOKENS`` count up to ``max_tokens`` over a scratch
-    cache, so that every Triton variant a prefill can need is compiled (or loaded from the
-    cache directory) before serving. CUDA with the Triton kernels only; returns the seconds
-    spent."""
+    cache, and one of two sequences, so that every Triton variant a prefill can need is
+    compiled (or loaded from the cache directory) before serving. CUDA with the Triton
+    kernels only; returns the seconds spent."""
     if device.type != "cuda" or not triton_enabled(device, dtype):
         return 0.0
     start = time.perf_counter()
     counts = [t for t in WARMUP_TOKENS if t <= max_tokens]
-    for t in counts:
-        kv, meta = scratch_prefill(model, t, block_size, dtype, device)
+    steps = [(t, t) for t in counts]
+    two = WARMUP_TWO_SEQUENCES
+    if two <= max_tokens:
+        steps.append((two, two // 2))
+    for t, per_seq in steps:
+        kv, meta = scratch_prefill(model, t, block_size, dtype, device, max_seq_len=per_seq)
         ids = torch.zeros(t, dtype=torch.int64, device=device)
-        hidden = model(ids, torch.arange(t, device=device), kv, meta)
+        positions = torch.arange(t, device=device) % per_seq
+        hidden = model(ids, positions, kv, meta)
         model.compute_logits(hidden[-1:])
         del kv, hidden
     torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
-    logger.info("Kernel warm-up: prefills of %s tokens in %.2f s",
-                ", ".join(map(str, counts)), seconds)
+    logger.info("Kernel warm-up: prefills of %s tokens%s in %.2f s",
+                ", ".join(map(str, counts)),
+                f" and 2 x {two // 2}" if two <= max_tokens else "", seconds)
     return seconds
 
 

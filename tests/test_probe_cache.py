@@ -1,0 +1,152 @@
+"""The start-up memory probes kept on disk (edge_llm/engine/probe_cache.py): measured once per
+key, reused by the next start with the same key, measured again when any part of the key,
+the stored file or the switch says so; and the runner's use of it (``_memory_probes``, with
+the two probes counted: they only run on CUDA, so the GPU is faked here). The probes
+themselves are measured on the GPU (tests/test_warmup_gpu.py, benchmarks/cold_start_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import types
+
+import pytest
+
+from edge_llm.engine import probe_cache as pc
+from edge_llm.engine.runner import ModelRunner
+
+PARTS = {"arch": {"hidden": 4096}, "scheduler": {"max_num_batched_tokens": 8192},
+         "versions": ["2.11", "3.6"], "env": {}}
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGE_LLM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(pc.ENV, raising=False)
+    return tmp_path / "cache"
+
+
+class Measure:
+    def __init__(self, peak=7 << 30, graphs=156 << 20):
+        self.calls, self.values = 0, {"peak_bytes": peak, "graph_bytes": graphs}
+
+    def __call__(self):
+        self.calls += 1
+        return dict(self.values)
+
+
+def test_measured_once_then_reused(cache_dir):
+    m = Measure()
+    assert pc.cached_probes(PARTS, m) == (m.values, False)
+    files = list((cache_dir / "probes").glob("*.json"))
+    assert len(files) == 1
+    stored = json.loads(files[0].read_text())
+    assert stored["peak_bytes"] == 7 << 30 and stored["parts"]["arch"] == {"hidden": 4096}
+    m2 = Measure(peak=1, graphs=1)
+    assert pc.cached_probes(dict(PARTS), m2) == (m.values, True)
+    assert m2.calls == 0
+    assert not list((cache_dir / "probes").glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("change", [
+    {"arch": {"hidden": 5120}},
+    {"scheduler": {"max_num_batched_tokens": 4096}},
+    {"versions": ["2.11", "3.7"]},
+    {"env": {"EDGE_LLM_PDL": "1"}},
+    {"gpu": ["NVIDIA GeForce RTX 4090", 24 << 30, 8, 9]},
+])
+def test_any_part_changed_measures_again(change):
+    pc.cached_probes(PARTS, Measure())
+    m = Measure(peak=3 << 30)
+    assert pc.cached_probes({**PARTS, **change}, m) == (m.values, False)
+    assert m.calls == 1
+    assert pc.cached_probes({**PARTS, **change}, Measure())[1]  # stored under its own key
+    assert pc.cached_probes(PARTS, Measure())[0]["peak_bytes"] == 7 << 30
+
+
+def test_switch_off_measures_every_time_and_stores_nothing(cache_dir, monkeypatch):
+    monkeypatch.setenv(pc.ENV, "0")
+    m = Measure()
+    for _ in range(2):
+        assert pc.cached_probes(PARTS, m) == (m.values, False)
+    assert m.calls == 2 and not (cache_dir / "probes").exists()
+    monkeypatch.setenv(pc.ENV, "yes")
+    with pytest.raises(ValueError, match="EDGE_LLM_PROBE_CACHE must be 0 or 1, got 'yes'"):
+        pc.cached_probes(PARTS, m)
+
+
+@pytest.mark.parametrize("content", [
+    "{not json", "[]", '{"key": "other", "peak_bytes": 1, "graph_bytes": 1}',
+    '{"key": "KEY", "peak_bytes": 1}', '{"key": "KEY", "peak_bytes": -1, "graph_bytes": 1}',
+    '{"key": "KEY", "peak_bytes": true, "graph_bytes": 1}',
+    '{"key": "KEY", "peak_bytes": 1.5, "graph_bytes": 1}',
+])
+def test_a_bad_file_is_measured_again_and_replaced(cache_dir, content):
+    key = pc.probe_key(PARTS)
+    (cache_dir / "probes").mkdir(parents=True)
+    path = cache_dir / "probes" / f"{key}.json"
+    path.write_text(content.replace("KEY", key))
+    assert pc.load(key) is None
+    m = Measure()
+    assert pc.cached_probes(PARTS, m) == (m.values, False)
+    assert pc.load(key) == m.values
+
+
+def test_an_unwritable_folder_still_gives_the_measurement(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")  # a file where the folder should be
+    m = Measure()
+    assert pc.cached_probes(PARTS, m, folder=blocker / "probes") == (m.values, False)
+    assert pc.save("k", m.values, PARTS, folder=blocker / "probes") is None
+
+
+def test_environment_and_source_digest(monkeypatch):
+    env = {"EDGE_LLM_PDL": "1", "EDGE_LLM_PORT": "9000", "EDGE_LLM_CACHE_DIR": "/c",
+           "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "HOME": "/root",
+           "EDGE_LLM_PROBE_CACHE": "1", "EDGE_LLM_MAX_NUM_SEQS": "64"}
+    assert pc.probe_environment(env) == {
+        "EDGE_LLM_MAX_NUM_SEQS": "64", "EDGE_LLM_PDL": "1",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    digest = pc.source_digest()
+    assert len(digest) == 64 and int(digest, 16) >= 0
+    assert pc.probe_key(PARTS) == pc.probe_key(json.loads(json.dumps(PARTS)))
+    assert pc.probe_key(PARTS) != pc.probe_key({**PARTS, "x": 1})
+
+
+def _fake_cuda_runner(kv_cache_memory=None):
+    """A runner with only what ``_memory_probes`` reads, on a pretend CUDA device, whose two
+    probes count their calls."""
+    runner = ModelRunner.__new__(ModelRunner)
+    runner.device = types.SimpleNamespace(type="cuda")
+    runner.cache_config = types.SimpleNamespace(kv_cache_memory=kv_cache_memory,
+                                                num_gpu_blocks_override=None)
+    runner.calls = []
+    runner._profile_peak_memory = lambda: runner.calls.append("peak") or 5 << 30
+    runner._profile_graph_memory = lambda: runner.calls.append("graphs") or 100 << 20
+    runner._probe_parts = lambda sized: {**PARTS, "sized": sized}
+    return runner
+
+
+def test_runner_reuses_its_probes_on_the_next_start(caplog):
+    first = _fake_cuda_runner()
+    assert first._memory_probes() == {"peak_bytes": 5 << 30, "graph_bytes": 100 << 20}
+    assert first.calls == ["peak", "graphs"]
+    second = _fake_cuda_runner()
+    with caplog.at_level(logging.INFO, logger="edge_llm.engine.runner"):
+        assert second._memory_probes() == {"peak_bytes": 5 << 30, "graph_bytes": 100 << 20}
+    assert second.calls == []
+    assert "Memory probes: 5.00 GiB peak, 100 MiB of CUDA graphs, as measured by an " \
+        "earlier start" in caplog.text
+    explicit = _fake_cuda_runner(kv_cache_memory=1 << 30)  # the KV size given: no graph probe
+    assert explicit._memory_probes() == {"peak_bytes": 5 << 30, "graph_bytes": 0}
+    assert explicit.calls == ["peak"]
+
+
+def test_runner_on_cpu_measures_and_stores_nothing(cache_dir):
+    runner = _fake_cuda_runner()
+    runner.device = types.SimpleNamespace(type="cpu")
+    runner._probe_parts = None  # not asked for: CUDA properties do not exist here
+    runner._memory_probes()
+    assert runner.calls == ["peak", "graphs"] and not (cache_dir / "probes").exists()
+    assert os.environ["EDGE_LLM_CACHE_DIR"] == str(cache_dir)
