@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -35,11 +37,12 @@ def free_port() -> int:
 
 
 def one_start(model: str | None, extra: list[str], timeout: float,
-              after: Callable[[str], dict] | None = None) -> dict:
+              after: Callable[[str], dict] | None = None, keep_log: Path | None = None) -> dict:
     """Start a server, time it to ready and to the first token, stop it (SIGTERM).
 
     ``after(url)``, if given, runs once the first token and the metrics are in (e.g. a sleep
-    and wake measurement); its dict is merged into the result."""
+    and wake measurement); its dict is merged into the result. ``keep_log``: where the
+    server's log goes once it has stopped (else it is deleted)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
@@ -85,7 +88,10 @@ def one_start(model: str | None, extra: list[str], timeout: float,
             proc.kill()
             result["exit_code"] = proc.wait()
         log.close()
-        os.unlink(log.name)
+        if keep_log is not None:
+            shutil.move(log.name, keep_log)
+        else:
+            os.unlink(log.name)
     return result
 
 

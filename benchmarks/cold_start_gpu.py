@@ -211,7 +211,8 @@ def server_available() -> str | None:
     return None
 
 
-def one(model: Path, args, cache_dir: Path, use_server: bool) -> dict[str, Any]:
+def one(model: Path, args, cache_dir: Path, use_server: bool,
+        keep_log: Path | None = None) -> dict[str, Any]:
     """One start with ``EDGE_LLM_CACHE_DIR`` (and Triton's cache under it) set to cache_dir."""
     for var in ("TORCHINDUCTOR_CACHE_DIR",):
         os.environ.pop(var, None)
@@ -221,7 +222,8 @@ def one(model: Path, args, cache_dir: Path, use_server: bool) -> dict[str, Any]:
         from cold_start import one_start
 
         extra = ["--device", args.device, *args.serve_arg]
-        return one_start(str(model), extra, args.timeout, after=sleep_and_wake)
+        return one_start(str(model), extra, args.timeout, after=sleep_and_wake,
+                         keep_log=keep_log)
     return engine_start(model, args.device, args.timeout)
 
 
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            r = one(model, args, cache_dir, use_server)
+            r = one(model, args, cache_dir, use_server, keep_log=args.out / f"server{i}.log")
         except Exception as exc:  # noqa: BLE001 - recorded, the next start still runs
             results.error(args.shape, f"start {i}", exc, repr(exc)[-3000:])
             continue

@@ -18,4 +18,5 @@ echo "fs of /tmp: $(stat -f -c %T /tmp); cgroup memory.max: $(cat /sys/fs/cgroup
   --start-env 5:EDGE_LLM_PROBE_CACHE=0 \
   --start-env 6:EDGE_LLM_PREFETCH=fadvise --start-env 7:EDGE_LLM_PREFETCH=read --start-env 8:EDGE_LLM_PREFETCH=0 > $OUT/cold.log 2>&1)
 grep -E "INFO e2e: (start|plain)" $OUT/cold.log | sed 's/^.*INFO e2e: //' | cut -c1-260
+grep -h -E "Prefetch|Memory probes|Kernel warm-up" $OUT/cold/server*.log | sed "s/^.*INFO //" | cut -c1-200
 sed -n '/cold start (/,$p' $OUT/cold.log | tail -10
