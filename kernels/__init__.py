@@ -34,6 +34,7 @@ __all__ = [
     "paged_attention",
     "write_kv",
     "w4a16_matmul",
+    "w4a16_silu_mul",
     "rms_norm",
     "add_rms_norm",
     "silu_and_mul",
@@ -62,6 +63,8 @@ _TRITON = os.environ.get("EDGE_LLM_KERNELS", "triton").lower() != "torch"
 # GPU tests (tests/test_kernels_fused_gpu.py) and made a graph-replayed 7B decode step 1.5x
 # faster on the H200 (BENCHMARKS.md); EDGE_LLM_FUSED_KERNELS=0 keeps the torch ops
 _FUSED = os.environ.get("EDGE_LLM_FUSED_KERNELS", "1") != "0"
+# silu(gate) * up in the one-row GEMV's epilogue (w4a16_silu_mul): off until timed on a GPU
+_GEMV_SILU = os.environ.get("EDGE_LLM_GEMV_SILU", "0") == "1"
 
 
 def triton_enabled(device: torch.device, dtype: torch.dtype) -> bool:
@@ -129,6 +132,27 @@ def w4a16_matmul(
                                 integer_zeros=integer_zeros, planes_packed=planes_packed)
     return w4a16_matmul_ref(x, qweight, scales, zeros, group_size,
                             planes_packed=planes_packed)
+
+
+def w4a16_silu_mul(
+    x: torch.Tensor,  # (..., K)
+    qweight: torch.Tensor,  # (K/8, 2 I) int32: a merged [gate | up] projection
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    integer_zeros: bool = False,
+    planes_packed: bool = False,
+) -> torch.Tensor:
+    """``silu_and_mul(w4a16_matmul(x, ...))``, (..., I). On CUDA with
+    ``EDGE_LLM_GEMV_SILU=1`` the one-row GEMV computes it in its epilogue where it serves
+    the shape in one split (kernels/w4a16.py ``gemv16_silu``: 1-2 rows of a large MLP):
+    one kernel and no (..., 2 I) intermediate. Off by default until timed on a GPU."""
+    if x.is_cuda and x.dtype in _HALF and _TRITON and _FUSED and _GEMV_SILU:
+        return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size,
+                                integer_zeros=integer_zeros, planes_packed=planes_packed,
+                                silu_mul=True)
+    return silu_and_mul(w4a16_matmul(x, qweight, scales, zeros, group_size,
+                                     integer_zeros=integer_zeros, planes_packed=planes_packed))
 
 
 def gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:

@@ -58,6 +58,7 @@ import os
 import torch
 
 from .device import dots_from_registers, num_sms
+from .fused import silu_and_mul
 from .grid import cdiv, next_pow2
 from .splitk import counters as splitk_counters
 from .splitk import reduce_partials
@@ -94,6 +95,7 @@ def w4a16_matmul(
     config: W4A16Config | None = None,
     integer_zeros: bool = False,
     planes_packed: bool = False,
+    silu_mul: bool = False,
 ) -> torch.Tensor:
     """y = x @ W for the runtime 4-bit layout; x [..., K] fp16/bf16 (fp32 in the interpreter).
 
@@ -109,15 +111,43 @@ def w4a16_matmul(
     then read x as it is, where standard words need x copied into plane order; the one-row
     GEMV and the dequantize pass read the new order; every other kernel gets x permuted to
     match (``unplane_order``, a copy).
+
+    ``silu_mul``: W is a merged [gate | up] projection and the result is silu(gate) * up,
+    [..., N / 2] (``fused.silu_and_mul`` of y): computed in the one-row GEMV's epilogue when
+    that kernel serves the shape in one split (``gemv16_silu``), else by that second kernel.
     """
     k, n = _check_inputs(x, qweight, scales, zeros, group_size)
+    if silu_mul and n % 2:
+        raise ValueError(f"silu_mul: W must have an even number of columns (gate | up), got {n}")
+    if silu_mul:
+        fused = _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros,
+                       planes_packed, silu=True)
+        return fused if fused is not None else silu_and_mul(
+            _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros, planes_packed))
+    return _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros, planes_packed)
+
+
+def gemv16_silu(cfg: W4A16Config, m: int, n: int, k: int, block_k: int, sms: int) -> bool:
+    """Whether ``cfg`` computes silu(gate) * up in its epilogue for a merged [gate | up] W of
+    N columns: the one-row GEMV ("gemv16") in one split, N / 2 a multiple of half its
+    column tile."""
+    if cfg.kind != "gemv16" or n % cfg.block_n:
+        return False
+    return _split(cfg, m, n, k, block_k, sms) == 1
+
+
+def _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros, planes_packed,
+           silu: bool = False) -> torch.Tensor | None:
+    """``w4a16_matmul`` (inputs checked); with ``silu``, its SILU epilogue's result, or None
+    when the chosen kernel has none (``gemv16_silu``)."""
+    k, n = qweight.shape[0] * PACK, qweight.shape[1]
     if planes_packed:
         check_planes(k, group_size)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)  # (M, K)
     m = x2.shape[0]
     if m == 0:
-        return torch.empty((*lead, n), device=x.device, dtype=x.dtype)
+        return None if silu else torch.empty((*lead, n), device=x.device, dtype=x.dtype)
     sms = num_sms(x.device)
     cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32,
                                 fp16=x.dtype == torch.float16, integer_zeros=integer_zeros,
@@ -131,6 +161,8 @@ def w4a16_matmul(
             block_k //= 2
     one_group = group_size >= k or group_size % block_k == 0  # every K tile in one group
     odd_groups = cfg.kind == "dot" and not cfg.nibble_dots and not one_group
+    if silu and (group_size % PACK or not gemv16_silu(cfg, m, n, k, block_k, sms)):
+        return None
     if cfg.kind == "dequant" or group_size % PACK or odd_groups or (
             cfg.kind == "gemv" and m != 1):
         w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype, reuse=True,
@@ -151,27 +183,39 @@ def w4a16_matmul(
         x2 = unplane_order(x2)  # k-order kernels: x in the words' order (a copy)
     if cfg.x_planes and not (planes_packed and block_k == PLANE_TILE):
         x2 = plane_order(x2, block_k)
-    out = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    n_out = n // 2 if silu else n
+    out = torch.empty((m, n_out), device=x.device, dtype=x.dtype)
     _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
-                  group_size, cfg, block_k, one_group, sms, gemv_planes)
-    return out.reshape(*lead, n)
+                  group_size, cfg, block_k, one_group, sms, gemv_planes, silu)
+    return out.reshape(*lead, n_out)
 
 
-def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Config,
-                  block_k: int, one_group: bool, sms: int, gemv_planes: bool = False) -> None:
-    """GEMV or dot kernel into ``out`` [M, N]; fp32 partials + reduce when K is split."""
-    m, k = x2.shape
-    n = out.shape[1]
+def _split(cfg: W4A16Config, m: int, n: int, k: int, block_k: int, sms: int) -> int:
+    """K splits of the launch of ``cfg`` for an (M, N, K) problem."""
     block_m = max(16, next_pow2(cfg.block_m))
     m_tiles = (cdiv(m, block_m) if cfg.kind in ("dot", "swap") else
                cdiv(m, cfg.rows) if cfg.kind == "gemv16" else 1)
     n_tiles = cdiv(n, cfg.block_n)
     split = cfg.split_k or auto_split(m_tiles * n_tiles, k, block_k, sms, cfg.waves,
                                       cfg.min_k_tiles)
+    return cdiv(k, cdiv(cdiv(k, split), block_k) * block_k)
+
+
+def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Config,
+                  block_k: int, one_group: bool, sms: int, gemv_planes: bool = False,
+                  silu: bool = False) -> None:
+    """GEMV or dot kernel into ``out`` [M, N] ([M, N / 2] with ``silu``); fp32 partials +
+    reduce when K is split."""
+    m, k = x2.shape
+    n = qweight.shape[1]
+    block_m = max(16, next_pow2(cfg.block_m))
+    m_tiles = (cdiv(m, block_m) if cfg.kind in ("dot", "swap") else
+               cdiv(m, cfg.rows) if cfg.kind == "gemv16" else 1)
+    split = _split(cfg, m, n, k, block_k, sms)
     k_per_split = cdiv(cdiv(k, split), block_k) * block_k
-    split = cdiv(k, k_per_split)
+    n_tiles = cdiv(n, cfg.block_n)
     target = torch.empty((split, m, n), device=x2.device, dtype=torch.float32) if split > 1 \
-        else out.view(1, m, n)  # (SPLIT, M, N)
+        else out.view(1, m, out.shape[1])  # (SPLIT, M, N); N / 2 with silu
     # the last program of each tile sums the partials (kernels/splitk.py) on the fp16x2 and
     # dot paths; the fp32 GEMV, or no counters to hand, takes a second launch
     cnt = splitk_counters(x2.device, m_tiles * n_tiles) if (
@@ -184,7 +228,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                       chain4=cfg.chain4, fold_zero=cfg.fold_zero,
                       flat_scales=cfg.flat_scales, pipe=cfg.pipe_stages,
                       final=out if cnt is not None else None, counters=cnt,
-                      planes=gemv_planes)
+                      planes=gemv_planes, silu=silu)
     elif cfg.kind == "swap":
         launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,
                     cfg.block_n, block_k, k_per_split, split, one_group,

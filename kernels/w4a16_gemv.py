@@ -112,6 +112,20 @@ def _store_row(out, acc, m, M, N, offs_n, stride_om):
 
 
 @triton.jit
+def _store_silu_row(out_ptr, acc, m, M, N, pid_n, stride_om, HALF: tl.constexpr):
+    """The SILU epilogue: the tile's columns are HALF gate columns then the same HALF up
+    columns; stores dtype(dtype(silu(g)) * u) at the HALF output columns, with g and u first
+    rounded to the output dtype (what the unfused path's gate_up output and
+    ``silu_and_mul`` compute)."""
+    dt = out_ptr.dtype.element_ty
+    v = tl.sum(acc, axis=0).to(dt).to(tl.float32)  # [2 HALF]: gate | up
+    g, u = tl.split(tl.permute(tl.reshape(v, (2, HALF)), (1, 0)))
+    act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+    offs = pid_n * HALF + tl.arange(0, HALF)
+    tl.store(out_ptr + m * stride_om + offs, (act * u).to(dt), mask=offs < N * _live(M, m))
+
+
+@triton.jit
 def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr,
                  m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS: tl.constexpr,
                  USE_ASM: tl.constexpr,
@@ -218,6 +232,7 @@ def _w4a16_gemv16_kernel(
     CHAIN4: tl.constexpr, FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
     PIPE: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
     PLANES: tl.constexpr = False,
+    SILU: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
@@ -237,14 +252,26 @@ def _w4a16_gemv16_kernel(
     REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
     writes their sum to ``final`` (kernels/splitk.py). PLANES: plane-packed words
     (pack_planes_ref; K tiles and splits whole 128-row tiles; fp16 x), x read in natural
-    order (``_x_pairs``).
+    order (``_x_pairs``). SILU (one split, no REDUCE): the weights are a merged [gate | up]
+    projection of 2 N columns and ``out`` gets silu(gate) * up, N columns: each program
+    reads BLOCK_N / 2 gate columns and the same up columns (N further on), and its epilogue
+    stores their product (``_store_silu_row``): no [M, 2 N] intermediate, no second kernel.
     """
     pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     m0 = tl.program_id(2) * ROWS
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
+    if SILU:
+        HALF: tl.constexpr = BLOCK_N // 2
+        cols = tl.arange(0, BLOCK_N)
+        j = pid_n * HALF + cols % HALF  # the output column of each tile column
+        offs_n = j + (cols // HALF) * N  # gate j, then up j
+        n_mask = j < N
+        n_load = 2 * N
+    else:
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < N
+        n_load = N
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
     r_end = k_hi // 8
@@ -261,7 +288,7 @@ def _w4a16_gemv16_kernel(
         # tiles ahead (tl.range pipelines loads that feed no tl.dot; plain range does not)
         for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=PIPE):
             rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-            w, s, z = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k0,
+            w, s, z = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, n_load, k0,
                                   group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP,
                                   FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
@@ -270,7 +297,7 @@ def _w4a16_gemv16_kernel(
                 PLANES)
     else:
         rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
-        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N,
+        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, n_load,
                                     k_lo, group_size, stride_qk, stride_sg, stride_zg,
                                     ONE_GROUP, FLAT, EVEN)
         for k0 in range(k_lo, k_hi, BLOCK_K):
@@ -281,26 +308,35 @@ def _w4a16_gemv16_kernel(
             if EVEN:  # the last tile prefetches itself again rather than read past the split
                 k_next = tl.minimum(k_next, k_hi - BLOCK_K)
             w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + (k_next - k0) // 8,
-                                        r_end, offs_n, n_mask, N, k_next, group_size,
+                                        r_end, offs_n, n_mask, n_load, k_next, group_size,
                                         stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
                 M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN,
                 PLANES)
             rows += BLOCK_K // 8
-    out = out_ptr + pid_k * stride_os + offs_n
-    _store_row(out, acc0, m0, M, N, offs_n, stride_om)
-    if ROWS >= 2:
-        _store_row(out, acc1, m0 + 1, M, N, offs_n, stride_om)
-    if ROWS >= 3:
-        _store_row(out, acc2, m0 + 2, M, N, offs_n, stride_om)
-    if ROWS >= 4:
-        _store_row(out, acc3, m0 + 3, M, N, offs_n, stride_om)
-    if REDUCE:
-        offs_m = m0 + tl.arange(0, 4)
-        mask = ((offs_m < M) & (offs_m < m0 + ROWS))[:, None] & n_mask[None, :]
-        sum_if_last(cnt_ptr, tl.program_id(2) * tl.num_programs(0) + pid_n, split, out_ptr,
-                    final_ptr, offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
+    if SILU:
+        _store_silu_row(out_ptr, acc0, m0, M, N, pid_n, stride_om, HALF)
+        if ROWS >= 2:
+            _store_silu_row(out_ptr, acc1, m0 + 1, M, N, pid_n, stride_om, HALF)
+        if ROWS >= 3:
+            _store_silu_row(out_ptr, acc2, m0 + 2, M, N, pid_n, stride_om, HALF)
+        if ROWS >= 4:
+            _store_silu_row(out_ptr, acc3, m0 + 3, M, N, pid_n, stride_om, HALF)
+    else:
+        out = out_ptr + pid_k * stride_os + offs_n
+        _store_row(out, acc0, m0, M, N, offs_n, stride_om)
+        if ROWS >= 2:
+            _store_row(out, acc1, m0 + 1, M, N, offs_n, stride_om)
+        if ROWS >= 3:
+            _store_row(out, acc2, m0 + 2, M, N, offs_n, stride_om)
+        if ROWS >= 4:
+            _store_row(out, acc3, m0 + 3, M, N, offs_n, stride_om)
+        if REDUCE:
+            offs_m = m0 + tl.arange(0, 4)
+            mask = ((offs_m < M) & (offs_m < m0 + ROWS))[:, None] & n_mask[None, :]
+            sum_if_last(cnt_ptr, tl.program_id(2) * tl.num_programs(0) + pid_n, split, out_ptr,
+                        final_ptr, offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
 def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,
@@ -308,7 +344,8 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
                   chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
                   pipe: int = 0, final: torch.Tensor | None = None,
-                  counters: torch.Tensor | None = None, planes: bool = False) -> None:
+                  counters: torch.Tensor | None = None, planes: bool = False,
+                  silu: bool = False) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
@@ -320,9 +357,13 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     registers. ``final``
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
     ``final`` (no second launch). ``planes``: plane-packed words (PLANES; fp16 x, block_k
-    and k_per_split multiples of 128)."""
+    and k_per_split multiples of 128). ``silu``: the weights are a merged [gate | up]
+    projection and ``target`` [1, M, N / 2] gets silu(gate) * up (SILU; one split only)."""
     m, k = x2.shape
     n = qweight.shape[1]
+    if silu and (split != 1 or n % 2 or final is not None or block_n % 2):
+        raise ValueError(f"the SILU epilogue needs one split, an even N and block_n and no "
+                         f"split-K sum: split={split}, N={n}, block_n={block_n}")
     if planes and (block_k % 128 or k_per_split % 128 or x2.dtype != torch.float16):
         raise ValueError(f"plane-packed words need fp16 x and K tiles and splits of whole "
                          f"128-row tiles: {x2.dtype}, block_k={block_k}, "
@@ -333,16 +374,18 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
     one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
     flat = flat_scales and one_group
-    grid = (cdiv(n, block_n), split, cdiv(m, rows))
+    n_out = n // 2 if silu else n  # the kernel's N: output columns
+    tile_n = block_n // 2 if silu else block_n  # output columns per program
+    grid = (cdiv(n_out, tile_n), split, cdiv(m, rows))
     reduce = final is not None and counters is not None
     if not reduce:
         final, counters = target, target
     _w4a16_gemv16_kernel[grid](
-        x2, xi, qweight, scales, zeros, target, final, counters, m, n, k, k_per_split,
+        x2, xi, qweight, scales, zeros, target, final, counters, m, n_out, k, k_per_split,
         group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
         zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
         CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
-        EVEN=flat and k % block_k == 0 and n % block_n == 0, PIPE=pipe, REDUCE=reduce,
-        SPLIT_P2=next_pow2(split) if reduce else 1, PLANES=planes,
+        EVEN=flat and k % block_k == 0 and n_out % tile_n == 0, PIPE=pipe, REDUCE=reduce,
+        SPLIT_P2=next_pow2(split) if reduce else 1, PLANES=planes, SILU=silu,
         num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))

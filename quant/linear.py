@@ -39,17 +39,18 @@ from .packing import (
 _UNSET = object()
 _kernel_fn: object = _UNSET
 _gather_fn: object = None  # edge_llm.kernels.gather_columns, set with _kernel_fn
+_silu_fn: object = None  # edge_llm.kernels.w4a16_silu_mul, set with _kernel_fn
 
 
 def _w4a16_kernel():
     """``edge_llm.kernels.w4a16_matmul`` when the kernels package provides it, else None."""
-    global _kernel_fn, _gather_fn
+    global _kernel_fn, _gather_fn, _silu_fn
     if _kernel_fn is _UNSET:
         try:
-            from edge_llm.kernels import gather_columns, w4a16_matmul
+            from edge_llm.kernels import gather_columns, w4a16_matmul, w4a16_silu_mul
         except ImportError:
-            w4a16_matmul = gather_columns = None
-        _kernel_fn, _gather_fn = w4a16_matmul, gather_columns
+            w4a16_matmul = gather_columns = w4a16_silu_mul = None
+        _kernel_fn, _gather_fn, _silu_fn = w4a16_matmul, gather_columns, w4a16_silu_mul
     return _kernel_fn
 
 
@@ -267,6 +268,18 @@ class QuantLinear(nn.Module):
             y = y + self.bias.to(torch.float32)
         return y.to(x.dtype)
 
+    def forward_silu_mul(self, x: torch.Tensor) -> torch.Tensor | None:
+        """silu(gate) * up for a merged [gate | up] linear (``out_features`` = 2 I), (..., I),
+        through the kernels package's ``w4a16_silu_mul`` (on CUDA it may compute the product
+        in the W4A16 GEMV's epilogue); None where that path does not apply (not CUDA, a
+        general g_idx, a bias, no kernels package): the caller then takes ``forward``."""
+        if x.device.type != "cuda" or self.g_idx is not None or self.bias is not None:
+            return None
+        _w4a16_kernel()
+        if _silu_fn is None:
+            return None
+        return self._forward_kernel(_silu_fn, x, self.out_features // 2)
+
     @classmethod
     def concat(cls, parts: list[QuantLinear]) -> QuantLinear:
         """One QuantLinear whose output columns are ``parts``' outputs side by side:
@@ -329,7 +342,9 @@ class QuantLinear(nn.Module):
             self.bias = self.bias.index_select(0, cols)
         self._cpu_weight = None
 
-    def _forward_kernel(self, kernel, x: torch.Tensor) -> torch.Tensor:
+    def _forward_kernel(self, kernel, x: torch.Tensor, width: int | None = None
+                        ) -> torch.Tensor:
+        """``kernel`` (w4a16_matmul, or w4a16_silu_mul with its output ``width``) on x."""
         if self.perm is not None and not self.input_permuted:
             x = _gather_columns(x, self.perm.long())
         x2 = x.reshape(-1, self.in_features)  # (M, K)
@@ -338,7 +353,7 @@ class QuantLinear(nn.Module):
                    integer_zeros=True, planes_packed=self.planes_packed)  # (M, N)
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return y.reshape(*x.shape[:-1], width or self.out_features)
 
 
 def _runtime_rows(

@@ -238,6 +238,37 @@ def test_w4a16_folded_zero_points_compile(arch):
     assert sub_fold * 3 == sub_plain, subs
 
 
+@pytest.mark.parametrize("arch", [86, 89, 90])
+def test_gemv_silu_epilogue_leaves_the_loop_alone(arch):
+    """The one-row GEMV with silu(gate) * up in its epilogue (``silu_mul=True``, SILU),
+    dispatched for a 7B gate/up projection at 1 and 2 rows, plane-packed words or not:
+    compiled by ptxas, it stages the same 16-byte cp.async copies and unpacks the same words
+    as the plain launch (each program's columns come in two contiguous halves, gate and up,
+    so the loads keep their width); only the epilogue adds an exponential."""
+    k, n, gs = 4096, 22016, 128
+    qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
+    s = torch.rand(k // gs, n).half()
+    for m in (1, 2):
+        for planes in (False, True):
+            ptx = {}
+            for silu in (False, True):
+                with compile_only(arch) as records:
+                    w4.w4a16_matmul(torch.randn(m, k).half(), qw, s, s.clone(), gs,
+                                    integer_zeros=True, planes_packed=planes, silu_mul=silu)
+                _assert_fits(records)
+                assert [(name, kw.get("SILU")) for name, kw, _ in records] == [
+                    ("_w4a16_gemv16_kernel", silu)]
+                assert records[0][2].asm.get("cubin"), "no cubin: ptxas did not run"
+                ptx[silu] = records[0][2].asm["ptx"]
+            copies = [re.findall(r"cp\.async\.cg\.shared\.global.*, (0x[0-9a-f]+|\d+)",
+                                 ptx[silu]) for silu in (False, True)]
+            assert copies[0] == copies[1] and set(copies[0]) == {"0x10"}, copies
+            assert ptx[False].count("lop3.b32") > 0
+            for op in ("lop3.b32", "fma.rn.f16x2", "ld.global"):
+                assert ptx[False].count(op) == ptx[True].count(op), (op, m, planes)
+            assert "ex2.approx" in ptx[True] and "ex2.approx" not in ptx[False]
+
+
 ALL_KERNELS = {
     "_rms_norm_kernel", "_silu_mul_kernel", "_rotary_kernel", "_rotary_write_kv_kernel",
     "_write_kv_kernel", "_paged_decode_kernel", "_paged_decode_reduce_kernel",

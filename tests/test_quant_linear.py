@@ -55,6 +55,32 @@ def test_kernel_seam_gets_runtime_layout_and_permuted_input():
     torch.testing.assert_close(y, x @ w.dequantize())
 
 
+def test_forward_silu_mul_only_where_the_kernel_path_applies():
+    """A merged [gate | up] linear: on the CPU (and with a bias, or no kernels package) it
+    gives None and the model multiplies ``forward``'s halves itself; on CUDA it hands the
+    runtime tensors through the kernel seam to ``edge_llm.kernels.w4a16_silu_mul`` (here a
+    stand-in computing the same function), which returns (..., I)."""
+    gen = torch.Generator().manual_seed(6)
+    k, n, gs = 128, 64, 32
+    w = _rand_weight(k, n, gs, gen)
+    lin = QuantLinear(k, n, False, QuantSpec("gptq", group_size=gs, sym=False), torch.float32)
+    lin.load_checkpoint_tensors(pack_gptq(w), "cpu")
+    x = torch.randn(2, 3, k, generator=gen)
+    assert lin.forward_silu_mul(x) is None  # CPU
+    calls = []
+
+    def fake_silu(x2, qweight, scales, zeros, group_size, integer_zeros=False,
+                  planes_packed=False):
+        calls.append((x2.shape, integer_zeros))
+        gate, up = (x2 @ dequantize_runtime(qweight, scales, zeros, group_size)).chunk(2, -1)
+        return torch.nn.functional.silu(gate) * up
+
+    y = lin._forward_kernel(fake_silu, x, n // 2)  # what forward_silu_mul runs on CUDA
+    gate, up = (x @ w.dequantize()).chunk(2, -1)
+    torch.testing.assert_close(y, torch.nn.functional.silu(gate) * up)
+    assert y.shape == (2, 3, n // 2) and calls == [((6, k), True)]
+
+
 @pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
 def test_plane_packed_words_compute_the_same_function(kind, fields):
     """pack_planes repacks the words (the kernels' oracle agrees on the order); forward,

@@ -278,6 +278,52 @@ def case_w4a16_splitk_in_kernel():
         assert counters is not None and int(counters.abs().sum()) == 0, f"{cfg}"
 
 
+def case_w4a16_silu_epilogue():
+    """silu(gate) * up in the one-row GEMV's epilogue (``silu_mul=True``, SILU in the
+    kernel) against the two-kernel path of the same launch (its [M, 2 I] output, then
+    ``fused.silu_and_mul``): 1 and 2 rows, a third row in a second program, fp16 and bf16,
+    plane-packed words, per-word-row scales; and launches without that epilogue (a split K,
+    the plane dots, a column count that is no multiple of the tile) give the two-kernel
+    result through the fallback."""
+    import torch
+
+    from edge_llm.kernels import fused
+    from edge_llm.kernels import w4a16 as w4
+    from edge_llm.kernels.device import num_sms
+
+    C = w4.W4A16Config
+    g16 = dict(block_n=64, block_k=128, split_k=1, num_warps=4, chain4=True,
+               flat_scales=True, min_k_tiles=1, pipe_stages=2)
+    cases = [  # m, k, 2 I, group, dtype, config, plane-packed, fused in the epilogue
+        (1, 512, 256, 128, torch.float16, C("gemv16", rows=1, fold_zero=True, **g16), False,
+         True),
+        (2, 512, 192, 128, torch.float16, C("gemv16", rows=2, **g16), True, True),
+        (3, 256, 128, 128, torch.bfloat16, C("gemv16", rows=2, **g16), False, True),
+        (1, 512, 128, 64, torch.float16, C("gemv16", rows=1, block_n=32, block_k=256,
+                                           split_k=1, chain4=True), False, True),
+        (1, 512, 256, 128, torch.float16, C("gemv16", rows=1, **{**g16, "split_k": 2}),
+         False, False),
+        (1, 512, 160, 128, torch.float16, C("gemv16", rows=1, **g16), False, False),
+        (4, 512, 256, 128, torch.float16, w4.pick_config(4, 256, 512, 128, 4, fp16=True),
+         False, False),
+    ]
+    for m, k, n, gs, dtype, cfg, planes, want_fused in cases:
+        x, qw, s, z = _w4_problem(m, k, n, gs, dtype, integer_zeros=True)
+        words = w4.pack_planes_ref(qw) if planes else qw
+        kw = dict(config=cfg, integer_zeros=True, planes_packed=planes)
+        y = w4.w4a16_matmul(x, words, s, z, gs, silu_mul=True, **kw)
+        two = fused.silu_and_mul(w4.w4a16_matmul(x, words, s, z, gs, **kw))
+        label = f"M={m} K={k} N={n} gs={gs} {dtype} {cfg} planes={planes}"
+        assert w4.gemv16_silu(cfg, m, n, k, cfg.block_k, num_sms(x.device)) is want_fused, label
+        assert y.shape == (m, n // 2) and y.dtype == dtype, label
+        assert torch.equal(y, two), f"{label}: max diff {(y - two).abs().max()}"
+        g, u = w4.w4a16_matmul_ref(x, qw, s, z, gs).to(dtype).float().chunk(2, dim=-1)
+        act = (g / (1 + torch.exp(-g))).to(dtype).float()  # the kernels' roundings
+        # bf16: the GEMV's own 0.4% (x converted to fp16) grows where silu is steep
+        tol = ic.tolerance(dtype) * (3 if dtype == torch.bfloat16 else 1)
+        assert ic.rel_err(y, (act * u).to(dtype)) < tol, label
+
+
 CASES = ic.list_cases(globals())
 
 

@@ -85,7 +85,11 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_proj is not None:
-            return self.down_proj(silu_and_mul(self.gate_up_proj(x)))  # (T, 2I) -> (T, I)
+            fused = getattr(self.gate_up_proj, "forward_silu_mul", None)  # QuantLinear's
+            h = fused(x) if fused is not None else None  # maybe in the GEMV's epilogue
+            if h is None:
+                h = silu_and_mul(self.gate_up_proj(x))  # (T, 2I) -> (T, I)
+            return self.down_proj(h)
         return self.down_proj(silu_and_mul(self.gate_proj(x), self.up_proj(x)))
 
 
