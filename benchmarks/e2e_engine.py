@@ -201,29 +201,35 @@ def scenario_prefix(bench: EngineBench) -> dict[str, Any]:
     p = bench.profile
     system = bench.prompts.ids(p.prefix_system)
 
-    def trials() -> tuple[list[float], list[int]]:
+    paths = bench.llm.engine.runner.step_paths  # forwards by path (runner.py)
+
+    def trials() -> tuple[list[float], list[int], dict[str, int]]:
         times, cached = [], []
+        before = dict(paths)
         for _ in range(p.prefix_trials):
             t, outs = bench.generate([system + bench.prompts.ids(p.prefix_user)], greedy(1))
             times.append(t)
             cached.append(outs[0].num_cached_tokens)
-        return times, cached
+        return times, cached, {k: v - before.get(k, 0) for k, v in paths.items()
+                               if v > before.get(k, 0)}
 
     try:
         set_prefix_caching(bench.llm, True)
         bench.generate([system + bench.prompts.ids(p.prefix_user)], greedy(1))  # fills it
-        on_times, on_cached = trials()
+        on_times, on_cached, on_paths = trials()
         set_prefix_caching(bench.llm, False)
-        off_times, off_cached = trials()
+        off_times, off_cached, off_paths = trials()
     finally:
         set_prefix_caching(bench.llm, True)
     if any(off_cached) or not all(on_cached):
         raise RuntimeError(f"cached tokens: on {on_cached}, off {off_cached}")
     on, off = statistics.median(on_times), statistics.median(off_times)
-    log.info("prefix: TTFT %.1f ms on, %.1f ms off (x%.1f)", on * 1e3, off * 1e3, off / on)
+    log.info("prefix: TTFT %.1f ms on, %.1f ms off (x%.1f); forwards on %s, off %s",
+             on * 1e3, off * 1e3, off / on, on_paths, off_paths)
     return {"system_tokens": p.prefix_system, "user_tokens": p.prefix_user,
             "ttft_on_ms": [t * 1e3 for t in on_times], "ttft_off_ms": [t * 1e3 for t in off_times],
-            "cached_tokens_on": on_cached, "ttft_ratio_off_on": off / on}
+            "cached_tokens_on": on_cached, "ttft_ratio_off_on": off / on,
+            "forward_steps_on": on_paths, "forward_steps_off": off_paths}
 
 
 def device_weight_bytes(model) -> int:

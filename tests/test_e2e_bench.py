@@ -181,6 +181,11 @@ def _check_smoke(data: dict, out: Path) -> None:
     assert r["gen64"]["gen_tok_s"] > 0 and r["gen64"]["prefill_tok_s"] > 0
     block_floor = p.prefix_system // 16 * 16
     assert all(c >= block_floor for c in r["prefix"]["cached_tokens_on"])
+    # every trial ran forwards, each counted under one path (CPU: eager)
+    for side in ("on", "off"):
+        steps = r["prefix"][f"forward_steps_{side}"]
+        assert sum(steps.values()) >= p.prefix_trials and set(steps) <= {
+            "decode_graph", "short_graph", "eager"}, steps
     card = r["card24"]
     assert card["seqs_fit"] >= 1 and card["weights_plus_kv_bytes"] <= p.card_bytes
     assert card["preemptions"] == 0
