@@ -150,3 +150,34 @@ def test_runner_on_cpu_measures_and_stores_nothing(cache_dir):
     runner._memory_probes()
     assert runner.calls == ["peak", "graphs"] and not (cache_dir / "probes").exists()
     assert os.environ["EDGE_LLM_CACHE_DIR"] == str(cache_dir)
+
+
+def test_a_real_runners_key_parts_serialise_and_track_the_settings(tmp_path, monkeypatch):
+    """``ModelRunner._probe_parts`` of a real (CPU) runner, with the CUDA queries it makes
+    answered here: every part serialises, and a different scheduler setting, environment
+    switch or GPU gives a different key."""
+    import torch
+
+    from edge_llm import LLM
+    from tests.test_cuda_graphs import word_model
+
+    path = word_model(tmp_path / "m")
+    kw = dict(device="cpu", dtype="float32", max_model_len=128, max_num_seqs=4,
+              max_num_batched_tokens=64, swap_space=0.0, kv_cache_memory=1 << 20)
+    runners = [LLM(str(path), **kw).engine.runner,
+               LLM(str(path), **{**kw, "max_num_batched_tokens": 128}).engine.runner]
+    gpu = types.SimpleNamespace(name="NVIDIA GeForce RTX 4090", total_memory=24 << 30,
+                                major=8, minor=9)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: gpu)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 123 << 20)
+    parts = [r._probe_parts(sized=True) for r in runners]
+    keys = [pc.probe_key(p) for p in parts]
+    assert json.loads(json.dumps(parts[0], default=str))["gpu"][0] == gpu.name
+    assert parts[0]["scheduler"]["max_num_batched_tokens"] == 64
+    assert keys[0] != keys[1]
+    assert pc.probe_key(runners[0]._probe_parts(sized=True)) == keys[0]  # stable
+    monkeypatch.setenv("EDGE_LLM_PDL", "1")
+    assert pc.probe_key(runners[0]._probe_parts(sized=True)) != keys[0]
+    monkeypatch.delenv("EDGE_LLM_PDL")
+    gpu.total_memory = 80 << 30
+    assert pc.probe_key(runners[0]._probe_parts(sized=True)) != keys[0]
