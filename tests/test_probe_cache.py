@@ -181,3 +181,41 @@ def test_a_real_runners_key_parts_serialise_and_track_the_settings(tmp_path, mon
     monkeypatch.delenv("EDGE_LLM_PDL")
     gpu.total_memory = 80 << 30
     assert pc.probe_key(runners[0]._probe_parts(sized=True)) != keys[0]
+
+
+def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
+    """The kernel warm-up (startup_probes.py) runs its forwards on the CPU here, with CUDA's
+    guard and device arguments answered: the single-sequence prefills up to the limit, then
+    34 tokens as two sequences of 17 (the several-sequence attention variants that the
+    whole-step probe, skipped on a probe-cache hit, used to load first); none above it."""
+    import torch
+
+    import edge_llm.engine.startup_probes as sp
+    from edge_llm import LLM
+    from tests.test_cuda_graphs import word_model
+
+    llm = LLM(str(word_model(tmp_path / "m")), device="cpu", dtype="float32",
+              max_model_len=128, max_num_seqs=4, max_num_batched_tokens=64, swap_space=0.0,
+              kv_cache_memory=1 << 20)
+    runner = llm.engine.runner
+    calls, seqs = [], []
+    real_prefill, real_arange, real_zeros = sp.scratch_prefill, torch.arange, torch.zeros
+
+    def prefill(model, t, bs, dtype, device, max_seq_len=None):
+        calls.append((t, max_seq_len))
+        kv, meta = real_prefill(model, t, bs, dtype, torch.device("cpu"), max_seq_len)
+        seqs.append(meta.seq_lens.tolist())
+        return kv, meta
+
+    monkeypatch.setattr(sp, "scratch_prefill", prefill)
+    monkeypatch.setattr(sp, "triton_enabled", lambda device, dtype: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch, "arange", lambda *a, device=None, **k: real_arange(*a, **k))
+    monkeypatch.setattr(torch, "zeros", lambda *a, device=None, **k: real_zeros(*a, **k))
+    cuda = types.SimpleNamespace(type="cuda")
+    sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 64)
+    assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17, 33)] + [(34, 17)]
+    assert seqs[-1] == [17, 17]
+    calls.clear()
+    sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 20)
+    assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)]
