@@ -285,6 +285,10 @@ def test_cpu_dispatch_uses_references():
     pa.write_kv_ref(k, v, kc2, vc2, slots)
     assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
     assert torch.equal(kc.view(-1, 2, 16)[30], k[2]) and torch.equal(vc.view(-1, 2, 16)[5], v[0])
+    # a merged [gate | up] projection: silu(gate) * up of the reference matmul, (..., N / 2)
+    y = w4.w4a16_matmul_ref(x, qw, s, z, 32)
+    want = torch.nn.functional.silu(y[..., :8]) * y[..., 8:]
+    assert torch.equal(kernels.w4a16_silu_mul(x, qw, s, z, 32), want)
 
 
 def test_decode_split_plan():
