@@ -1,8 +1,9 @@
 """The start-up memory probes kept on disk (edge_llm/engine/probe_cache.py): measured once per
 key, reused by the next start with the same key, measured again when any part of the key,
-the stored file or the switch says so; and the runner's use of it (``_memory_probes``, with
-the two probes counted: they only run on CUDA, so the GPU is faked here). The probes
-themselves are measured on the GPU (tests/test_warmup_gpu.py, benchmarks/cold_start_gpu.py)."""
+the stored file or the switch says so; and the runner's use of it
+(``startup_probes.memory_probes``, with the two probes counted: they only run on CUDA, so the
+GPU is faked here). The probes themselves are measured on the GPU (tests/test_warmup_gpu.py,
+benchmarks/cold_start_gpu.py)."""
 
 from __future__ import annotations
 
@@ -124,18 +125,24 @@ def _fake_cuda_runner(kv_cache_memory=None):
     runner.calls = []
     runner._profile_peak_memory = lambda: runner.calls.append("peak") or 5 << 30
     runner._profile_graph_memory = lambda: runner.calls.append("graphs") or 100 << 20
-    runner._probe_parts = lambda sized: {**PARTS, "sized": sized}
     return runner
 
 
-def test_runner_reuses_its_probes_on_the_next_start(caplog):
+@pytest.fixture
+def fake_parts(monkeypatch):
+    import edge_llm.engine.startup_probes as sp
+
+    monkeypatch.setattr(sp, "probe_parts", lambda runner, sized: {**PARTS, "sized": sized})
+
+
+def test_runner_reuses_its_probes_on_the_next_start(caplog, fake_parts):
     first = _fake_cuda_runner()
     assert first._memory_probes() == {"peak_bytes": 5 << 30, "graph_bytes": 100 << 20}
     assert first.calls == ["peak", "graphs"]
     second = _fake_cuda_runner()
-    with caplog.at_level(logging.INFO, logger="edge_llm.engine.runner"):
+    with caplog.at_level(logging.INFO, logger="edge_llm.engine.startup_probes"):
         assert second._memory_probes() == {"peak_bytes": 5 << 30, "graph_bytes": 100 << 20}
-    assert second.calls == []
+    assert second.calls == [] and second.probes_reused and not first.probes_reused
     assert "Memory probes: 5.00 GiB peak, 100 MiB of CUDA graphs, as measured by an " \
         "earlier start" in caplog.text
     explicit = _fake_cuda_runner(kv_cache_memory=1 << 30)  # the KV size given: no graph probe
@@ -146,14 +153,13 @@ def test_runner_reuses_its_probes_on_the_next_start(caplog):
 def test_runner_on_cpu_measures_and_stores_nothing(cache_dir):
     runner = _fake_cuda_runner()
     runner.device = types.SimpleNamespace(type="cpu")
-    runner._probe_parts = None  # not asked for: CUDA properties do not exist here
-    runner._memory_probes()
+    runner._memory_probes()  # probe_parts is not asked for: CUDA properties do not exist here
     assert runner.calls == ["peak", "graphs"] and not (cache_dir / "probes").exists()
     assert os.environ["EDGE_LLM_CACHE_DIR"] == str(cache_dir)
 
 
 def test_a_real_runners_key_parts_serialise_and_track_the_settings(tmp_path, monkeypatch):
-    """``ModelRunner._probe_parts`` of a real (CPU) runner, with the CUDA queries it makes
+    """``startup_probes.probe_parts`` of a real (CPU) runner, with the CUDA queries it makes
     answered here: every part serialises, and a different scheduler setting, environment
     switch or GPU gives a different key."""
     import torch
@@ -170,17 +176,19 @@ def test_a_real_runners_key_parts_serialise_and_track_the_settings(tmp_path, mon
                                 major=8, minor=9)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: gpu)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 123 << 20)
-    parts = [r._probe_parts(sized=True) for r in runners]
+    from edge_llm.engine.startup_probes import probe_parts
+
+    parts = [probe_parts(r, sized=True) for r in runners]
     keys = [pc.probe_key(p) for p in parts]
     assert json.loads(json.dumps(parts[0], default=str))["gpu"][0] == gpu.name
     assert parts[0]["scheduler"]["max_num_batched_tokens"] == 64
     assert keys[0] != keys[1]
-    assert pc.probe_key(runners[0]._probe_parts(sized=True)) == keys[0]  # stable
+    assert pc.probe_key(probe_parts(runners[0], sized=True)) == keys[0]  # stable
     monkeypatch.setenv("EDGE_LLM_PDL", "1")
-    assert pc.probe_key(runners[0]._probe_parts(sized=True)) != keys[0]
+    assert pc.probe_key(probe_parts(runners[0], sized=True)) != keys[0]
     monkeypatch.delenv("EDGE_LLM_PDL")
     gpu.total_memory = 80 << 30
-    assert pc.probe_key(runners[0]._probe_parts(sized=True)) != keys[0]
+    assert pc.probe_key(probe_parts(runners[0], sized=True)) != keys[0]
 
 
 def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):

@@ -10,7 +10,6 @@ steps that prefill, up to 512 new tokens over one or more sequences, decode rows
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import Counter
@@ -34,9 +33,13 @@ from .cuda_graphs import (
 from .kv_cache import KVCache, KVCachePlan, kv_storage_dtype, plan_kv_cache
 from .pending_step import PendingStep, RunnerOutput
 from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled, prefill_sizes
-from .probe_cache import cached_probes, probe_dir, probe_environment, source_digest
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
-from .startup_probes import profile_graph_memory, profile_peak_memory, warm_up_kernels
+from .startup_probes import (
+    memory_probes,
+    profile_graph_memory,
+    profile_peak_memory,
+    warm_up_kernels,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -189,50 +192,9 @@ class ModelRunner:
         self._capture_graphs(eager_max=WAKE_CAPTURE_MAX)
 
     def _memory_probes(self) -> dict[str, int]:
-        """The KV plan's two measurements (startup_probes.py): the peak memory of a whole
-        step, and the CUDA graphs' memory, which only a fraction-of-the-card budget
-        subtracts (an explicit KV size is the KV alone). On CUDA, kept on disk for the next
-        start with the same model and settings (probe_cache.py)."""
-        cc = self.cache_config
-        sized = cc.kv_cache_memory is None and cc.num_gpu_blocks_override is None
-
-        def measure() -> dict[str, int]:
-            return {"peak_bytes": self._profile_peak_memory(),
-                    "graph_bytes": self._profile_graph_memory() if sized else 0}
-
-        self.probes_reused = False
-        if self.device.type != "cuda":
-            return measure()  # nothing to measure: zeros
-        values, reused = cached_probes(self._probe_parts(sized), measure)
-        self.probes_reused = reused
-        if reused:
-            logger.info("Memory probes: %.2f GiB peak, %.0f MiB of CUDA graphs, as measured "
-                        "by an earlier start (%s; EDGE_LLM_PROBE_CACHE=0 measures again)",
-                        values["peak_bytes"] / (1 << 30), values["graph_bytes"] / (1 << 20),
-                        probe_dir())
+        """The KV plan's measurements, or an earlier start's (startup_probes.memory_probes)."""
+        values, self.probes_reused = memory_probes(self)
         return values
-
-    def _probe_parts(self, sized: bool) -> dict:
-        """What the memory probes' results depend on (the probe cache's key)."""
-        import triton
-
-        import edge_llm
-
-        props = torch.cuda.get_device_properties(self.device)
-        return {
-            "arch": dataclasses.asdict(self.loaded.arch),
-            "quant": repr(self.loaded.quant_spec),
-            "allocated": torch.cuda.memory_allocated(self.device),  # the weights as loaded
-            "dtype": str(self.dtype), "kv_dtype": str(self.kv_dtype),
-            "block_size": self.block_size,
-            "scheduler": dataclasses.asdict(self.scheduler_config),
-            "graphs": self._graphs_wanted(), "sized": sized,
-            "graph_sizes": list(self.graph_sizes),
-            "gpu": [props.name, props.total_memory, props.major, props.minor],
-            "versions": [torch.__version__, torch.version.cuda, triton.__version__,
-                         edge_llm.__version__, source_digest()],
-            "env": probe_environment(),
-        }
 
     def _profile_peak_memory(self) -> int:
         return profile_peak_memory(self.model, self.loaded.arch.vocab_size,

@@ -4,6 +4,7 @@ variant a prefill can need (kernel warm-up). CUDA only: elsewhere each returns 0
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -15,6 +16,7 @@ from edge_llm.model.full_forward import scratch_prefill
 
 from .cuda_graphs import DecodeGraphs
 from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
+from .probe_cache import cached_probes, probe_dir, probe_environment, source_digest
 
 logger = logging.getLogger(__name__)
 
@@ -122,3 +124,51 @@ def profile_graph_memory(model, largest: int, largest_prefill: int, max_model_le
                 "graphs captured over a scratch cache in %.2f s)", held / (1 << 20),
                 largest, largest_prefill, time.perf_counter() - start)
     return held
+
+
+def memory_probes(runner) -> tuple[dict[str, int], bool]:
+    """The KV plan's two measurements for ``runner`` (a ModelRunner): the peak memory of a
+    whole step (``_profile_peak_memory``) and the CUDA graphs' memory
+    (``_profile_graph_memory``), which only a fraction-of-the-card budget subtracts (an
+    explicit KV size is the KV alone). On CUDA they are kept on disk for the next start
+    with the same model and settings (probe_cache.py). Returns (values, whether they came
+    from an earlier start)."""
+    cc = runner.cache_config
+    sized = cc.kv_cache_memory is None and cc.num_gpu_blocks_override is None
+
+    def measure() -> dict[str, int]:
+        return {"peak_bytes": runner._profile_peak_memory(),
+                "graph_bytes": runner._profile_graph_memory() if sized else 0}
+
+    if runner.device.type != "cuda":
+        return measure(), False  # nothing to measure: zeros
+    values, reused = cached_probes(probe_parts(runner, sized), measure)
+    if reused:
+        logger.info("Memory probes: %.2f GiB peak, %.0f MiB of CUDA graphs, as measured by "
+                    "an earlier start (%s; EDGE_LLM_PROBE_CACHE=0 measures again)",
+                    values["peak_bytes"] / (1 << 30), values["graph_bytes"] / (1 << 20),
+                    probe_dir())
+    return values, reused
+
+
+def probe_parts(runner, sized: bool) -> dict:
+    """What the memory probes' results depend on (the probe cache's key)."""
+    import triton
+
+    import edge_llm
+
+    props = torch.cuda.get_device_properties(runner.device)
+    return {
+        "arch": dataclasses.asdict(runner.loaded.arch),
+        "quant": repr(runner.loaded.quant_spec),
+        "allocated": torch.cuda.memory_allocated(runner.device),  # the weights as loaded
+        "dtype": str(runner.dtype), "kv_dtype": str(runner.kv_dtype),
+        "block_size": runner.block_size,
+        "scheduler": dataclasses.asdict(runner.scheduler_config),
+        "graphs": runner._graphs_wanted(), "sized": sized,
+        "graph_sizes": list(runner.graph_sizes),
+        "gpu": [props.name, props.total_memory, props.major, props.minor],
+        "versions": [torch.__version__, torch.version.cuda, triton.__version__,
+                     edge_llm.__version__, source_digest()],
+        "env": probe_environment(),
+    }
