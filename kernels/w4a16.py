@@ -119,12 +119,17 @@ def w4a16_matmul(
     k, n = _check_inputs(x, qweight, scales, zeros, group_size)
     if silu_mul and n % 2:
         raise ValueError(f"silu_mul: W must have an even number of columns (gate | up), got {n}")
-    if silu_mul:
-        fused = _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros,
-                       planes_packed, silu=True)
-        return fused if fused is not None else silu_and_mul(
-            _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros, planes_packed))
-    return _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros, planes_packed)
+    if planes_packed:
+        check_planes(k, group_size)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)  # (M, K)
+    m = x2.shape[0]
+    if m == 0:
+        return torch.empty((*lead, n // 2 if silu_mul else n), device=x.device, dtype=x.dtype)
+    y, fused = _matmul(x2, qweight, scales, zeros, group_size, config, integer_zeros,
+                       planes_packed, silu_mul)
+    y = y.reshape(*lead, y.shape[-1])
+    return silu_and_mul(y) if silu_mul and not fused else y
 
 
 def gemv16_silu(cfg: W4A16Config, m: int, n: int, k: int, block_k: int, sms: int) -> bool:
@@ -133,25 +138,19 @@ def gemv16_silu(cfg: W4A16Config, m: int, n: int, k: int, block_k: int, sms: int
     column tile."""
     if cfg.kind != "gemv16" or n % cfg.block_n:
         return False
-    return _split(cfg, m, n, k, block_k, sms) == 1
+    return _split(cfg, m, n, k, block_k, sms)[0] == 1
 
 
-def _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros, planes_packed,
-           silu: bool = False) -> torch.Tensor | None:
-    """``w4a16_matmul`` (inputs checked); with ``silu``, its SILU epilogue's result, or None
-    when the chosen kernel has none (``gemv16_silu``)."""
-    k, n = qweight.shape[0] * PACK, qweight.shape[1]
-    if planes_packed:
-        check_planes(k, group_size)
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k)  # (M, K)
-    m = x2.shape[0]
-    if m == 0:
-        return None if silu else torch.empty((*lead, n), device=x.device, dtype=x.dtype)
-    sms = num_sms(x.device)
-    cfg = config or pick_config(m, n, k, group_size, sms, half=x.dtype != torch.float32,
-                                fp16=x.dtype == torch.float16, integer_zeros=integer_zeros,
-                                mma_sync=dots_from_registers(x.device),
+def _matmul(x2, qweight, scales, zeros, group_size, config, integer_zeros, planes_packed,
+            silu: bool) -> tuple[torch.Tensor, bool]:
+    """(M, K) x2 @ W, (M, N); with ``silu``, (M, N / 2) silu(gate) * up where the chosen
+    kernel has that epilogue (``gemv16_silu``). Returns (result, whether it is the
+    epilogue's)."""
+    (m, k), n = x2.shape, qweight.shape[1]
+    sms = num_sms(x2.device)
+    cfg = config or pick_config(m, n, k, group_size, sms, half=x2.dtype != torch.float32,
+                                fp16=x2.dtype == torch.float16, integer_zeros=integer_zeros,
+                                mma_sync=dots_from_registers(x2.device),
                                 planes_packed=planes_packed)
     block_k = cfg.block_k
     if cfg.kind == "dot" and not cfg.nibble_dots and group_size < k:
@@ -161,13 +160,12 @@ def _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros, planes_
             block_k //= 2
     one_group = group_size >= k or group_size % block_k == 0  # every K tile in one group
     odd_groups = cfg.kind == "dot" and not cfg.nibble_dots and not one_group
-    if silu and (group_size % PACK or not gemv16_silu(cfg, m, n, k, block_k, sms)):
-        return None
+    silu = silu and group_size % PACK == 0 and gemv16_silu(cfg, m, n, k, block_k, sms)
     if cfg.kind == "dequant" or group_size % PACK or odd_groups or (
             cfg.kind == "gemv" and m != 1):
-        w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x.dtype, reuse=True,
+        w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x2.dtype, reuse=True,
                              planes_packed=planes_packed)
-        return torch.matmul(x2, w).reshape(*lead, n)
+        return torch.matmul(x2, w), False
     if (cfg.x_planes or cfg.x_split) and (cfg.kind != "swap" or not cfg.nibble_dots or (
             cfg.x_planes and (cfg.x_split or k % block_k))):
         raise ValueError("x_planes / x_split need the swap kernel's plane dots (one of them; "
@@ -183,22 +181,21 @@ def _w4a16(x, qweight, scales, zeros, group_size, config, integer_zeros, planes_
         x2 = unplane_order(x2)  # k-order kernels: x in the words' order (a copy)
     if cfg.x_planes and not (planes_packed and block_k == PLANE_TILE):
         x2 = plane_order(x2, block_k)
-    n_out = n // 2 if silu else n
-    out = torch.empty((m, n_out), device=x.device, dtype=x.dtype)
+    out = torch.empty((m, n // 2 if silu else n), device=x2.device, dtype=x2.dtype)
     _launch_fused(x2, qweight.contiguous(), scales.contiguous(), zeros.contiguous(), out,
                   group_size, cfg, block_k, one_group, sms, gemv_planes, silu)
-    return out.reshape(*lead, n_out)
+    return out, silu
 
 
-def _split(cfg: W4A16Config, m: int, n: int, k: int, block_k: int, sms: int) -> int:
-    """K splits of the launch of ``cfg`` for an (M, N, K) problem."""
+def _split(cfg: W4A16Config, m: int, n: int, k: int, block_k: int,
+           sms: int) -> tuple[int, int]:
+    """(K splits, output tiles) of the launch of ``cfg`` for an (M, N, K) problem."""
     block_m = max(16, next_pow2(cfg.block_m))
     m_tiles = (cdiv(m, block_m) if cfg.kind in ("dot", "swap") else
                cdiv(m, cfg.rows) if cfg.kind == "gemv16" else 1)
-    n_tiles = cdiv(n, cfg.block_n)
-    split = cfg.split_k or auto_split(m_tiles * n_tiles, k, block_k, sms, cfg.waves,
-                                      cfg.min_k_tiles)
-    return cdiv(k, cdiv(cdiv(k, split), block_k) * block_k)
+    tiles = m_tiles * cdiv(n, cfg.block_n)
+    split = cfg.split_k or auto_split(tiles, k, block_k, sms, cfg.waves, cfg.min_k_tiles)
+    return cdiv(k, cdiv(cdiv(k, split), block_k) * block_k), tiles
 
 
 def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Config,
@@ -209,16 +206,13 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
     m, k = x2.shape
     n = qweight.shape[1]
     block_m = max(16, next_pow2(cfg.block_m))
-    m_tiles = (cdiv(m, block_m) if cfg.kind in ("dot", "swap") else
-               cdiv(m, cfg.rows) if cfg.kind == "gemv16" else 1)
-    split = _split(cfg, m, n, k, block_k, sms)
+    split, tiles = _split(cfg, m, n, k, block_k, sms)
     k_per_split = cdiv(cdiv(k, split), block_k) * block_k
-    n_tiles = cdiv(n, cfg.block_n)
     target = torch.empty((split, m, n), device=x2.device, dtype=torch.float32) if split > 1 \
         else out.view(1, m, out.shape[1])  # (SPLIT, M, N); N / 2 with silu
     # the last program of each tile sums the partials (kernels/splitk.py) on the fp16x2 and
     # dot paths; the fp32 GEMV, or no counters to hand, takes a second launch
-    cnt = splitk_counters(x2.device, m_tiles * n_tiles) if (
+    cnt = splitk_counters(x2.device, tiles) if (
         split > 1 and cfg.fused_reduce and cfg.kind != "gemv") else None
     final = out if cnt is not None else target
     if cfg.kind == "gemv16":
