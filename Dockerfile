@@ -38,8 +38,9 @@ COPY quant ./quant
 COPY kernels ./kernels
 RUN pip install .
 
-# Triton's kernel and autotune caches, TorchInductor's cache and the demo model live here:
-# keep it on a volume and the second cold start compiles nothing.
+# Triton's kernel and autotune caches, TorchInductor's cache, the start-up memory probes and
+# the demo model live here: keep it on a volume and the second cold start compiles and
+# profiles nothing.
 ENV EDGE_LLM_CACHE_DIR=/cache \
     HF_HOME=/cache/huggingface \
     EDGE_LLM_HOST=0.0.0.0 \
