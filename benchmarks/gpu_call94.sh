@@ -9,8 +9,4 @@ set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
 (cd /tmp/checks && timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider -s tests/test_gemv_silu_gpu.py > $OUT/tests.log 2>&1; grep -E "bit-equal|passed|failed|Error" $OUT/tests.log | tail -6)
-for run in off1 on1 off2 on2; do
-  v=0; [[ $run == on* ]] && v=1
-  (cd /tmp && EDGE_LLM_GEMV_SILU=$v timeout 100 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios decode --decode-batches 1,2,4 --out $OUT/$run > $OUT/$run.log 2>&1)
-  echo "$run $(grep -E 'decode b' $OUT/$run.log | grep INFO | sed 's/.*decode b/b/; s/ tok.s.*step/ step/' | tr '\n' ' ')"
-done
+decode_switch EDGE_LLM_GEMV_SILU 1,2,4
