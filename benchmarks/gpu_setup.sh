@@ -31,13 +31,15 @@ decode_interleaved() {
     echo "$run $(grep -E 'decode b' $OUT/$run.log | grep INFO | sed 's/.*decode/decode/' | tr '\n' ' ')"
   done
 }
-# decode_switch VAR BATCHES: e2e decode at BATCHES (comma-separated) of this checkout with the
-# environment switch VAR=0 / 1 / 0 / 1 (runs off1, on1, off2, on2); logs under $OUT.
+# decode_switch VAR BATCHES [ON]: e2e decode at BATCHES (comma-separated) of this checkout
+# with the environment switch VAR=0 / ON / 0 / ON (ON defaults to 1; runs off1, on1, off2,
+# on2, logs under $OUT, or under $OUT/$TAG when TAG is set).
 decode_switch() {
-  local var=$1 batches=$2 run v
+  local var=$1 batches=$2 on=${3:-1} run v dir=$OUT${TAG:+/$TAG}
+  mkdir -p $dir
   for run in off1 on1 off2 on2; do
-    v=0; [[ $run == on* ]] && v=1
-    (cd /tmp && env "$var=$v" timeout 100 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios decode --decode-batches "$batches" --out $OUT/$run > $OUT/$run.log 2>&1)
-    echo "$run $(grep -E 'decode b' $OUT/$run.log | grep INFO | sed 's/.*decode b/b/; s/ tok.s.*step/ step/' | tr '\n' ' ')"
+    v=0; [[ $run == on* ]] && v=$on
+    (cd /tmp && env "$var=$v" timeout 100 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios decode --decode-batches "$batches" --out $dir/$run > $dir/$run.log 2>&1)
+    echo "$run $(grep -E 'decode b' $dir/$run.log | grep INFO | sed 's/.*decode b/b/; s/ tok.s.*step/ step/' | tr '\n' ' ')"
   done
 }

@@ -21,6 +21,9 @@ tests check the pairing and epilogue logic that way, the GPU tests the PTX.
 
 from __future__ import annotations
 
+import functools
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -51,6 +54,8 @@ from .w4a16_gemv_ptx import (
     CON4F,
 )
 from .w4a16_gemv_x import _bits_half, _ld, _pair, _x_pairs
+
+PREFETCH_ENV = "EDGE_LLM_GEMV_PREFETCH"
 
 
 @triton.jit
@@ -103,6 +108,47 @@ def _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k0, group_
         s = _ld(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask, 0.0, EVEN)
         z = _ld(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask, 0.0, EVEN)
     return w, s, z
+
+
+@triton.jit
+def _prefetch_rows_cols(pid_n, pid_k, N, K, k_per_split, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, SILU: tl.constexpr):
+    """The words the program (pid_n, pid_k) reads first: the word rows of its first PREFETCH
+    K tiles [R] (clamped to its split) and one column per 128-byte line (32 words) of its
+    column tile [L] (clamped to the matrix; with SILU its gate, then its up columns)."""
+    cols = tl.arange(0, BLOCK_N // 32) * 32
+    if SILU:
+        cols = pid_n * (BLOCK_N // 2) + cols % (BLOCK_N // 2) + (cols // (BLOCK_N // 2)) * N
+        cols = tl.minimum(cols, 2 * N - 1)
+    else:
+        cols = tl.minimum(pid_n * BLOCK_N + cols, N - 1)
+    k_lo = pid_k * k_per_split
+    r_end = tl.minimum(K, k_lo + k_per_split) // 8
+    rows = tl.minimum(k_lo // 8 + tl.arange(0, PREFETCH * BLOCK_K // 8), r_end - 1)
+    return rows, cols
+
+
+@triton.jit
+def _prefetch_l2(ptrs):
+    """Ask L2 for the lines at ``ptrs`` (no registers wait for them)."""
+    tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [ptrs],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_first_tiles(qw_ptr, s_ptr, z_ptr, N, K, k_per_split, group_size, stride_qk,
+                          stride_sg, stride_zg, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          PREFETCH: tl.constexpr, SILU: tl.constexpr):
+    """Before the PDL wait: the words, scales and zeros of this program's first PREFETCH K
+    tiles requested into L2. The weights are never written by the kernels this one waits
+    for, so they may be read while those still run; the loop's first loads then find them in
+    L2 instead of waiting out the DRAM latency after the previous kernel ends."""
+    rows, cols = _prefetch_rows_cols(tl.program_id(0), tl.program_id(1), N, K, k_per_split,
+                                     BLOCK_N, BLOCK_K, PREFETCH, SILU)
+    _prefetch_l2(qw_ptr + rows[:, None] * stride_qk + cols[None, :])
+    g = (rows * 8) // group_size
+    _prefetch_l2(s_ptr + g[:, None] * stride_sg + cols[None, :])
+    _prefetch_l2(z_ptr + g[:, None] * stride_zg + cols[None, :])
 
 
 @triton.jit
@@ -234,6 +280,7 @@ def _w4a16_gemv16_kernel(
     PLANES: tl.constexpr = False,
     SILU: tl.constexpr = False,
     PDL: tl.constexpr = False,
+    PREFETCH: tl.constexpr = 0,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -256,7 +303,13 @@ def _w4a16_gemv16_kernel(
     projection of 2 N columns and ``out`` gets silu(gate) * up, N columns: each program
     reads BLOCK_N / 2 gate columns and the same up columns (N further on), and its epilogue
     stores their product (``_store_silu_row``): no [M, 2 N] intermediate, no second kernel.
+    PREFETCH > 0 (with PDL, compiled only): the first PREFETCH K tiles' words, scales and
+    zeros are requested into L2 before the wait for the previous kernel
+    (``_prefetch_first_tiles``).
     """
+    if PDL and PREFETCH > 0:
+        _prefetch_first_tiles(qw_ptr, s_ptr, z_ptr, N, K, k_per_split, group_size, stride_qk,
+                              stride_sg, stride_zg, BLOCK_N, BLOCK_K, PREFETCH, SILU)
     pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -339,13 +392,28 @@ def _w4a16_gemv16_kernel(
                         final_ptr, offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
+@functools.cache
+def gemv_prefetch() -> int:
+    """``EDGE_LLM_GEMV_PREFETCH``: K tiles of weights each one-row GEMV program asks L2 for
+    before its PDL wait (0, the default, none; a power of two). Read once; tests clear the
+    cache."""
+    text = os.environ.get(PREFETCH_ENV, "0")
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0 or value & (value - 1):
+        raise ValueError(f"{PREFETCH_ENV} must be 0 or a power of two (K tiles), got {text!r}")
+    return value
+
+
 def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,
                   block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
                   num_stages: int, use_asm: bool, per_tile_scales: bool = True,
                   chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
                   pipe: int = 0, final: torch.Tensor | None = None,
                   counters: torch.Tensor | None = None, planes: bool = False,
-                  silu: bool = False) -> None:
+                  silu: bool = False, prefetch: int = 0) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
@@ -358,7 +426,10 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
     ``final`` (no second launch). ``planes``: plane-packed words (PLANES; fp16 x, block_k
     and k_per_split multiples of 128). ``silu``: the weights are a merged [gate | up]
-    projection and ``target`` [1, M, N / 2] gets silu(gate) * up (SILU; one split only)."""
+    projection and ``target`` [1, M, N / 2] gets silu(gate) * up (SILU; one split only).
+    ``prefetch``: K tiles (a power of two) whose words, scales and zeros each program asks
+    L2 for before it waits on the previous kernel (PREFETCH; only where the launch uses PDL
+    and the PTX runs: ``use_asm``)."""
     m, k = x2.shape
     n = qweight.shape[1]
     if silu and (split != 1 or n % 2 or final is not None or block_n % 2):
@@ -368,6 +439,9 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         raise ValueError(f"plane-packed words need fp16 x and K tiles and splits of whole "
                          f"128-row tiles: {x2.dtype}, block_k={block_k}, "
                          f"k_per_split={k_per_split}")
+    if prefetch < 0 or prefetch & (prefetch - 1) or (prefetch and block_n < 32):
+        raise ValueError(f"prefetch must be 0 or a power of two K tiles, with block_n >= 32: "
+                         f"prefetch={prefetch}, block_n={block_n}")
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     fp16 = x2.dtype == torch.float16
@@ -380,6 +454,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     reduce = final is not None and counters is not None
     if not reduce:
         final, counters = target, target
+    pdl = pdl_kwargs(x2.device)
     _w4a16_gemv16_kernel[grid](
         x2, xi, qweight, scales, zeros, target, final, counters, m, n_out, k, k_per_split,
         group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
@@ -388,4 +463,5 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
         EVEN=flat and k % block_k == 0 and n_out % tile_n == 0, PIPE=pipe, REDUCE=reduce,
         SPLIT_P2=next_pow2(split) if reduce else 1, PLANES=planes, SILU=silu,
-        num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))
+        PREFETCH=prefetch if use_asm and pdl["PDL"] else 0, num_warps=num_warps,
+        num_stages=num_stages, **pdl)

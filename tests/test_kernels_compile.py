@@ -269,6 +269,37 @@ def test_gemv_silu_epilogue_leaves_the_loop_alone(arch):
             assert "ex2.approx" in ptx[True] and "ex2.approx" not in ptx[False]
 
 
+@pytest.mark.parametrize("silu", [False, True])
+def test_gemv_prefetch_comes_before_the_wait_and_leaves_the_loop_alone(silu, monkeypatch):
+    """``EDGE_LLM_GEMV_PREFETCH=N`` with PDL on (sm_90): the one-row GEMV asks L2 for its
+    first K tiles' lines (``prefetch.global.L2``) before ``griddepcontrol.wait``, and its
+    loop stages the same cp.async copies and unpacks the same words as without; with PDL
+    off the launch compiles no prefetch at all."""
+    pdl = importlib.import_module("edge_llm.kernels.pdl")
+    k, n, gs = 4096, 22016, 128
+    qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
+    s = torch.rand(k // gs, n).half()
+    ptx = {}
+    for on, tiles in ((True, 0), (True, 4), (False, 4)):
+        monkeypatch.setattr(pdl, "pdl_on", lambda device, on=on: on)
+        monkeypatch.setattr(w4, "gemv_prefetch", lambda tiles=tiles: tiles)
+        with compile_only(90) as records:
+            w4.w4a16_matmul(torch.randn(1, k).half(), qw, s, s.clone(), gs,
+                            integer_zeros=True, planes_packed=True, silu_mul=silu)
+        assert [(name, kw["PREFETCH"]) for name, kw, _ in records] == [
+            ("_w4a16_gemv16_kernel", tiles if on else 0)]
+        ptx[on, tiles] = records[0][2].asm["ptx"]
+    with_prefetch = ptx[True, 4]
+    first = with_prefetch.index("prefetch.global.L2")
+    assert first < with_prefetch.index("griddepcontrol.wait")
+    # 16 word rows x 2 lines per K tile, words + scales + zeros, over 128 threads
+    assert with_prefetch.count("prefetch.global.L2") >= 3 * 4 * 16 * 2 // 128
+    assert "prefetch.global" not in ptx[True, 0] and "prefetch.global" not in ptx[False, 4]
+    loop_ops = ("cp.async.cg.shared.global", "lop3.b32", "fma.rn.f16x2", "ld.global")
+    for op in loop_ops:
+        assert with_prefetch.count(op) == ptx[True, 0].count(op), op
+
+
 ALL_KERNELS = {
     "_rms_norm_kernel", "_silu_mul_kernel", "_rotary_kernel", "_rotary_write_kv_kernel",
     "_write_kv_kernel", "_paged_decode_kernel", "_paged_decode_reduce_kernel",

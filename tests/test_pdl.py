@@ -101,3 +101,31 @@ def test_model_forward_declares_its_tokens(monkeypatch):
     assert logits.shape == (5, 32)
     assert seen == [5, 5, 5], seen  # two layers and the final norm
     assert pdl._tokens.get() is None
+
+
+def test_gemv_prefetch_flag(monkeypatch):
+    """``EDGE_LLM_GEMV_PREFETCH`` (kernels/w4a16_gemv.py): K tiles the one-row GEMV asks L2
+    for before its PDL wait; 0 by default, powers of two only, a clear error otherwise (also
+    from the launch itself for a bad count)."""
+    gv = importlib.import_module("edge_llm.kernels.w4a16_gemv")
+    try:
+        monkeypatch.delenv(gv.PREFETCH_ENV, raising=False)
+        gv.gemv_prefetch.cache_clear()
+        assert gv.gemv_prefetch() == 0
+        for text, want in (("0", 0), ("1", 1), ("4", 4), ("32", 32)):
+            monkeypatch.setenv(gv.PREFETCH_ENV, text)
+            gv.gemv_prefetch.cache_clear()
+            assert gv.gemv_prefetch() == want
+        for text in ("3", "-2", "yes", ""):
+            monkeypatch.setenv(gv.PREFETCH_ENV, text)
+            gv.gemv_prefetch.cache_clear()
+            with pytest.raises(ValueError, match="EDGE_LLM_GEMV_PREFETCH must be 0 or a power"):
+                gv.gemv_prefetch()
+    finally:
+        gv.gemv_prefetch.cache_clear()
+    x = torch.zeros(1, 256, dtype=torch.float16)
+    words = torch.zeros(32, 64, dtype=torch.int32)
+    scales = torch.ones(2, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="prefetch must be 0 or a power of two"):
+        gv.launch_gemv16(x, words, scales, scales, torch.empty(1, 1, 64), 128, 1, 64, 128,
+                         256, 1, 4, 2, use_asm=False, prefetch=3)
