@@ -9,10 +9,21 @@ import triton.language as tl
 
 from .device import has_fp8_cvt, num_sms
 from .kv_fp8 import fp8_decode
+from .pdl import prefetch_l2
 
-__all__ = ["LOG2E", "check_cache", "fp8_cvt", "load_kv_tile", "num_sms"]
+__all__ = ["LOG2E", "check_cache", "fp8_cvt", "kv_line", "load_kv_tile", "num_sms",
+           "prefetch_kv_lines"]
 
 LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _kv_ptrs(cache_ptr, blk, tok, kvh, offs_d, stride_b, stride_s, stride_h,
+             BLOCK_SIZE: tl.constexpr):
+    """[tokens, offs_d] addresses in a paged cache of kv head ``kvh``: token t sits in block
+    blk[t] (from the table) at slot t % BLOCK_SIZE."""
+    return cache_ptr + blk[:, None] * stride_b + (tok % BLOCK_SIZE)[:, None] * stride_s \
+        + kvh * stride_h + offs_d[None, :]
 
 
 @triton.jit
@@ -23,12 +34,31 @@ def load_kv_tile(cache_ptr, table_row_ptr, tok, t_mask, kvh, offs_d, d_mask,
     cache (uint8 codes, kernels/kv_fp8.py) is decoded to ``OUT_TY``, the queries' dtype, by
     the hardware conversion when ``FP8_CVT``."""
     blk = tl.load(table_row_ptr + tok // BLOCK_SIZE, mask=t_mask, other=0).to(tl.int64)
-    ptrs = cache_ptr + blk[:, None] * stride_b + (tok % BLOCK_SIZE)[:, None] * stride_s \
-        + kvh * stride_h + offs_d[None, :]
+    ptrs = _kv_ptrs(cache_ptr, blk, tok, kvh, offs_d, stride_b, stride_s, stride_h, BLOCK_SIZE)
     x = tl.load(ptrs, mask=t_mask[:, None] & d_mask[None, :], other=0)
     if cache_ptr.dtype.element_ty == tl.uint8:
         x = fp8_decode(x, FP8_CVT).to(OUT_TY)
     return x
+
+
+@triton.jit
+def prefetch_kv_lines(k_ptr, v_ptr, table_row_ptr, tok, kvh, stride_kb, stride_ks, stride_kh,
+                      stride_vb, stride_vs, stride_vh, BLOCK_SIZE: tl.constexpr,
+                      D_PAD: tl.constexpr, LINE: tl.constexpr):
+    """Ask L2 for the keys and values of kv head ``kvh`` at context tokens ``tok`` (every one
+    a valid position of the table row): D_PAD / LINE lines per token and cache, LINE the
+    elements of one 128-byte line (or the whole head, if shorter). Reads the block table."""
+    blk = tl.load(table_row_ptr + tok // BLOCK_SIZE).to(tl.int64)
+    offs = tl.arange(0, D_PAD // LINE) * LINE
+    prefetch_l2(_kv_ptrs(k_ptr, blk, tok, kvh, offs, stride_kb, stride_ks, stride_kh,
+                         BLOCK_SIZE))
+    prefetch_l2(_kv_ptrs(v_ptr, blk, tok, kvh, offs, stride_vb, stride_vs, stride_vh,
+                         BLOCK_SIZE))
+
+
+def kv_line(k_cache: torch.Tensor, d_pad: int) -> int:
+    """``prefetch_kv_lines``'s LINE for a cache: elements per 128-byte line, at most d_pad."""
+    return min(128 // k_cache.element_size(), d_pad)
 
 
 def fp8_cvt(k_cache: torch.Tensor) -> bool:

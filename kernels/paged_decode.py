@@ -23,10 +23,21 @@ import triton
 import triton.language as tl
 
 from .grid import cdiv, next_pow2
-from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile, num_sms
-from .pdl import pdl_enter, pdl_kwargs
+from .paged_common import (
+    LOG2E,
+    check_cache,
+    fp8_cvt,
+    kv_line,
+    load_kv_tile,
+    num_sms,
+    prefetch_kv_lines,
+)
+from .pdl import pdl_enter, pdl_kwargs, prefetch_tiles
 from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, release_tile
+
+# the tiles of its context split each decode program asks L2 for before its PDL wait
+PREFETCH_ENV = "EDGE_LLM_DECODE_PREFETCH"
 
 
 @triton.jit
@@ -34,6 +45,33 @@ def _partition(seq_len, num_splits, BLOCK_N: tl.constexpr):
     """Tokens per context split of one sequence: ceil(seq_len / num_splits), a multiple of
     BLOCK_N (at least BLOCK_N)."""
     return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), 1) * BLOCK_N
+
+
+@triton.jit
+def _prefetch_tokens(seq_len, split, num_splits, BLOCK_N: tl.constexpr,
+                     PREFETCH: tl.constexpr):
+    """The context tokens of the first PREFETCH tiles of split ``split``: past the split's
+    end its last token again; for an empty split the sequence's last token."""
+    partition_size = _partition(seq_len, num_splits, BLOCK_N)
+    start = split * partition_size
+    end = tl.minimum(seq_len, start + partition_size)
+    last = tl.maximum(tl.where(end > start, end, seq_len) - 1, 0)
+    return tl.minimum(start + tl.arange(0, PREFETCH * BLOCK_N), last)
+
+
+@triton.jit
+def _prefetch_partition(k_ptr, v_ptr, table_ptr, seq_lens_ptr, b, kvh, split, stride_kb,
+                        stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+                        BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, D_PAD: tl.constexpr,
+                        LINE: tl.constexpr, PREFETCH: tl.constexpr):
+    """Before the PDL wait: the keys and values of the first PREFETCH tiles of this
+    program's context split asked into L2 (tokens past the split repeat its last one; an
+    empty split repeats the sequence's last token). Reads ``seq_lens`` and the block table,
+    which the engine fills by copies before a forward, never from a kernel of it."""
+    tok = _prefetch_tokens(tl.load(seq_lens_ptr + b), split, tl.num_programs(2), BLOCK_N,
+                           PREFETCH)
+    prefetch_kv_lines(k_ptr, v_ptr, table_ptr + b * stride_bt, tok, kvh, stride_kb, stride_ks,
+                      stride_kh, stride_vb, stride_vs, stride_vh, BLOCK_SIZE, D_PAD, LINE)
 
 
 @triton.jit(do_not_specialize=["stride_bt"])
@@ -46,11 +84,17 @@ def _paged_decode_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     FUSED_REDUCE: tl.constexpr, SPLITS_PAD: tl.constexpr, FP8_CVT: tl.constexpr,
     PDL: tl.constexpr = False,
+    PREFETCH: tl.constexpr = 0,
+    LINE: tl.constexpr = 64,
 ):
-    pdl_enter(PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
+    if PDL and PREFETCH > 0:
+        _prefetch_partition(k_ptr, v_ptr, table_ptr, seq_lens_ptr, b, kvh, split, stride_kb,
+                            stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+                            BLOCK_SIZE, BLOCK_N, D_PAD, LINE, PREFETCH)
+    pdl_enter(PDL)
     seq_len = tl.load(seq_lens_ptr + b)
     partition_size = _partition(seq_len, tl.num_programs(2), BLOCK_N)
     start = split * partition_size
@@ -236,6 +280,8 @@ def paged_decode(
         fused = cfg.fused_reduce and splits <= cfg.max_fused_splits
         cnt = splitk_counters(q.device, b * hkv) if fused else None
     seq_lens = seq_lens.to(q.device)
+    pdl = pdl_kwargs(q.device)
+    prefetch = prefetch_tiles(PREFETCH_ENV) if pdl["PDL"] else 0
     _paged_decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
         out if cnt is None else cnt, scale * LOG2E, q.stride(0), q.stride(1),
@@ -246,8 +292,9 @@ def paged_decode(
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
         FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=next_pow2(splits) if cnt is not None else 1,
-        FP8_CVT=fp8_cvt(k_cache), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        maxnreg=cfg.max_registers if cnt is not None else None, **pdl_kwargs(q.device))
+        FP8_CVT=fp8_cvt(k_cache), PREFETCH=prefetch, LINE=kv_line(k_cache, d_pad),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        maxnreg=cfg.max_registers if cnt is not None else None, **pdl)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,

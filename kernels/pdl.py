@@ -80,6 +80,32 @@ def pdl_kwargs(device: torch.device) -> dict:
     return {"PDL": on, "launch_pdl": on}
 
 
+@functools.cache
+def prefetch_tiles(env: str) -> int:
+    """A kernel's early L2 prefetch setting ``env`` (``EDGE_LLM_GEMV_PREFETCH``,
+    ``EDGE_LLM_DECODE_PREFETCH``): how many of its first tiles each program asks L2 for
+    before its wait (0, the default: none; a power of two). Read once; tests clear the
+    cache."""
+    text = os.environ.get(env, "0")
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0 or value & (value - 1):
+        raise ValueError(f"{env} must be 0 or a power of two (tiles), got {text!r}")
+    return value
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """Ask L2 for the 128-byte lines at ``ptrs`` (PTX only; nothing waits for them). Any
+    kernel may do this before its wait: a prefetch changes no value it reads, and L2 is
+    where every multiprocessor's reads and writes meet, so a line fetched early is never
+    stale."""
+    tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [ptrs],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
 @triton.jit
 def pdl_enter(PDL: tl.constexpr):
     """A kernel's first statement: with ``PDL``, wait for the previous grid, then let the

@@ -21,15 +21,12 @@ tests check the pairing and epilogue logic that way, the GPU tests the PTX.
 
 from __future__ import annotations
 
-import functools
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from .grid import cdiv, next_pow2
-from .pdl import pdl_enter, pdl_kwargs
+from .pdl import pdl_enter, pdl_kwargs, prefetch_l2, prefetch_tiles
 from .splitk import sum_if_last
 from .w4a16_gemv_ptx import (
     ASM1,
@@ -129,13 +126,6 @@ def _prefetch_rows_cols(pid_n, pid_k, N, K, k_per_split, BLOCK_N: tl.constexpr,
 
 
 @triton.jit
-def _prefetch_l2(ptrs):
-    """Ask L2 for the lines at ``ptrs`` (no registers wait for them)."""
-    tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [ptrs],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _prefetch_first_tiles(qw_ptr, s_ptr, z_ptr, N, K, k_per_split, group_size, stride_qk,
                           stride_sg, stride_zg, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           PREFETCH: tl.constexpr, SILU: tl.constexpr):
@@ -145,10 +135,10 @@ def _prefetch_first_tiles(qw_ptr, s_ptr, z_ptr, N, K, k_per_split, group_size, s
     L2 instead of waiting out the DRAM latency after the previous kernel ends."""
     rows, cols = _prefetch_rows_cols(tl.program_id(0), tl.program_id(1), N, K, k_per_split,
                                      BLOCK_N, BLOCK_K, PREFETCH, SILU)
-    _prefetch_l2(qw_ptr + rows[:, None] * stride_qk + cols[None, :])
+    prefetch_l2(qw_ptr + rows[:, None] * stride_qk + cols[None, :])
     g = (rows * 8) // group_size
-    _prefetch_l2(s_ptr + g[:, None] * stride_sg + cols[None, :])
-    _prefetch_l2(z_ptr + g[:, None] * stride_zg + cols[None, :])
+    prefetch_l2(s_ptr + g[:, None] * stride_sg + cols[None, :])
+    prefetch_l2(z_ptr + g[:, None] * stride_zg + cols[None, :])
 
 
 @triton.jit
@@ -392,19 +382,10 @@ def _w4a16_gemv16_kernel(
                         final_ptr, offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
-@functools.cache
 def gemv_prefetch() -> int:
     """``EDGE_LLM_GEMV_PREFETCH``: K tiles of weights each one-row GEMV program asks L2 for
-    before its PDL wait (0, the default, none; a power of two). Read once; tests clear the
-    cache."""
-    text = os.environ.get(PREFETCH_ENV, "0")
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0 or value & (value - 1):
-        raise ValueError(f"{PREFETCH_ENV} must be 0 or a power of two (K tiles), got {text!r}")
-    return value
+    before its PDL wait (0, the default: none; a power of two)."""
+    return prefetch_tiles(PREFETCH_ENV)
 
 
 def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,

@@ -300,6 +300,52 @@ def test_gemv_prefetch_comes_before_the_wait_and_leaves_the_loop_alone(silu, mon
         assert with_prefetch.count(op) == ptx[True, 0].count(op), op
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+def test_decode_prefetch_comes_before_the_wait(fp8, monkeypatch):
+    """``EDGE_LLM_DECODE_PREFETCH=N`` with PDL on (sm_90): each decode program asks L2 for
+    the keys and values of its split's first N tiles before ``griddepcontrol.wait``; the
+    only memory reads before the wait are the context length and the block table (which
+    the engine fills by copies, never from a kernel of the forward). The rest of the kernel
+    compiles to the same dots, exponentials and loads; with PDL off nothing is
+    prefetched."""
+    pdl = importlib.import_module("edge_llm.kernels.pdl")
+    d, h, hkv = 128, 32, 8
+    kc = torch.randn(64, 16, hkv, d).half()
+    if fp8:
+        kc = kc.view(torch.uint8)[..., :d]
+    table = torch.randint(0, 64, (4, 16), dtype=torch.int32)
+    sl = torch.full((4,), 200, dtype=torch.int32)
+    q = torch.randn(4, h, d).half()
+    monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", "2")
+    pdl.prefetch_tiles.cache_clear()
+    ptx = {}
+    try:
+        for on, tiles in ((True, 0), (True, 2), (False, 2)):
+            monkeypatch.setattr(pdl, "pdl_on", lambda device, on=on: on)
+            monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", str(tiles))
+            pdl.prefetch_tiles.cache_clear()
+            with compile_only(90) as records:
+                pa.paged_decode(q, kc, kc, table, sl, 0.1, max_seq_len=200)
+            assert [(name, kw["PREFETCH"]) for name, kw, _ in records] == [
+                ("_paged_decode_kernel", tiles if on else 0)]
+            ptx[on, tiles] = records[0][2].asm["ptx"]
+    finally:
+        pdl.prefetch_tiles.cache_clear()
+    early = ptx[True, 2]
+    wait = early.index("griddepcontrol.wait")
+    assert early.index("prefetch.global.L2") < wait
+    # global memory only (a layout change may go through the program's own shared memory)
+    before = re.findall(r"\b(ld|st|cp\.async|atom|red)\.global", early[:wait])
+    assert before == ["ld", "ld"], before
+    assert "prefetch.global" not in ptx[True, 0] and "prefetch.global" not in ptx[False, 2]
+    for op in ("mma.sync", "wgmma", "ex2.approx", "st.global", "atom"):
+        assert early.count(op) == ptx[True, 0].count(op), op
+    # the table read, and the length, unless the compiler reuses the early read of it (Triton's
+    # loads are pure inline asm: two of the same address merge across the wait, which is why
+    # only inputs no kernel of the forward writes may be read before it)
+    assert early.count("ld.global") - ptx[True, 0].count("ld.global") in (1, 2)
+
+
 ALL_KERNELS = {
     "_rms_norm_kernel", "_silu_mul_kernel", "_rotary_kernel", "_rotary_write_kv_kernel",
     "_write_kv_kernel", "_paged_decode_kernel", "_paged_decode_reduce_kernel",

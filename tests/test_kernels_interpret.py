@@ -182,6 +182,43 @@ def case_write_kv():
         assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), f"bs={bs} {dtype}"
 
 
+def case_decode_prefetch_tokens():
+    """The decode kernel's L2 prefetch before its PDL wait (PREFETCH; the prefetch itself is
+    PTX, so the interpreter checks the tokens): each split's tokens cover the first PREFETCH
+    tiles of its part of the context, and none lies outside the context (an empty split and
+    an empty context included)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from edge_llm.kernels.paged_decode import _prefetch_tokens
+
+    globals()["_prefetch_tokens"] = _prefetch_tokens  # a jit function's names are global
+
+    @triton.jit
+    def probe(lens_ptr, out_ptr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
+        b, split = tl.program_id(0), tl.program_id(1)
+        tok = _prefetch_tokens(tl.load(lens_ptr + b), split, tl.num_programs(1), BLOCK_N,
+                               PREFETCH)
+        p = b * tl.num_programs(1) + split
+        tl.store(out_ptr + p * PREFETCH * BLOCK_N + tl.arange(0, PREFETCH * BLOCK_N), tok)
+
+    lens = torch.tensor([0, 1, 63, 64, 65, 300, 1000, 4096], dtype=torch.int32)
+    for block_n, prefetch, splits in ((64, 1, 8), (64, 2, 3), (32, 4, 1), (16, 1, 16)):
+        width = prefetch * block_n
+        out = torch.full((len(lens), splits, width), -7, dtype=torch.int32)
+        probe[(len(lens), splits)](lens, out, BLOCK_N=block_n, PREFETCH=prefetch)
+        for i, n in enumerate(lens.tolist()):
+            part = max(-(-(-(-n // splits)) // block_n), 1) * block_n  # as _partition
+            for sp in range(splits):
+                got = set(out[i, sp].tolist())
+                label = f"seq_len={n} split {sp}/{splits} BLOCK_N={block_n} x{prefetch}"
+                assert got and all(0 <= t < max(n, 1) for t in got), (label, sorted(got))
+                start, end = sp * part, min(n, sp * part + part)
+                want = set(range(start, min(end, start + width)))
+                assert want <= got, (label, sorted(want - got))
+
+
 CASES = ic.list_cases(globals())
 
 

@@ -110,19 +110,19 @@ def test_gemv_prefetch_flag(monkeypatch):
     gv = importlib.import_module("edge_llm.kernels.w4a16_gemv")
     try:
         monkeypatch.delenv(gv.PREFETCH_ENV, raising=False)
-        gv.gemv_prefetch.cache_clear()
+        pdl.prefetch_tiles.cache_clear()
         assert gv.gemv_prefetch() == 0
         for text, want in (("0", 0), ("1", 1), ("4", 4), ("32", 32)):
             monkeypatch.setenv(gv.PREFETCH_ENV, text)
-            gv.gemv_prefetch.cache_clear()
+            pdl.prefetch_tiles.cache_clear()
             assert gv.gemv_prefetch() == want
         for text in ("3", "-2", "yes", ""):
             monkeypatch.setenv(gv.PREFETCH_ENV, text)
-            gv.gemv_prefetch.cache_clear()
+            pdl.prefetch_tiles.cache_clear()
             with pytest.raises(ValueError, match="EDGE_LLM_GEMV_PREFETCH must be 0 or a power"):
                 gv.gemv_prefetch()
     finally:
-        gv.gemv_prefetch.cache_clear()
+        pdl.prefetch_tiles.cache_clear()
     x = torch.zeros(1, 256, dtype=torch.float16)
     words = torch.zeros(32, 64, dtype=torch.int32)
     scales = torch.ones(2, 64, dtype=torch.float16)
