@@ -83,8 +83,20 @@ class SchedulerConfig:
     # recompute (measured: recompute-only ran the 256-request offline workload 32% faster
     # than swapping on the H200 under memory pressure, BENCHMARKS.md session 15).
     preemption_mode: str | None = None
+    # The token budget of a step that has running decodes (theirs included), when prefills are
+    # chunked: a prompt joining them is cut to fit. "auto": the engine takes the largest
+    # short-step CUDA graph's token count (engine/prefill_graphs.py), so that such a step
+    # replays a graph instead of running eagerly for tens of milliseconds while every stream
+    # waits; no cap when there are no such graphs. None or 0: no cap
+    # (``max_num_batched_tokens``).
+    max_tokens_with_decodes: int | str | None = None
 
     def __post_init__(self) -> None:
+        cap = self.max_tokens_with_decodes
+        if cap is not None and cap != "auto" and (
+                isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise ValueError(f"max_tokens_with_decodes must be 'auto', None or >= 0 tokens "
+                             f"(0: no cap), got {cap!r}.")
         if self.preemption_mode not in (None, "recompute", "swap"):
             raise ValueError(
                 f"preemption_mode must be 'recompute' or 'swap', got {self.preemption_mode!r}."

@@ -61,6 +61,22 @@ def parse_bytes(text: str) -> int:
     return int(float(m.group(1)) * scale)
 
 
+def parse_token_cap(text: str) -> int | str:
+    """``auto``, a token count, or ``0`` / ``none`` (no cap: 0)."""
+    low = text.strip().lower()
+    if low == "auto":
+        return "auto"
+    if low == "none":
+        return 0
+    try:
+        value = int(low)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"expected auto, none or a token count >= 0, got {text!r}")
+    return value
+
+
 def _bool_flag(flag: str, default: bool, help: str) -> Option:
     return Option(flag, parse_bool, default, help)
 
@@ -81,6 +97,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     _bool_flag("--enable-prefix-caching", True, "reuse KV blocks of shared prompt prefixes"),
     Option("--max-num-seqs", int, 256, "most sequences per step"),
     Option("--max-num-batched-tokens", int, 2048, "most tokens per step"),
+    Option("--max-tokens-with-decodes", parse_token_cap, "auto", "tokens a step may take "
+           "while sequences are decoding, theirs included: a joining prompt is prefilled in "
+           "chunks of the rest (auto: the largest short-step CUDA graph, 512, so such steps "
+           "replay a graph; 0: --max-num-batched-tokens)"),
     Option("--growth-reserve", int, 128, "admit a request only while the KV cache keeps room "
            "for this many more tokens of every running one (0: off)"),
     Option("--preemption-mode", str, None, "recompute or swap (default: swap only the "

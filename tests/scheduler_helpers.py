@@ -56,6 +56,7 @@ def make(
     max_model_len: int = 256,
     growth_reserve: int = 0,
     preemption_mode: str | None = "swap",
+    max_tokens_with_decodes: int | None = None,
     **cache: bool,
 ) -> Scheduler:
     """A scheduler over a tiny pool. ``growth_reserve`` defaults to 0 and ``preemption_mode``
@@ -65,6 +66,7 @@ def make(
         SchedulerConfig(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
             growth_reserve=growth_reserve, preemption_mode=preemption_mode,
+            max_tokens_with_decodes=max_tokens_with_decodes,
         ),
         CacheConfig(block_size=block_size, **cache),
         num_gpu_blocks,

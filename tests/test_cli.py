@@ -35,6 +35,7 @@ def serve_args(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
     (["serve", "--block-size", "7"], "block_size"),
     (["serve", "--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
     (["serve", "--kv-cache-memory", "lots"], "--kv-cache-memory"),
+    (["serve", "--max-tokens-with-decodes", "-5"], "--max-tokens-with-decodes"),
     (["chat", "--max-tokens", "0"], "--max-tokens"),
     (["frobnicate"], "frobnicate"),
 ])
@@ -111,6 +112,7 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
         "--kv-cache-dtype", "fp8",
         "--no-enable-prefix-caching", "--max-num-seqs", "5", "--max-num-batched-tokens", "256",
         "--growth-reserve", "32", "--preemption-mode", "swap", "--seed", "9", "--enforce-eager",
+        "--max-tokens-with-decodes", "300",
         "--disable-async-output-proc", "--disable-decode-run-ahead",
         "--cuda-graph-sizes", "8,1,4",
         "--chat-template", str(template),
@@ -128,6 +130,7 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
     assert (engine.scheduler.max_num_seqs, engine.scheduler.max_num_batched_tokens,
             engine.scheduler.growth_reserve, engine.scheduler.preemption_mode) == (5, 256, 32,
                                                                                "swap")
+    assert engine.scheduler.max_tokens_with_decodes == 300
     assert engine.enforce_eager is True
     assert engine.cuda_graph_sizes == (1, 4, 8)
     assert engine.async_output_proc is False and engine.decode_run_ahead is False
@@ -135,6 +138,12 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
     plain.model = None
     assert cli.build_configs(plain)[0].async_output_proc is None  # auto: on a GPU
     assert cli.build_configs(plain)[0].decode_run_ahead is None
+    # the server caps steps with decodes at the largest short-step graph unless told not to
+    assert cli.build_configs(plain)[0].scheduler.max_tokens_with_decodes == "auto"
+    for text in ("0", "none", "NONE"):
+        off = serve_args([], {"EDGE_LLM_MAX_TOKENS_WITH_DECODES": text})
+        off.model = None
+        assert cli.build_configs(off)[0].scheduler.max_tokens_with_decodes == 0
     assert (server.host, server.api_key, server.served_model_name, server.max_queue) == (
         "0.0.0.0", "k", "m", 4)
 

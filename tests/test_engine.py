@@ -61,6 +61,47 @@ def test_preemption_gives_identical_outputs(tiny_dir, tiny_llm, swap_space, mode
     _assert_idle(small)
 
 
+def test_steps_with_decodes_capped_give_the_same_outputs(tiny_dir, tiny_llm,  # noqa: F811
+                                                        monkeypatch):
+    """``max_tokens_with_decodes``: "auto" is no cap without short-step CUDA graphs (CPU);
+    with graphs of up to 48 tokens (stood in for) every step that decodes stays within 48
+    tokens, prompts joining in chunks, and greedy outputs equal the uncapped engine's."""
+    from edge_llm.engine.runner import ModelRunner
+
+    prompts = _prompts(12, seed=5, lo=20, hi=90)
+    params = SamplingParams(max_tokens=10, **GREEDY)
+    auto = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256,
+               max_tokens_with_decodes="auto")
+    assert auto.engine.config.scheduler.max_tokens_with_decodes is None
+    monkeypatch.setattr(ModelRunner, "short_step_tokens", lambda self: 48)
+    capped = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256,
+                 max_tokens_with_decodes="auto")
+    assert capped.engine.config.scheduler.max_tokens_with_decodes == 48
+    sizes = []
+    schedule = capped.engine.scheduler.schedule
+
+    def record():
+        out = schedule()
+        decodes = sum(1 for r in out.scheduled if r.num_scheduled_tokens == 1)
+        sizes.append((decodes, out.num_batched_tokens))
+        return out
+
+    capped.engine.scheduler.schedule = record
+    arrivals = [capped.engine.add_request(f"r{i}", p, params) for i, p in enumerate(prompts)]
+    assert arrivals == [None] * len(prompts)
+    outs = {}
+    while capped.engine.has_unfinished():
+        for o in capped.engine.step():
+            if o.finished:
+                outs[o.request_id] = o
+    got = [outs[f"r{i}"] for i in range(len(prompts))]
+    assert _texts(got) == _texts(tiny_llm.generate(prompts, params, use_tqdm=False))
+    with_decodes = [n for d, n in sizes if d]
+    assert with_decodes and max(with_decodes) <= 48, sizes
+    assert max(n for _, n in sizes) > 48  # the first step, with no decode, was not capped
+    _assert_idle(capped)
+
+
 def test_prefix_cache_hits_and_same_output(tiny_dir, tiny_llm):  # noqa: F811
     rng = random.Random(7)
     prefix = [rng.randrange(100, 40000) for _ in range(1000)]

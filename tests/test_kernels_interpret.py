@@ -209,7 +209,8 @@ def case_decode_prefetch_tokens():
         out = torch.full((len(lens), splits, width), -7, dtype=torch.int32)
         probe[(len(lens), splits)](lens, out, BLOCK_N=block_n, PREFETCH=prefetch)
         for i, n in enumerate(lens.tolist()):
-            part = max(-(-(-(-n // splits)) // block_n), 1) * block_n  # as _partition
+            per_split = (n + splits - 1) // splits  # as _partition
+            part = max((per_split + block_n - 1) // block_n, 1) * block_n
             for sp in range(splits):
                 got = set(out[i, sp].tolist())
                 label = f"seq_len={n} split {sp}/{splits} BLOCK_N={block_n} x{prefetch}"

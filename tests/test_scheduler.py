@@ -48,6 +48,65 @@ def test_chunked_prefill_mixes_with_decodes(rng: random.Random) -> None:
     drain(sched, kv)
 
 
+def test_steps_with_decodes_keep_to_their_cap(rng: random.Random) -> None:
+    """``max_tokens_with_decodes``: while sequences decode, a step takes at most that many
+    tokens, theirs included (a prompt joining them is chunked to the rest); a step with no
+    decode takes the whole budget; decodes that alone reach the cap leave it off."""
+    sched = make(200, block_size=16, max_num_seqs=8, budget=256, max_model_len=512,
+                 max_tokens_with_decodes=64)
+    kv = FakeKV(sched)
+    (first,) = sched.add_request("first", rand_prompt(rng, 200), SamplingParams(max_tokens=50))
+    out, _ = step(sched, kv)  # nothing decodes yet: the whole prompt in one step
+    assert [r.num_scheduled_tokens for r in out.scheduled] == [200]
+    for i in range(3):
+        sched.add_request(f"d{i}", rand_prompt(rng, 4), SamplingParams(max_tokens=40))
+    out, _ = step(sched, kv)
+    assert [r.num_scheduled_tokens for r in out.scheduled] == [1, 4, 4, 4]
+    (long,) = sched.add_request("long", rand_prompt(rng, 300), SamplingParams(max_tokens=2))
+    chunks = []
+    while long.num_output_tokens == 0:
+        out, _ = step(sched, kv)
+        rows = {r.seq.request_id: r.num_scheduled_tokens for r in out.scheduled}
+        assert rows.pop("long") == out.num_batched_tokens - 4 and set(rows.values()) == {1}
+        assert out.num_batched_tokens <= 64
+        chunks.append(out.num_batched_tokens - 4)
+    assert chunks == [60] * 5
+    drain(sched, kv)
+
+    # decodes alone at the cap: the prompt still gets the rest of the whole budget
+    sched = make(200, block_size=16, max_num_seqs=8, budget=256, max_model_len=512,
+                 max_tokens_with_decodes=3)
+    kv = FakeKV(sched)
+    for i in range(3):
+        sched.add_request(f"d{i}", rand_prompt(rng, 4), SamplingParams(max_tokens=40))
+    step(sched, kv)
+    sched.add_request("p", rand_prompt(rng, 100), SamplingParams(max_tokens=2))
+    out, _ = step(sched, kv)
+    assert [r.num_scheduled_tokens for r in out.scheduled] == [1, 1, 1, 100]
+    drain(sched, kv)
+
+    # without chunked prefill a prompt cannot be cut: the cap is not applied
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=256, max_model_len=256,
+                                      max_num_seqs=8, enable_chunked_prefill=False,
+                                      growth_reserve=0, max_tokens_with_decodes=16),
+                      CacheConfig(block_size=16), 200, 0)
+    kv = FakeKV(sched)
+    sched.add_request("d", rand_prompt(rng, 4), SamplingParams(max_tokens=40))
+    step(sched, kv)
+    sched.add_request("p", rand_prompt(rng, 100), SamplingParams(max_tokens=2))
+    out, _ = step(sched, kv)
+    assert [r.num_scheduled_tokens for r in out.scheduled] == [1, 100]
+    drain(sched, kv)
+
+
+@pytest.mark.parametrize("cap", [-1, 1.5, "512", True])
+def test_cap_with_decodes_is_checked(cap) -> None:
+    with pytest.raises(ValueError, match="max_tokens_with_decodes must be 'auto', None or"):
+        SchedulerConfig(max_tokens_with_decodes=cap)
+    for ok in ("auto", None, 0, 512):
+        assert SchedulerConfig(max_tokens_with_decodes=ok).max_tokens_with_decodes == ok
+
+
 def test_chunking_disabled_needs_whole_prompt_budget(rng: random.Random) -> None:
     with pytest.raises(ValueError, match=r"max_num_batched_tokens \(64\).*max_model_len \(256\)"):
         Scheduler(

@@ -22,7 +22,9 @@ class LLM:
     ``max_num_batched_tokens`` defaults to 8,192 here (the server's default is 2,048), as
     vLLM's offline class does: offline work has no inter-token latency to protect, and
     larger prefill chunks lifted the 256-request offline benchmark by 5-15% on the H200
-    (BENCHMARKS.md, session 15).
+    (BENCHMARKS.md, session 15). For the same reason steps with running decodes are not
+    capped here (``max_tokens_with_decodes=None``; the server's default is "auto", see
+    SchedulerConfig).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class LLM:
         disable_decode_run_ahead: bool = False,
         num_gpu_blocks_override: int | None = None,
         kv_cache_dtype: str = "auto",
+        max_tokens_with_decodes: int | str | None = None,
     ) -> None:
         config = EngineConfig(
             model=ModelConfig(model=model, revision=revision, dtype=dtype, device=device,
@@ -63,7 +66,8 @@ class LLM:
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs,
                                       max_num_batched_tokens=max_num_batched_tokens,
                                       growth_reserve=growth_reserve,
-                                      preemption_mode=preemption_mode),
+                                      preemption_mode=preemption_mode,
+                                      max_tokens_with_decodes=max_tokens_with_decodes),
             enforce_eager=enforce_eager,
             cuda_graph_sizes=None if cuda_graph_sizes is None else tuple(cuda_graph_sizes),
             async_output_proc=False if disable_async_output_proc else None,

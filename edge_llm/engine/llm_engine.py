@@ -83,6 +83,12 @@ class LLMEngine:
         self.runner = ModelRunner(self.loaded, config.cache, config.scheduler, seed=mc.seed,
                                   enforce_eager=config.enforce_eager,
                                   graph_sizes=config.cuda_graph_sizes)
+        if config.scheduler.max_tokens_with_decodes == "auto":
+            self.config = config = replace(config, scheduler=replace(
+                config.scheduler, max_tokens_with_decodes=self.runner.short_step_tokens()))
+            if config.scheduler.max_tokens_with_decodes is not None:
+                logger.info("Steps with running decodes take at most %d tokens (the largest "
+                            "short-step CUDA graph)", config.scheduler.max_tokens_with_decodes)
         self.scheduler = Scheduler(
             config.scheduler, config.cache, self.runner.plan.num_gpu_blocks,
             self.runner.plan.num_cpu_blocks,

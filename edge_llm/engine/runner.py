@@ -149,6 +149,11 @@ class ModelRunner:
                     ", captured on first use" if lazy else "", stats.seconds,
                     stats.memory_bytes / (1 << 20))
 
+    def short_step_tokens(self) -> int | None:
+        """The most new tokens a step may have and still replay a short-step graph (None:
+        no such graphs)."""
+        return self.prefill_graphs.sizes[-1] if self.prefill_graphs is not None else None
+
     def _drop_graphs(self) -> None:
         if self.graphs is not None:
             self.graphs.release()

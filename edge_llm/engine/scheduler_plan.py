@@ -7,7 +7,9 @@ planner lives for one step: the token budget and the CPU slots released by swap-
 
 ``fill()`` fills the token budget (``max_num_batched_tokens``) in this order:
 
-    1. running decodes, oldest first (1 token each): decodes never stall behind a prefill
+    1. running decodes, oldest first (1 token each): decodes never stall behind a prefill;
+       if any run and prefills are chunked, the step's budget shrinks to
+       ``max_tokens_with_decodes`` (when set), theirs included
     2. swapped sequences come back (swap-in), oldest first; skipped in a step that preempted
     3. running prefill chunks (chunked prefill: a long prompt spreads over several steps)
     4. waiting requests, FIFO; only when nothing is swapped and nothing was preempted, and
@@ -74,6 +76,7 @@ class StepPlanner:
         """Decide this step's rows, swaps and copies (see the module docstring for the order)."""
         sched, out = self.sched, self.out
         self._schedule_running(decodes=True)
+        self._cap_with_decodes()
         if not out.preempted_seq_ids:
             self._schedule_swapped()
         self._schedule_running(decodes=False)
@@ -82,8 +85,21 @@ class StepPlanner:
         if self.slots_to_free:
             sched.swap_space.free(self.slots_to_free)
             self.slots_to_free = []
-        out.num_batched_tokens = sched.config.max_num_batched_tokens - self.budget
+        out.num_batched_tokens = sum(s.num_scheduled_tokens for s in out.scheduled)
         return out
+
+    def _cap_with_decodes(self) -> None:
+        """With decodes scheduled and chunked prefill on, the rest of the step gets at most
+        ``max_tokens_with_decodes`` minus their tokens (None or 0: no cap; the engine has
+        resolved "auto"). Decodes that alone reach the cap leave the budget as it is: the
+        step cannot fit it, and prompts keep being admitted."""
+        config = self.sched.config
+        cap = config.max_tokens_with_decodes
+        if not isinstance(cap, int) or cap <= 0 or not config.enable_chunked_prefill:
+            return
+        used = config.max_num_batched_tokens - self.budget
+        if 0 < used < cap:  # decodes alone past the cap: the step is over it anyway
+            self.budget = min(self.budget, cap - used)
 
     def _schedule_running(self, decodes: bool) -> None:
         step, chunked = self.step, self.sched.config.enable_chunked_prefill
