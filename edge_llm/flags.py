@@ -97,10 +97,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     _bool_flag("--enable-prefix-caching", True, "reuse KV blocks of shared prompt prefixes"),
     Option("--max-num-seqs", int, 256, "most sequences per step"),
     Option("--max-num-batched-tokens", int, 2048, "most tokens per step"),
-    Option("--max-tokens-with-decodes", parse_token_cap, "auto", "tokens a step may take "
-           "while sequences are decoding, theirs included: a joining prompt is prefilled in "
-           "chunks of the rest (auto: the largest short-step CUDA graph, 512, so such steps "
-           "replay a graph; 0: --max-num-batched-tokens)"),
+    Option("--max-tokens-with-decodes", parse_token_cap, 0, "tokens a step may take while "
+           "sequences are decoding, theirs included: a joining prompt is prefilled in chunks "
+           "of the rest (auto: the largest short-step CUDA graph, 512, so such steps replay "
+           "a graph; 0: no cap beyond --max-num-batched-tokens)"),
     Option("--growth-reserve", int, 128, "admit a request only while the KV cache keeps room "
            "for this many more tokens of every running one (0: off)"),
     Option("--preemption-mode", str, None, "recompute or swap (default: swap only the "

@@ -138,12 +138,12 @@ def test_build_configs_maps_every_engine_flag(tmp_path):
     plain.model = None
     assert cli.build_configs(plain)[0].async_output_proc is None  # auto: on a GPU
     assert cli.build_configs(plain)[0].decode_run_ahead is None
-    # the server caps steps with decodes at the largest short-step graph unless told not to
-    assert cli.build_configs(plain)[0].scheduler.max_tokens_with_decodes == "auto"
-    for text in ("0", "none", "NONE"):
-        off = serve_args([], {"EDGE_LLM_MAX_TOKENS_WITH_DECODES": text})
-        off.model = None
-        assert cli.build_configs(off)[0].scheduler.max_tokens_with_decodes == 0
+    # no cap on steps with decodes unless asked for (until timed on a GPU)
+    assert cli.build_configs(plain)[0].scheduler.max_tokens_with_decodes == 0
+    for text, want in (("0", 0), ("none", 0), ("NONE", 0), ("auto", "auto"), ("96", 96)):
+        args = serve_args([], {"EDGE_LLM_MAX_TOKENS_WITH_DECODES": text})
+        args.model = None
+        assert cli.build_configs(args)[0].scheduler.max_tokens_with_decodes == want
     assert (server.host, server.api_key, server.served_model_name, server.max_queue) == (
         "0.0.0.0", "k", "m", 4)
 

@@ -23,8 +23,7 @@ class LLM:
     vLLM's offline class does: offline work has no inter-token latency to protect, and
     larger prefill chunks lifted the 256-request offline benchmark by 5-15% on the H200
     (BENCHMARKS.md, session 15). For the same reason steps with running decodes are not
-    capped here (``max_tokens_with_decodes=None``; the server's default is "auto", see
-    SchedulerConfig).
+    capped here by default (``max_tokens_with_decodes``, see SchedulerConfig).
     """
 
     def __init__(
