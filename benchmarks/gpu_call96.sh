@@ -3,8 +3,9 @@
 # short-step CUDA graph, so a joining prompt is chunked into graph-replayed steps) against no
 # cap (the default), interleaved 0 / auto / 0 / auto. Session 27 call 1, no cap: 3.0% / 5.9%
 # of forwards eager at 32 / 64 streams, inter-token p99 30.8 / 54.6 ms, first token p50 270 /
-# 393 ms, 4,101 / 5,167 tok/s. With the cap the eager share at 32 / 64 should fall to ~0. If auto wins on inter-token p99 without losing throughput or
-# first tokens, it becomes the server's default (edge_llm/flags.py).
+# 393 ms, 4,101 / 5,167 tok/s. With the cap the eager share at 32 / 64 should fall to ~0.
+# If auto wins on inter-token p99 without losing throughput or first tokens, it becomes the
+# server's default (edge_llm/flags.py).
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
