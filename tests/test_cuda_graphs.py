@@ -293,6 +293,54 @@ def test_capture_stats_and_release(monkeypatch):
     assert not graphs and not lazy and all(g.was_reset for g in kept)
 
 
+def test_capture_warms_up_through_the_first_layer_only(monkeypatch):
+    """``capture_graph`` (unit, the CUDA calls stubbed): given the model, the eager run
+    before the capture goes through its first layer only and the captured run through all
+    of them; without the model both run whole."""
+    import contextlib
+
+    import edge_llm.engine.cuda_graphs as cg
+
+    events = []
+
+    class FakeStream:
+        def wait_stream(self, other):
+            pass
+
+        def synchronize(self):
+            events.append("sync")
+
+    class FakeGraph:
+        def capture_begin(self, pool=None, capture_error_mode=None):
+            events.append("begin")
+
+        def capture_end(self):
+            events.append("end")
+
+    class FakeModel:
+        num_active_layers = None
+
+        @contextlib.contextmanager
+        def first_layers(self, n):
+            self.num_active_layers = n
+            try:
+                yield
+            finally:
+                self.num_active_layers = None
+
+    monkeypatch.setattr(cg, "capture_stream", lambda device: FakeStream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    model = FakeModel()
+    forward = lambda: events.append(("forward", model.num_active_layers))  # noqa: E731
+    cg.capture_graph(forward, None, torch.device("cpu"), model)
+    assert events == [("forward", 1), "sync", "begin", ("forward", None), "end"]
+    events.clear()
+    cg.capture_graph(forward, None, torch.device("cpu"))
+    assert events == [("forward", None), "sync", "begin", ("forward", None), "end"]
+
+
 def test_capture_or_release(monkeypatch, caplog):
     """A capture that raises leaves its graph set released and a warning naming the error
     and what runs eagerly; a capture that works returns its stats (unit, CUDA stubbed)."""

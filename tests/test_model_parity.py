@@ -77,6 +77,40 @@ def test_batched_sequences_match_alone(tmp_path):
     assert rel_err(both[20:], ref_b) < 1e-4
 
 
+def test_first_layers_runs_a_truncated_model(tmp_path):
+    """``CausalLM.first_layers(1)`` (the start-up warm-ups): the forward runs the first
+    decoder layer only, over the first layer's cache, as transformers' model cut to one
+    layer does; afterwards, and after an error inside, the whole model runs again."""
+    hf = tiny_hf_model("LlamaForCausalLM")
+    lm = load_model(str(save_hf_checkpoint(hf, tmp_path / "m")), device="cpu",
+                    progress=False).model
+    assert len(lm.model.layers) > 1
+    torch.manual_seed(2)
+    ids = torch.randint(0, hf.config.vocab_size, (12,))
+    bs = 16
+    meta = _meta([0, 12], [12], [[0]], list(range(12)), bs)
+    shape = (1, bs, lm.arch.num_kv_heads, lm.arch.head_dim)
+    with torch.no_grad(), lm.first_layers(1):
+        one = lm.compute_logits(lm(ids, torch.arange(12), [(torch.zeros(shape),
+                                                            torch.zeros(shape))], meta))
+    hf.model.layers = hf.model.layers[:1]
+    hf.config.num_hidden_layers = 1
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert rel_err(one, ref) < 1e-4
+    assert lm.num_active_layers is None
+    with pytest.raises(RuntimeError, match="boom"), lm.first_layers(1):
+        raise RuntimeError("boom")
+    assert lm.num_active_layers is None
+    with pytest.raises(ValueError, match="n must be 1.."):
+        with lm.first_layers(0):
+            pass
+    kv = [(torch.zeros(shape), torch.zeros(shape)) for _ in lm.model.layers]
+    with torch.no_grad():  # the whole model: a different result
+        full = lm.compute_logits(lm(ids, torch.arange(12), kv, meta))
+    assert rel_err(full, ref) > 1e-2
+
+
 def test_half_precision_checkpoint_loads(tmp_path):
     hf = tiny_hf_model("LlamaForCausalLM")
     state = {k: v.half() for k, v in hf.state_dict().items()}

@@ -209,11 +209,22 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
     calls, seqs = [], []
     real_prefill, real_arange, real_zeros = sp.scratch_prefill, torch.arange, torch.zeros
 
-    def prefill(model, t, bs, dtype, device, max_seq_len=None):
+    def prefill(model, t, bs, dtype, device, max_seq_len=None, num_layers=None):
         calls.append((t, max_seq_len))
-        kv, meta = real_prefill(model, t, bs, dtype, torch.device("cpu"), max_seq_len)
+        kv, meta = real_prefill(model, t, bs, dtype, torch.device("cpu"), max_seq_len,
+                                num_layers)
         seqs.append(meta.seq_lens.tolist())
+        kv_dtypes.add(dtype)
+        assert len(kv) == num_layers == 1  # one layer's cache: the forward runs one layer
         return kv, meta
+
+    layer_calls = [0] * len(runner.model.model.layers)
+    for i, layer in enumerate(runner.model.model.layers):
+        def count(*a, i=i, forward=layer.forward, **k):
+            layer_calls[i] += 1
+            return forward(*a, **k)
+        layer.forward = count
+    kv_dtypes = set()
 
     monkeypatch.setattr(sp, "scratch_prefill", prefill)
     monkeypatch.setattr(sp, "triton_enabled", lambda device, dtype: True)
@@ -224,6 +235,10 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
     sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 64)
     assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17, 33)] + [(34, 17)]
     assert seqs[-1] == [17, 17]
+    assert layer_calls[0] == len(calls) and not any(layer_calls[1:]), layer_calls
+    assert runner.model.num_active_layers is None  # the whole model again afterwards
     calls.clear()
-    sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 20)
+    sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 20,
+                       kv_dtype=torch.uint8)
     assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)]
+    assert kv_dtypes == {torch.float32, torch.uint8}  # an fp8 cache's kernels warmed too

@@ -294,7 +294,7 @@ class PrefillGraphs:
         """Warm size ``t`` up eagerly, then capture it into ``pool`` (inputs all padding)."""
         self._pool = pool
         self._pad_all(t)
-        graph = capture_graph(lambda: self._forward(t), pool, self.device)
+        graph = capture_graph(lambda: self._forward(t), pool, self.device, self.model)
         self.graphs[t] = graph
         return graph
 

@@ -96,7 +96,8 @@ class ModelRunner:
         self.step_paths: Counter[str] = Counter()
         self.kernel_warmup_seconds = warm_up_kernels(
             self.model, self.block_size, self.dtype, self.device,
-            min(scheduler_config.max_num_batched_tokens, scheduler_config.max_model_len))
+            min(scheduler_config.max_num_batched_tokens, scheduler_config.max_model_len),
+            kv_dtype=self.kv_dtype)
         self._capture_graphs()
 
     # ---- CUDA graphs -----------------------------------------------------------------------

@@ -34,11 +34,14 @@ WARMUP_TWO_SEQUENCES = 34
 
 @torch.inference_mode()
 def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.device,
-                    max_tokens: int) -> float:
+                    max_tokens: int, kv_dtype: torch.dtype | None = None) -> float:
     """One eager forward per ``WARMUP_TOKENS`` count up to ``max_tokens`` over a scratch
     cache, and one of two sequences, so that every Triton variant a prefill can need is
-    compiled (or loaded from the cache directory) before serving. CUDA with the Triton
-    kernels only; returns the seconds spent."""
+    compiled (or loaded from the cache directory) before serving. Each runs the first layer
+    only (``CausalLM.first_layers``): the others launch the same variants, and an eager
+    forward of a 7B costs ~45 ms of Python on the GPU host. CUDA with the Triton kernels
+    only; returns the seconds spent. ``kv_dtype``: the KV cache's (default ``dtype``; an fp8
+    cache's attention and K/V-write kernels are variants of their own)."""
     if device.type != "cuda" or not triton_enabled(device, dtype):
         return 0.0
     start = time.perf_counter()
@@ -48,10 +51,12 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
     if two <= max_tokens:
         steps.append((two, two // 2))
     for t, per_seq in steps:
-        kv, meta = scratch_prefill(model, t, block_size, dtype, device, max_seq_len=per_seq)
+        kv, meta = scratch_prefill(model, t, block_size, kv_dtype or dtype, device,
+                                   max_seq_len=per_seq, num_layers=1)
         ids = torch.zeros(t, dtype=torch.int64, device=device)
         positions = torch.arange(t, device=device) % per_seq
-        hidden = model(ids, positions, kv, meta)
+        with model.first_layers(1):  # every layer launches the same variants
+            hidden = model(ids, positions, kv, meta)
         model.compute_logits(hidden[-1:])
         del kv, hidden
     torch.cuda.synchronize(device)

@@ -10,11 +10,12 @@ from .llama import CausalLM, KVCache
 
 def scratch_prefill(
     lm: CausalLM, num_tokens: int, block_size: int, dtype: torch.dtype, device: torch.device,
-    max_seq_len: int | None = None,
+    max_seq_len: int | None = None, num_layers: int | None = None,
 ) -> tuple[list[KVCache], AttentionMetadata]:
     """KV tensors just large enough for ``num_tokens`` new tokens, and the metadata of their
     prefill in one step: one sequence, or with ``max_seq_len`` as many sequences of at most
-    that many tokens as they need (each its own blocks, in order)."""
+    that many tokens as they need (each its own blocks, in order). ``num_layers``: caches
+    for that many layers only (default all; see ``CausalLM.first_layers``)."""
     arch = lm.arch
     seq = min(num_tokens, max_seq_len or num_tokens)
     lens = [seq] * (num_tokens // seq) + ([num_tokens % seq] if num_tokens % seq else [])
@@ -22,7 +23,8 @@ def scratch_prefill(
     nblk = per * len(lens)
     shape = (nblk, block_size, arch.num_kv_heads, arch.head_dim)
     kv = [(torch.empty(shape, dtype=dtype, device=device),
-           torch.empty(shape, dtype=dtype, device=device)) for _ in range(arch.num_layers)]
+           torch.empty(shape, dtype=dtype, device=device))
+          for _ in range(arch.num_layers if num_layers is None else num_layers)]
     slots = torch.cat([i * per * block_size + torch.arange(n) for i, n in enumerate(lens)])
     starts = [0]
     for n in lens:

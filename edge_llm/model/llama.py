@@ -6,7 +6,8 @@ a factory so the same code runs fp16/bf16/fp32 weights and every 4-bit format.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -143,6 +144,21 @@ class CausalLM(nn.Module):
         self.model = Model(arch, linear, self.rotary)
         # lm_head stays unquantized in every published 4-bit checkpoint
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        self.num_active_layers: int | None = None  # see first_layers
+
+    @contextlib.contextmanager
+    def first_layers(self, n: int) -> Iterator[None]:
+        """Within it, ``forward`` runs only the first ``n`` decoder layers (their caches the
+        first ``n`` of ``kv_caches``). For the start-up's warm-up forwards, whose only purpose
+        is to load every kernel variant a forward launches before serving or a graph capture:
+        every layer has the same shapes, so launches the same variants as the first."""
+        if not 1 <= n <= len(self.model.layers):
+            raise ValueError(f"n must be 1..{len(self.model.layers)}, got {n}")
+        before, self.num_active_layers = self.num_active_layers, n
+        try:
+            yield
+        finally:
+            self.num_active_layers = before
 
     def forward(
         self,
@@ -154,7 +170,10 @@ class CausalLM(nn.Module):
         with forward_tokens(input_ids.shape[0]):  # PDL's auto mode decides by it
             x = self.model.embed_tokens(input_ids)  # (T, hidden)
             residual = None
-            for layer, kv in zip(self.model.layers, kv_caches, strict=True):
+            layers, n = self.model.layers, self.num_active_layers
+            if n is not None:  # first_layers
+                layers, kv_caches = layers[:n], kv_caches[:n]
+            for layer, kv in zip(layers, kv_caches, strict=True):
                 x, residual = layer(x, residual, positions, kv, meta)
             x, _ = self.model.norm.add_forward(x, residual)
         return x
