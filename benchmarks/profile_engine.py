@@ -5,7 +5,9 @@
 Builds (or reuses) a random-weight AWQ checkpoint of the shape, then profiles
 1. ``LLM(...)`` construction (weights, tokenizer, memory profile, KV cache, CUDA graphs),
    cumulative time per function;
-2. prefill of a 1,000-token prompt (eager) and 32 decode steps, own time per function.
+2. prefill of a 1,000-token prompt (eager), the same with all but its last 24 tokens
+   cached (the e2e prefix scenario's first token: cumulative and own time), and 32 decode
+   steps, own time per function.
 Writes profile_engine.txt under --out and prints the top lines of each.
 """
 
@@ -74,6 +76,22 @@ def main() -> int:
     prof.disable()
     report.append(f"3 x prefill {n} tokens (1 output token): "
                   f"{(time.perf_counter() - t0) / 3 * 1e3:.1f} ms each")
+    report.append(_stats(prof, "tottime", args.top))
+    # the e2e prefix scenario's cached case: the same prompt's first n - 24 tokens cached
+    prefix = [(13 * j) % (vocab - 10) + 5 for j in range(n - 24)]
+    llm.generate({"prompt_token_ids": prefix + [5] * 24}, one, use_tqdm=False)  # caches it
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for i in range(10):
+        outs = llm.generate({"prompt_token_ids": prefix + [6 + i + j for j in range(24)]}, one,
+                            use_tqdm=False)
+    prof.disable()
+    report.append(f"10 x {n - 24} cached + 24 new tokens (1 output token, "
+                  f"{outs[0].num_cached_tokens} cached): "
+                  f"{(time.perf_counter() - t0) / 10 * 1e3:.2f} ms each; "
+                  f"forwards by path {dict(llm.engine.runner.step_paths)}")
+    report.append(_stats(prof, "cumulative", args.top))
     report.append(_stats(prof, "tottime", args.top))
     dec = SamplingParams(max_tokens=33, ignore_eos=True, temperature=0.0)
     llm.generate({"prompt_token_ids": [5, 6, 7, 8]}, dec, use_tqdm=False)  # warm
