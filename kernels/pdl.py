@@ -8,6 +8,14 @@ the kernel's launch latency and set-up overlap the previous kernel's tail instea
 following it; the wait keeps every read after the write it depends on, and as each kernel
 waits for the one before it, for every earlier one too. ``pdl_kwargs(device)`` gives a
 launch both switches together (a kernel launched with ``launch_pdl`` but no wait would race).
+The exception: asking L2 for lines the kernel will read (``prefetch_l2``: weights, or the
+keys and values of decode attention) before the wait. A prefetch changes no value and L2 is
+where every multiprocessor's writes land, so any line may be asked for early. Off unless
+``EDGE_LLM_GEMV_PREFETCH`` / ``EDGE_LLM_DECODE_PREFETCH`` ask for it (``prefetch_tiles``).
+To find its lines decode attention also *loads* the context length and block table early,
+which is right only because no kernel of a forward writes them (the engine copies them in
+before it): Triton's loads are pure inline asm, and the compiler merges two loads of one
+address across the wait.
 
 ``EDGE_LLM_PDL``: ``auto`` (the default) launches with PDL the kernels of forwards of at most
 ``AUTO_MAX_TOKENS`` tokens (the model's forward says its size through ``forward_tokens``;
