@@ -77,6 +77,12 @@ def parse_token_cap(text: str) -> int | str:
     return value
 
 
+# argparse names a parser in its error ("invalid <name> value: 'x'")
+parse_int_list.__name__ = "integer list"
+parse_bytes.__name__ = "size"
+parse_token_cap.__name__ = "token count"
+
+
 def _bool_flag(flag: str, default: bool, help: str) -> Option:
     return Option(flag, parse_bool, default, help)
 

@@ -46,6 +46,15 @@ def test_bad_flags_exit_2_with_one_line(argv, needle):
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in res.stderr
 
 
+def test_bad_values_are_named_plainly():
+    """argparse names the value's kind, not our parser function."""
+    for argv, kind in ((["--max-tokens-with-decodes", "lots"], "invalid token count value"),
+                       (["--kv-cache-memory", "lots"], "invalid size value"),
+                       (["--cuda-graph-sizes", "a,b"], "invalid integer list value")):
+        res = run_cli("serve", *argv)
+        assert res.returncode == 2 and kind in res.stderr and "parse_" not in res.stderr, res
+
+
 def test_bad_environment_value_exits_2():
     res = run_cli("serve", env={"EDGE_LLM_MAX_NUM_SEQS": "many"})
     assert res.returncode == 2
