@@ -6,7 +6,7 @@
 #   kernels/paged_decode.py PREFETCH; reads the context length and block table early, which
 #   no kernel of a forward writes).
 # Compiled for sm_90 on the CPU: the prefetches precede griddepcontrol.wait and the loops are
-# unchanged (tests/test_kernels_compile.py); the interpreter checks what they cover.
+# unchanged (tests/test_prefetch_compile.py); the interpreter checks what they cover.
 # Here: the PDL exactness test with both on (outputs equal to PDL off), then decode at batch
 # 1 / 2 / 4 with 0 / N / 0 / N: the GEMV at N = 4 and 32 (32: a whole 4,096-row split), the
 # attention at N = 1 (the scenario's contexts, 129-384 tokens, split in 64-token tiles).

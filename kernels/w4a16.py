@@ -65,7 +65,8 @@ from .splitk import reduce_partials
 from .w4a16_config import W4A16Config, auto_split, pick_config
 from .w4a16_dequant import dequantize_w4a16
 from .w4a16_dot import launch_dot, launch_gemv
-from .w4a16_gemv import gemv_prefetch, launch_gemv16
+from .w4a16_gemv import launch_gemv16
+from .w4a16_gemv_tile import gemv_prefetch
 from .w4a16_ref import (  # noqa: F401 - the references are part of this module's API
     PACK,
     PLANE_TILE,

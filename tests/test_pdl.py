@@ -104,23 +104,24 @@ def test_model_forward_declares_its_tokens(monkeypatch):
 
 
 def test_gemv_prefetch_flag(monkeypatch):
-    """``EDGE_LLM_GEMV_PREFETCH`` (kernels/w4a16_gemv.py): K tiles the one-row GEMV asks L2
+    """``EDGE_LLM_GEMV_PREFETCH`` (kernels/w4a16_gemv_tile.py): K tiles the one-row GEMV asks L2
     for before its PDL wait; 0 by default, powers of two only, a clear error otherwise (also
     from the launch itself for a bad count)."""
     gv = importlib.import_module("edge_llm.kernels.w4a16_gemv")
+    gt = importlib.import_module("edge_llm.kernels.w4a16_gemv_tile")
     try:
-        monkeypatch.delenv(gv.PREFETCH_ENV, raising=False)
+        monkeypatch.delenv(gt.PREFETCH_ENV, raising=False)
         pdl.prefetch_tiles.cache_clear()
-        assert gv.gemv_prefetch() == 0
+        assert gt.gemv_prefetch() == 0
         for text, want in (("0", 0), ("1", 1), ("4", 4), ("32", 32)):
-            monkeypatch.setenv(gv.PREFETCH_ENV, text)
+            monkeypatch.setenv(gt.PREFETCH_ENV, text)
             pdl.prefetch_tiles.cache_clear()
-            assert gv.gemv_prefetch() == want
+            assert gt.gemv_prefetch() == want
         for text in ("3", "-2", "yes", ""):
-            monkeypatch.setenv(gv.PREFETCH_ENV, text)
+            monkeypatch.setenv(gt.PREFETCH_ENV, text)
             pdl.prefetch_tiles.cache_clear()
             with pytest.raises(ValueError, match="EDGE_LLM_GEMV_PREFETCH must be 0 or a power"):
-                gv.gemv_prefetch()
+                gt.gemv_prefetch()
     finally:
         pdl.prefetch_tiles.cache_clear()
     x = torch.zeros(1, 256, dtype=torch.float16)

@@ -333,7 +333,7 @@ def case_w4a16_prefetch_lines():
     import triton
     import triton.language as tl
 
-    from edge_llm.kernels.w4a16_gemv import _prefetch_rows_cols
+    from edge_llm.kernels.w4a16_gemv_tile import _prefetch_rows_cols
 
     globals()["_prefetch_rows_cols"] = _prefetch_rows_cols  # a jit function's names are global
 
