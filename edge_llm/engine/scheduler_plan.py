@@ -70,6 +70,7 @@ class StepPlanner:
         self.step = step
         self.out = out
         self.budget = sched.config.max_num_batched_tokens  # tokens left to schedule this step
+        self.capped = 0  # budget taken away by max_tokens_with_decodes (_cap_with_decodes)
         self.slots_to_free: list[int] = []  # CPU slots of this step's swap-ins
 
     def fill(self) -> SchedulerOutput:
@@ -85,7 +86,8 @@ class StepPlanner:
         if self.slots_to_free:
             sched.swap_space.free(self.slots_to_free)
             self.slots_to_free = []
-        out.num_batched_tokens = sum(s.num_scheduled_tokens for s in out.scheduled)
+        out.num_batched_tokens = (sched.config.max_num_batched_tokens - self.capped
+                                  - self.budget)
         return out
 
     def _cap_with_decodes(self) -> None:
@@ -98,8 +100,9 @@ class StepPlanner:
         if not isinstance(cap, int) or cap <= 0 or not config.enable_chunked_prefill:
             return
         used = config.max_num_batched_tokens - self.budget
-        if 0 < used < cap:  # decodes alone past the cap: the step is over it anyway
-            self.budget = min(self.budget, cap - used)
+        if 0 < used < cap and cap - used < self.budget:  # decodes alone past it: left off
+            self.capped = self.budget - (cap - used)
+            self.budget = cap - used
 
     def _schedule_running(self, decodes: bool) -> None:
         step, chunked = self.step, self.sched.config.enable_chunked_prefill
