@@ -296,7 +296,7 @@ def test_capture_stats_and_release(monkeypatch):
 def test_capture_warms_up_through_the_first_layer_only(monkeypatch):
     """``capture_graph`` (unit, the CUDA calls stubbed): given the model, the eager run
     before the capture goes through its first layer only and the captured run through all
-    of them; without the model both run whole."""
+    of them; without the model, or with ``EDGE_LLM_WARMUP_LAYERS=all``, both run whole."""
     import contextlib
 
     import edge_llm.engine.cuda_graphs as cg
@@ -334,11 +334,25 @@ def test_capture_warms_up_through_the_first_layer_only(monkeypatch):
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
     model = FakeModel()
     forward = lambda: events.append(("forward", model.num_active_layers))  # noqa: E731
-    cg.capture_graph(forward, None, torch.device("cpu"), model)
-    assert events == [("forward", 1), "sync", "begin", ("forward", None), "end"]
-    events.clear()
-    cg.capture_graph(forward, None, torch.device("cpu"))
-    assert events == [("forward", None), "sync", "begin", ("forward", None), "end"]
+    monkeypatch.delenv(cg.WARMUP_LAYERS_ENV, raising=False)
+    cg.warmup_layers_all.cache_clear()
+    try:
+        cg.capture_graph(forward, None, torch.device("cpu"), model)
+        assert events == [("forward", 1), "sync", "begin", ("forward", None), "end"]
+        events.clear()
+        cg.capture_graph(forward, None, torch.device("cpu"))
+        assert events == [("forward", None), "sync", "begin", ("forward", None), "end"]
+        events.clear()
+        monkeypatch.setenv(cg.WARMUP_LAYERS_ENV, "all")  # the way back: every layer
+        cg.warmup_layers_all.cache_clear()
+        cg.capture_graph(forward, None, torch.device("cpu"), model)
+        assert events == [("forward", None), "sync", "begin", ("forward", None), "end"]
+        monkeypatch.setenv(cg.WARMUP_LAYERS_ENV, "2")
+        cg.warmup_layers_all.cache_clear()
+        with pytest.raises(ValueError, match="EDGE_LLM_WARMUP_LAYERS must be 1 or all, got '2'"):
+            cg.capture_graph(forward, None, torch.device("cpu"), model)
+    finally:
+        cg.warmup_layers_all.cache_clear()
 
 
 def test_capture_or_release(monkeypatch, caplog):

@@ -215,7 +215,7 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
                                 num_layers)
         seqs.append(meta.seq_lens.tolist())
         kv_dtypes.add(dtype)
-        assert len(kv) == num_layers == 1  # one layer's cache: the forward runs one layer
+        assert len(kv) == (num_layers or len(runner.model.model.layers))
         return kv, meta
 
     layer_calls = [0] * len(runner.model.model.layers)
@@ -242,3 +242,14 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
                        kv_dtype=torch.uint8)
     assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)]
     assert kv_dtypes == {torch.float32, torch.uint8}  # an fp8 cache's kernels warmed too
+    # EDGE_LLM_WARMUP_LAYERS=all: every layer, as before the one-layer warm-up
+    import edge_llm.engine.cuda_graphs as cg
+
+    monkeypatch.setenv(cg.WARMUP_LAYERS_ENV, "all")
+    cg.warmup_layers_all.cache_clear()
+    try:
+        layer_calls[:] = [0] * len(layer_calls)
+        sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 2)
+        assert layer_calls == [2] * len(layer_calls), layer_calls
+    finally:
+        cg.warmup_layers_all.cache_clear()

@@ -32,8 +32,11 @@ cuBLAS workspace per stream, allocated inside the capture and so kept in the poo
 from __future__ import annotations
 
 import bisect
+import contextlib
+import functools
 import gc
 import logging
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -45,6 +48,25 @@ from edge_llm.config import MAX_CUDA_GRAPH_SIZE
 from edge_llm.model.attention_metadata import AttentionMetadata
 
 logger = logging.getLogger(__name__)
+
+WARMUP_LAYERS_ENV = "EDGE_LLM_WARMUP_LAYERS"
+
+
+@functools.cache
+def warmup_layers_all() -> bool:
+    """``EDGE_LLM_WARMUP_LAYERS``: ``1`` (the default) runs the start-up's warm-up forwards
+    through the first decoder layer only, ``all`` through every layer (as before session
+    28: the way back should a model launch variants in later layers that the first does
+    not). Read once; any other value is an error."""
+    value = os.environ.get(WARMUP_LAYERS_ENV, "1")
+    if value not in ("1", "all"):
+        raise ValueError(f"{WARMUP_LAYERS_ENV} must be 1 or all, got {value!r}.")
+    return value == "all"
+
+
+def warmup_forward(model):
+    """The context of a warm-up forward of ``model`` (see ``warmup_layers_all``)."""
+    return contextlib.nullcontext() if warmup_layers_all() else model.first_layers(1)
 
 
 def _size_ladder():
@@ -85,11 +107,8 @@ def capture_graph(forward, pool, device: torch.device, model=None) -> torch.cuda
     stream.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
-        if model is None:
+        with contextlib.nullcontext() if model is None else warmup_forward(model):
             forward()
-        else:
-            with model.first_layers(1):
-                forward()
         stream.synchronize()
         # thread_local: other threads' CUDA calls (the server's) do not break capture
         graph.capture_begin(pool=pool, capture_error_mode="thread_local")

@@ -14,7 +14,7 @@ from edge_llm.config import SchedulerConfig
 from edge_llm.kernels import triton_enabled
 from edge_llm.model.full_forward import scratch_prefill
 
-from .cuda_graphs import DecodeGraphs
+from .cuda_graphs import DecodeGraphs, warmup_forward, warmup_layers_all
 from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
 from .probe_cache import cached_probes, probe_dir, probe_environment, source_digest
 
@@ -38,8 +38,9 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
     """One eager forward per ``WARMUP_TOKENS`` count up to ``max_tokens`` over a scratch
     cache, and one of two sequences, so that every Triton variant a prefill can need is
     compiled (or loaded from the cache directory) before serving. Each runs the first layer
-    only (``CausalLM.first_layers``): the others launch the same variants, and an eager
-    forward of a 7B costs ~45 ms of Python on the GPU host. CUDA with the Triton kernels
+    only (``CausalLM.first_layers``; ``EDGE_LLM_WARMUP_LAYERS=all``: every layer): the others
+    launch the same variants, and an eager forward of a 7B costs ~45 ms of Python on the GPU
+    host. CUDA with the Triton kernels
     only; returns the seconds spent. ``kv_dtype``: the KV cache's (default ``dtype``; an fp8
     cache's attention and K/V-write kernels are variants of their own)."""
     if device.type != "cuda" or not triton_enabled(device, dtype):
@@ -50,12 +51,13 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
     two = WARMUP_TWO_SEQUENCES
     if two <= max_tokens:
         steps.append((two, two // 2))
+    layers = None if warmup_layers_all() else 1
     for t, per_seq in steps:
         kv, meta = scratch_prefill(model, t, block_size, kv_dtype or dtype, device,
-                                   max_seq_len=per_seq, num_layers=1)
+                                   max_seq_len=per_seq, num_layers=layers)
         ids = torch.zeros(t, dtype=torch.int64, device=device)
         positions = torch.arange(t, device=device) % per_seq
-        with model.first_layers(1):  # every layer launches the same variants
+        with warmup_forward(model):  # every layer launches the same variants as the first
             hidden = model(ids, positions, kv, meta)
         model.compute_logits(hidden[-1:])
         del kv, hidden
