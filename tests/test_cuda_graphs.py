@@ -299,7 +299,7 @@ def test_capture_warms_up_through_the_first_layer_only(monkeypatch):
     of them; without the model, or with ``EDGE_LLM_WARMUP_LAYERS=all``, both run whole."""
     import contextlib
 
-    import edge_llm.engine.cuda_graphs as cg
+    import edge_llm.engine.graph_capture as cg
 
     events = []
 

@@ -243,7 +243,7 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
     assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)]
     assert kv_dtypes == {torch.float32, torch.uint8}  # an fp8 cache's kernels warmed too
     # EDGE_LLM_WARMUP_LAYERS=all: every layer, as before the one-layer warm-up
-    import edge_llm.engine.cuda_graphs as cg
+    import edge_llm.engine.graph_capture as cg
 
     monkeypatch.setenv(cg.WARMUP_LAYERS_ENV, "all")
     cg.warmup_layers_all.cache_clear()

@@ -70,12 +70,12 @@ from edge_llm.model.attention_metadata import AttentionMetadata
 
 from .cuda_graphs import (
     GraphStats,
-    capture_graph,
     capture_stats,
     padded_size,
     release_graphs,
     wants_prompt_logprobs,
 )
+from .graph_capture import capture_graph
 
 PREFILL_SIZES = (8, 16, 32, 64, 128, 256, 512)  # padded new-token counts, one graph each
 MIN_TOKENS = 2  # one-token steps are decode steps (cuda_graphs.py)

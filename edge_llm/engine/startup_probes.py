@@ -14,7 +14,8 @@ from edge_llm.config import SchedulerConfig
 from edge_llm.kernels import triton_enabled
 from edge_llm.model.full_forward import scratch_prefill
 
-from .cuda_graphs import DecodeGraphs, warmup_forward, warmup_layers_all
+from .cuda_graphs import DecodeGraphs
+from .graph_capture import warmup_forward, warmup_layers_all
 from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
 from .probe_cache import cached_probes, probe_dir, probe_environment, source_digest
 
