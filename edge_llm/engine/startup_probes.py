@@ -41,9 +41,9 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
     compiled (or loaded from the cache directory) before serving. Each runs the first layer
     only (``CausalLM.first_layers``; ``EDGE_LLM_WARMUP_LAYERS=all``: every layer): the others
     launch the same variants, and an eager forward of a 7B costs ~45 ms of Python on the GPU
-    host. CUDA with the Triton kernels
-    only; returns the seconds spent. ``kv_dtype``: the KV cache's (default ``dtype``; an fp8
-    cache's attention and K/V-write kernels are variants of their own)."""
+    host. CUDA with the Triton kernels only; returns the seconds spent. ``kv_dtype``: the KV
+    cache's (default ``dtype``; an fp8 cache's attention and K/V-write kernels are variants
+    of their own)."""
     if device.type != "cuda" or not triton_enabled(device, dtype):
         return 0.0
     start = time.perf_counter()
