@@ -168,6 +168,10 @@ class RequestTracker:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self._done: set[int] = set()
+        # the series observed with every token, looked up once per request
+        self._itl = metrics.itl.labels(model_name)
+        self._tpot = metrics.tpot.labels(model_name)
+        self._tokens = metrics.generation_tokens.labels(model_name)
 
     def observe(self, out: RequestOutput) -> None:
         now = time.perf_counter()
@@ -184,10 +188,10 @@ class RequestTracker:
             else:
                 per_token = (now - self.last) / new
                 for _ in range(new):
-                    m.itl.labels(model).observe(per_token)
-                    m.tpot.labels(model).observe(per_token)
+                    self._itl.observe(per_token)
+                    self._tpot.observe(per_token)
             self.completion_tokens += new
-            m.generation_tokens.labels(model).inc(new)
+            self._tokens.inc(new)
         self.last = now
         for c in out.outputs:
             if c.finish_reason is not None and c.index not in self._done:

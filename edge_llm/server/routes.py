@@ -43,8 +43,9 @@ def ctx_of(conn: ASGIConnection) -> ServerContext:
     return conn.app.state.ctx
 
 
-def require_api_key(conn: ASGIConnection, _: BaseRouteHandler) -> None:
-    """Guard of every /v1 route when ``api_key`` is set: ``Authorization: Bearer <key>``."""
+async def require_api_key(conn: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Guard of every /v1 route when ``api_key`` is set: ``Authorization: Bearer <key>``.
+    A coroutine: Litestar runs a plain function guard in a worker thread, a hop per request."""
     key = ctx_of(conn).config.api_key
     if not key:
         return
