@@ -18,3 +18,5 @@ unset PYTORCH_CUDA_ALLOC_CONF
 # the prefix scenario's cached first token (session 27: 7.1 ms, of which ~1.6 ms GPU): where
 # the host time goes
 grep -A 40 "cached + 24 new" $OUT/prof/profile_engine.txt | cut -c1-150
+# (session 29) the same step's device time by kernel (torch.profiler, 5 requests)
+grep -A 30 "under torch.profiler" $OUT/prof/profile_engine.txt | cut -c1-160

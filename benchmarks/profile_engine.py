@@ -6,8 +6,8 @@ Builds (or reuses) a random-weight AWQ checkpoint of the shape, then profiles
 1. ``LLM(...)`` construction (weights, tokenizer, memory profile, KV cache, CUDA graphs),
    cumulative time per function;
 2. prefill of a 1,000-token prompt (eager), the same with all but its last 24 tokens
-   cached (the e2e prefix scenario's first token: cumulative and own time), and 32 decode
-   steps, own time per function.
+   cached (the e2e prefix scenario's first token: cumulative and own time, then device time
+   by kernel under torch.profiler), and 32 decode steps, own time per function.
 Writes profile_engine.txt under --out and prints the top lines of each.
 """
 
@@ -30,6 +30,23 @@ def _stats(prof: cProfile.Profile, key: str, top: int) -> str:
     pstats.Stats(prof, stream=buf).strip_dirs().sort_stats(key).print_stats(
         r"^(?!<frozen)", top)
     return buf.getvalue()
+
+
+def _kernel_table(llm, prefix: list[int], one, n: int, top: int) -> str:
+    """The cached first token under torch.profiler: device time by kernel (CPU time by op
+    without a GPU), 5 requests."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for i in range(5):
+            llm.generate({"prompt_token_ids": prefix + [100 + i + j for j in range(24)]}, one,
+                         use_tqdm=False)
+    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    return (f"5 x {n - 24} cached + 24 new tokens under torch.profiler, by {key}:\n"
+            + prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=60))
 
 
 def _context(ckpt: Path) -> int:
@@ -93,6 +110,7 @@ def main() -> int:
                   f"forwards by path {dict(llm.engine.runner.step_paths)}")
     report.append(_stats(prof, "cumulative", args.top))
     report.append(_stats(prof, "tottime", args.top))
+    report.append(_kernel_table(llm, prefix, one, n, args.top))
     dec = SamplingParams(max_tokens=33, ignore_eos=True, temperature=0.0)
     llm.generate({"prompt_token_ids": [5, 6, 7, 8]}, dec, use_tqdm=False)  # warm
     prof = cProfile.Profile()
