@@ -6,6 +6,10 @@
 # 393 ms, 4,101 / 5,167 tok/s. With the cap the eager share at 32 / 64 should fall to ~0.
 # If auto wins on inter-token p99 without losing throughput or first tokens, it becomes the
 # server's default (edge_llm/flags.py).
+# Session 29's emulation (benchmarks/serving_host.py, BENCHMARKS.md): with the cap, first
+# token p50 1.4-2.3x sooner and throughput within 1.3% at 8-64 streams; inter-token p99 2-2.7x
+# lower at 32-64 streams but ~3x higher at 8-16 (more, shorter chunked steps). Look at p99 at
+# c=8 here too.
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
