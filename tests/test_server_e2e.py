@@ -126,3 +126,34 @@ def test_prompt_token_ids_and_batch(client, model):
                                   temperature=0)
     assert [c.index for c in r.choices] == [0, 1]
     assert r.usage.prompt_tokens == 8 and r.usage.completion_tokens == 6
+
+
+def test_assistant_prefill_is_continued(client, model):
+    """vLLM's continue_final_message (through the client's extra_body): the reply continues
+    the final assistant message instead of starting a new turn."""
+    prefill = [*QUESTION, {"role": "assistant", "content": "The capital of France is"}]
+    r = client.chat.completions.create(
+        model=model, messages=prefill, temperature=0, max_tokens=6,
+        extra_body={"add_generation_prompt": False, "continue_final_message": True})
+    assert "Paris" in r.choices[0].message.content
+    assert not r.choices[0].message.content.startswith("The capital")
+
+
+def test_echo_without_generation_scores_the_prompt(client, model):
+    """echo with max_tokens 0: the prompt's own logprobs, nothing generated (vLLM's prompt
+    scoring); they equal the prompt part of an echo with generation."""
+    prompt = "The capital of France is Paris"
+    r = client.completions.create(model=model, prompt=prompt, echo=True, max_tokens=0,
+                                  logprobs=1, temperature=0)
+    (choice,) = r.choices
+    assert choice.text == prompt and choice.finish_reason == "length"
+    assert r.usage.completion_tokens == 0 and r.usage.total_tokens == r.usage.prompt_tokens
+    lps = choice.logprobs
+    assert "".join(lps.tokens) == prompt and lps.token_logprobs[0] is None
+    assert len(lps.tokens) == r.usage.prompt_tokens
+    assert all(lp < 0 for lp in lps.token_logprobs[1:])
+    more = client.completions.create(model=model, prompt=prompt, echo=True, max_tokens=2,
+                                     logprobs=1, temperature=0).choices[0].logprobs
+    assert more.tokens[: len(lps.tokens)] == lps.tokens
+    assert more.token_logprobs[1: len(lps.tokens)] == pytest.approx(lps.token_logprobs[1:],
+                                                                   abs=1e-4)

@@ -59,8 +59,8 @@ class FakeEngine:
         self.aborted.append(request_id)
         self.active.pop(request_id, None)
 
-    def apply_chat_template(self, messages, add_generation_prompt: bool = True) -> str:
-        return apply_chat_template(self.tokenizer, messages, add_generation_prompt)
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, **kw) -> str:
+        return apply_chat_template(self.tokenizer, messages, add_generation_prompt, **kw)
 
     def stats(self) -> dict:
         used = sum(self.active.values())

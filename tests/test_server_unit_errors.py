@@ -52,6 +52,25 @@ _TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "o
     ({"messages": [{"role": "user", "content": "x"},
                    {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function"}]}]},
      400, "messages[1].tool_calls"),
+    # vLLM's chat extras that are not served, or cannot go together
+    ({"messages": [{"role": "user", "content": "x"}], "echo": True}, 400, "echo"),
+    ({"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ x }}"}, 400,
+     "chat_template"),
+    ({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 1}, 400,
+     "prompt_logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "continue_final_message": True}, 400,
+     "continue_final_message"),
+    ({"messages": [{"role": "user", "content": "x"}],
+      "chat_template_kwargs": {"add_generation_prompt": False}}, 400, "chat_template_kwargs"),
+    # as OpenAI and vLLM: stream options only with stream
+    ({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": True}},
+     400, "stream_options"),
+    # a missing required field is named
+    ({}, 400, "messages"),
+    ({"model": "fake-model"}, 400, "messages"),
+    # the field that asked for too many tokens is named
+    ({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 10**6}, 400,
+     "max_completion_tokens"),
 ])
 async def test_chat_invalid_values_are_openai_errors(fake_tokenizer, token_scripts, body, status,
                                                      param):
@@ -74,11 +93,15 @@ async def test_chat_invalid_values_are_openai_errors(fake_tokenizer, token_scrip
     ({"prompt": "x", "best_of": 3}, "best_of"),
     ({"prompt": "x", "n": 2, "best_of": 1}, "best_of"),
     ({"prompt": "x " * 300}, "prompt"),
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),  # allowed with echo only
+    ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+    ({"prompt": "x", "prompt_logprobs": 2}, "prompt_logprobs"),
+    ({"max_tokens": 2}, "prompt"),
 ])
 async def test_completion_invalid_values(fake_tokenizer, token_scripts, body, param):
     async with AsyncTestClient(make_app(FakeEngine(fake_tokenizer, token_scripts))) as c:
         err = assert_error(await c.post("/v1/completions", json=body), 400, param)
-    if body["prompt"] == "x " * 300:
+    if body.get("prompt") == "x " * 300:
         assert "256" in err["message"] and "301" in err["message"]
 
 
@@ -112,7 +135,8 @@ async def test_malformed_bodies_routes_and_size_are_openai_errors(fake_tokenizer
         assert_error(await c.post("/v1/chat/completions", content=deep, headers=raw), 400)
         big = json.dumps({"prompt": "x" * 10000}).encode()
         assert_error(await c.post("/v1/completions", content=big, headers=raw), 413)
-        assert_error(await c.get("/v1/nothing-here"), 404)
+        err = assert_error(await c.get("/v1/nothing-here"), 404)
+        assert err["type"] == "invalid_request_error"  # OpenAI's type for a 404
         err = assert_error(await c.get("/v1/chat/completions"), 405)
         assert "method" in err["message"].lower()
         assert_error(await c.delete("/health"), 405)

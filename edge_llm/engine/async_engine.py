@@ -135,9 +135,10 @@ class AsyncEngine:
         await self._call(self.engine.abort, request_id)
 
     def apply_chat_template(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
-        return apply_chat_template(self.tokenizer, messages, add_generation_prompt)
+        """The prompt text; ``kwargs``: ``continue_final_message`` and template variables."""
+        return apply_chat_template(self.tokenizer, messages, add_generation_prompt, **kwargs)
 
     def stats(self) -> dict:
         return self.engine.stats()

@@ -23,7 +23,7 @@ _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
-    404: "not_found_error",
+    404: "invalid_request_error",  # OpenAI's type for an unknown model or route
     405: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
@@ -83,7 +83,11 @@ def _validation_error(exc: ValidationException) -> OpenAIError:
         if not isinstance(item, dict):
             continue
         key, msg = item.get("key"), str(item.get("message", ""))
-        if key == "data":  # the body itself: empty, or not a JSON object
+        if key == "data":  # the body itself: a required field missing, or not an object
+            missing = re.search(r"missing required field `([^`]+)`", msg)
+            if missing:
+                return bad_request(f"Missing required field '{missing.group(1)}'.",
+                                   missing.group(1))
             return bad_request("The request body must be a JSON object.", None)
         if key:
             return bad_request(f"Invalid value for '{key}': {msg}.", str(key))

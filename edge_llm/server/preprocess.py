@@ -78,15 +78,17 @@ def messages_to_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
 
 
 def render_chat(engine: Any, messages: list[dict], template: str | None,
-                add_generation_prompt: bool) -> str:
-    """The chat prompt text: ``template`` if given, else the engine's (tokenizer's) template."""
+                add_generation_prompt: bool, **kwargs: Any) -> str:
+    """The chat prompt text: ``template`` if given, else the engine's (tokenizer's) template.
+    ``kwargs``: ``continue_final_message`` and template variables."""
     try:
         if template is not None:
             return engine.tokenizer.apply_chat_template(
                 messages, chat_template=template, tokenize=False,
-                add_generation_prompt=add_generation_prompt,
+                add_generation_prompt=add_generation_prompt, **kwargs,
             )
-        return engine.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+        return engine.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                          **kwargs)
     except ValueError as exc:
         raise bad_request(str(exc), "messages") from exc
     except Exception as exc:  # jinja2 TemplateError: e.g. a template refusing a role order
@@ -94,9 +96,14 @@ def render_chat(engine: Any, messages: list[dict], template: str | None,
                           "messages") from exc
 
 
-def tokenize_text(tokenizer: Any, text: str) -> list[int]:
-    bos = getattr(tokenizer, "bos_token", None)
-    add = not (bos and text.startswith(bos))
+def tokenize_text(tokenizer: Any, text: str, add_special_tokens: bool | None = None
+                  ) -> list[int]:
+    """Token ids of ``text``; special tokens added as asked, by default unless the text
+    already starts with the BOS token."""
+    add = add_special_tokens
+    if add is None:
+        bos = getattr(tokenizer, "bos_token", None)
+        add = not (bos and text.startswith(bos))
     return list(tokenizer.encode(text, add_special_tokens=add))
 
 
@@ -128,8 +135,9 @@ def _check_ids(tokenizer: Any, ids: list, where: str) -> list[int]:
 
 
 def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int,
-                  param: str) -> int:
-    """``max_tokens`` to use: the room left when None; 400 when prompt + output do not fit."""
+                  param: str, max_param: str = "max_tokens") -> int:
+    """``max_tokens`` to use: the room left when None; 400 when prompt + output do not fit
+    (naming ``param``, the prompt's field, or ``max_param``, the one that asked for it)."""
     if prompt_len >= max_model_len:
         raise bad_request(
             f"This model's maximum context length is {max_model_len} tokens, but the prompt "
@@ -141,7 +149,7 @@ def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int,
             f"This model's maximum context length is {max_model_len} tokens. However, you "
             f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
             f"{max_tokens} in the completion). Please reduce the length of the prompt or "
-            f"max_tokens.", "max_tokens")
+            f"{max_param}.", max_param)
     return max_tokens
 
 
@@ -185,9 +193,32 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
         raise bad_request(f"Invalid sampling parameters: {exc}", None) from exc
 
 
+def check_common(req: SamplingFields) -> None:
+    """What both endpoints refuse: stream options without streaming (as OpenAI and vLLM do)
+    and vLLM's prompt logprobs (not served; the completions endpoint's ``echo`` with
+    ``logprobs`` gives them)."""
+    if req.stream_options is not None and not req.stream:
+        raise bad_request("stream_options can only be set when stream is true.",
+                          "stream_options")
+    if req.prompt_logprobs is not None:
+        raise bad_request("prompt_logprobs is not supported: use the completions endpoint "
+                          "with echo and logprobs.", "prompt_logprobs")
+
+
 def check_chat_features(req: ChatCompletionRequest) -> None:
-    """Refuse what would change the answer and is not served: structured (JSON) output and
-    tool calling. ``tool_choice: "none"`` asks for a plain reply, which is what comes back."""
+    """Refuse what would change the answer and is not served: structured (JSON) output, tool
+    calling, vLLM's chat ``echo`` and a per-request template. ``tool_choice: "none"`` asks for
+    a plain reply, which is what comes back."""
+    check_common(req)
+    if req.echo:
+        raise bad_request("echo is not supported on the chat endpoint.", "echo")
+    if req.chat_template is not None:
+        raise bad_request("A per-request chat_template is not accepted: start the server with "
+                          "--chat-template instead.", "chat_template")
+    if req.continue_final_message and req.add_generation_prompt:
+        raise bad_request("continue_final_message and add_generation_prompt cannot both be "
+                          "true: set add_generation_prompt to false to continue the final "
+                          "message.", "continue_final_message")
     fmt = req.response_format
     if fmt is not None and fmt.type != "text":
         raise bad_request(f"response_format type {fmt.type!r} is not supported: this server "
@@ -203,8 +234,16 @@ def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
                 ) -> tuple[Prompt, SamplingParams]:
     check_chat_features(req)
     messages = messages_to_dicts(req.messages)
-    text = render_chat(engine, messages, template, req.add_generation_prompt)
-    prompt = Prompt(tokenize_text(engine.tokenizer, text), text)
+    extra: dict[str, Any] = dict(req.chat_template_kwargs or {})
+    for name in ("add_generation_prompt", "continue_final_message", "chat_template",
+                 "messages", "tokenize"):
+        if name in extra:
+            raise bad_request(f"chat_template_kwargs must not set {name!r}.",
+                              "chat_template_kwargs")
+    if req.continue_final_message:
+        extra["continue_final_message"] = True
+    text = render_chat(engine, messages, template, req.add_generation_prompt, **extra)
+    prompt = Prompt(tokenize_text(engine.tokenizer, text, req.add_special_tokens), text)
     if not prompt.token_ids:
         raise bad_request("The rendered chat prompt is empty.", "messages")
     if req.top_logprobs is not None and not req.logprobs:
@@ -216,7 +255,8 @@ def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     if asked == 0:
         raise bad_request(f"{param} must be at least 1, got 0.", param)
-    max_tokens = check_context(len(prompt.token_ids), asked, engine.max_model_len, "messages")
+    max_tokens = check_context(len(prompt.token_ids), asked, engine.max_model_len, "messages",
+                               param)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     return prompt, sampling_params(req, engine.tokenizer, max_tokens=max_tokens,
                                    logprobs=logprobs)
@@ -224,7 +264,10 @@ def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
 
 def completion_inputs(req: CompletionRequest, engine: Any
                       ) -> tuple[list[Prompt], list[SamplingParams]]:
-    """One (prompt, params) per prompt; params differ only in the ``max_tokens`` left."""
+    """One (prompt, params) per prompt; params differ only in the ``max_tokens`` left.
+    ``echo`` with ``max_tokens`` 0 scores the prompt (vLLM's echo without generation): one
+    token is generated, and the response leaves it out."""
+    check_common(req)
     if req.suffix:
         raise bad_request("suffix is not supported.", "suffix")
     if req.best_of is not None and req.best_of != req.n:
@@ -232,11 +275,12 @@ def completion_inputs(req: CompletionRequest, engine: Any
                           f"than are returned is not supported, got {req.best_of}.", "best_of")
     if req.logprobs is not None and req.logprobs > 20:
         raise bad_request(f"logprobs must be in [0, 20], got {req.logprobs}.", "logprobs")
-    if req.max_tokens == 0:
-        raise bad_request("max_tokens must be at least 1, got 0.", "max_tokens")
+    if req.max_tokens == 0 and not req.echo:
+        raise bad_request("max_tokens must be at least 1, got 0 (0 is allowed with echo, to "
+                          "score the prompt).", "max_tokens")
     prompts = completion_prompts(engine.tokenizer, req.prompt)
     prompt_lp = req.logprobs if (req.echo and req.logprobs is not None) else None
-    max_tokens = 16 if req.max_tokens is None else req.max_tokens  # OpenAI's default here
+    max_tokens = 16 if req.max_tokens is None else max(req.max_tokens, 1)  # OpenAI's default
     params = []
     for p in prompts:
         mt = check_context(len(p.token_ids), max_tokens, engine.max_model_len, "prompt")

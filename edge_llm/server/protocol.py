@@ -38,51 +38,80 @@ class ResponseFormat(Struct):
     type: str  # "text" is served; "json_object" / "json_schema" are refused
 
 
-class StreamOptions(Struct):
-    include_usage: bool = False
-    continuous_usage_stats: bool = False
+_NULL_DEFAULTS: dict[type, tuple[tuple[str, Any], ...]] = {}
 
 
-class SamplingFields(Struct, kw_only=True):
+class _Request(Struct, kw_only=True):
+    """OpenAI's optional fields may be sent as ``null``: such a field takes its default.
+    (Fields whose default is not None are typed ``T | None`` for that; after decoding they
+    never hold None.)"""
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        defaults = _NULL_DEFAULTS.get(cls)
+        if defaults is None:
+            defaults = _NULL_DEFAULTS[cls] = tuple(
+                (f.name, f.default) for f in msgspec.structs.fields(cls)
+                if f.default is not None and f.default is not msgspec.NODEFAULT)
+        for name, default in defaults:
+            if getattr(self, name) is None:
+                setattr(self, name, default)
+
+
+class StreamOptions(_Request):
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
+class SamplingFields(_Request, kw_only=True):
     """Fields shared by both endpoints, named as OpenAI and vLLM name them."""
 
     model: str | None = None
     max_tokens: Count | None = None
     temperature: float | None = None
     top_p: float | None = None
-    n: Count = 1
-    stream: bool = False
+    n: Count | None = 1
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: Int64 | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    presence_penalty: float | None = 0.0
+    frequency_penalty: float | None = 0.0
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     # vLLM's extra sampling fields
     top_k: Int64 | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
-    min_tokens: Count = 0
-    ignore_eos: bool = False
+    min_tokens: Count | None = 0
+    ignore_eos: bool | None = False
     stop_token_ids: list[Int64] | None = None
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool | None = True
+    include_stop_str_in_output: bool | None = False
+    # vLLM's prompt logprobs (not served: read to refuse them)
+    prompt_logprobs: Int64 | None = None
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
     messages: list[ChatMessage]
     max_completion_tokens: Count | None = None
-    logprobs: bool = False
+    logprobs: bool | None = False
     top_logprobs: Count | None = None
-    add_generation_prompt: bool = True
-    # OpenAI fields that change what must come back; read so that preprocess can refuse
-    # what this server cannot honour instead of ignoring it
+    add_generation_prompt: bool | None = True
+    # vLLM's chat extras: continue the final (assistant) message instead of opening a new
+    # one; variables for the chat template; special tokens added on top of the template's
+    continue_final_message: bool | None = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_special_tokens: bool | None = None
+    # OpenAI and vLLM fields that change what must come back; read so that preprocess can
+    # refuse what this server cannot honour instead of ignoring it
     response_format: ResponseFormat | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
     functions: list[Any] | None = None
     function_call: Any = None
+    echo: bool | None = False
+    chat_template: str | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -90,7 +119,7 @@ class CompletionRequest(SamplingFields, kw_only=True):
     # msgspec allows one array type per union, so the element kinds are checked in preprocess
     prompt: str | list[str | Int64 | list[Int64]]
     logprobs: Count | None = None
-    echo: bool = False
+    echo: bool | None = False
     suffix: str | None = None
     best_of: Count | None = None
 

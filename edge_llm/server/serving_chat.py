@@ -62,9 +62,11 @@ async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
     finally:
         if not streaming:
             ticket.release()
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    opts = req.stream_options
+    include_usage = bool(opts and opts.include_usage)
+    continuous = bool(include_usage and opts and opts.continuous_usage_stats)
     chunks = _chunks(outputs, request_id, created, model, params.n, ctx.token_texts(engine),
-                     top, include_usage, prompt, request)
+                     top, (include_usage, continuous), prompt, request)
     return sse_response(sse_events(chunks, ticket.release), [chunks, outputs], ticket.release)
 
 
@@ -83,19 +85,26 @@ def _completion(final: RequestOutput, request_id: str, created: int, model: str,
 async def _chunks(
     outputs: AsyncIterator[RequestOutput],
     request_id: str, created: int, model: str, n: int, texts: TokenTexts, top: int | None,
-    include_usage: bool, prompt: Prompt, request: Request,
+    usage_opts: tuple[bool, bool], prompt: Prompt, request: Request,
 ) -> AsyncIterator[ChatCompletionChunk]:
     """Role chunk per choice, content deltas, ``finish_reason`` on each choice's last chunk,
-    then (``include_usage``) a chunk with no choices carrying ``usage``."""
+    then (``include_usage``, the first of ``usage_opts``) a chunk with no choices carrying
+    ``usage``; with the second (vLLM's ``continuous_usage_stats``) every chunk carries the
+    usage so far."""
+    include_usage, continuous = usage_opts
+    completion_tokens = 0
 
     def chunk(choice: ChatChunkChoice) -> ChatCompletionChunk:
-        return ChatCompletionChunk(request_id, created, model, [choice])
+        usage = None
+        if continuous:
+            n = len(prompt.token_ids)
+            usage = Usage(n, completion_tokens, n + completion_tokens)
+        return ChatCompletionChunk(request_id, created, model, [choice], usage=usage)
 
     for i in range(n):
         yield chunk(ChatChunkChoice(i, Delta(role="assistant", content="")))
     finished: set[int] = set()
     last: RequestOutput | None = None
-    completion_tokens = 0
     try:
         async for out in outputs:
             last = out

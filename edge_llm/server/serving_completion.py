@@ -17,7 +17,7 @@ from .context import ServerContext, record_usage, until_disconnect
 from .generation import collect, generate_one, merged
 from .logprobs import TokenTexts, completion_logprobs, merge_completion_logprobs
 from .preprocess import Prompt, check_model, completion_inputs
-from .protocol import Completion, CompletionChoice, CompletionLogprobs, CompletionRequest
+from .protocol import Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Usage
 from .serving_chat import usage_of
 from .sse import prime, sse_events, sse_response
 
@@ -38,7 +38,7 @@ async def completions(ctx: ServerContext, req: CompletionRequest, request: Reque
         ]
         if not req.stream:
             finals = await until_disconnect(request, collect(streams))
-            usage = usage_of(finals)
+            usage = view.usage(finals)
             record_usage(request, usage.prompt_tokens, usage.completion_tokens)
             choices = [view.whole_choice(i, f, c) for i, f in enumerate(finals) for c in f.outputs]
             choices.sort(key=lambda ch: ch.index)
@@ -49,8 +49,10 @@ async def completions(ctx: ServerContext, req: CompletionRequest, request: Reque
     finally:
         if not streaming:
             ticket.release()
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    chunks = _chunks(outputs, view, base_id, created, model, include_usage, request)
+    opts = req.stream_options
+    include_usage = bool(opts and opts.include_usage)
+    chunks = _chunks(outputs, view, base_id, created, model, include_usage,
+                     bool(include_usage and opts and opts.continuous_usage_stats), request)
     return sse_response(sse_events(chunks, ticket.release), [chunks, outputs], ticket.release)
 
 
@@ -60,6 +62,8 @@ class _View:
     def __init__(self, req: CompletionRequest, prompts: list[Prompt], texts: TokenTexts) -> None:
         self.n = req.n
         self.echo = req.echo
+        # echo with max_tokens 0: the prompt alone (its one generated token is left out)
+        self.prompt_only = bool(req.echo and req.max_tokens == 0)
         self.top = req.logprobs
         self.prompts = prompts
         self.texts = texts
@@ -77,9 +81,24 @@ class _View:
         assert self.top is not None
         return completion_logprobs(self.texts, ids, lps[: len(ids)], self.top, 0)
 
+    def usage(self, outs: list[RequestOutput]) -> Usage:
+        usage = usage_of(outs)
+        if self.prompt_only:
+            usage.completion_tokens, usage.total_tokens = 0, usage.prompt_tokens
+        return usage
+
     def whole_choice(self, i: int, final: RequestOutput, c: CompletionOutput) -> CompletionChoice:
+        if self.prompt_only:
+            return self.prompt_choice(i, c, final)
         return self.piece(i, c, first=True, text=c.text, token_ids=c.token_ids,
                           logprobs=c.logprobs, offset=0, out=final)
+
+    def prompt_choice(self, i: int, c: CompletionOutput, out: RequestOutput) -> CompletionChoice:
+        """The echoed prompt alone, finished by length (echo with max_tokens 0)."""
+        choice = self.piece(i, c, first=True, text="", token_ids=[], logprobs=[], offset=0,
+                            out=out)
+        choice.finish_reason = "length"
+        return choice
 
     def piece(self, i: int, c: CompletionOutput, *, first: bool, text: str,
               token_ids: list[int], logprobs: list | None, offset: int,
@@ -101,7 +120,11 @@ class _View:
 
 async def _chunks(outputs: AsyncIterator[tuple[int, RequestOutput]], view: _View,
                   base_id: str, created: int, model: str, include_usage: bool,
-                  request: Request) -> AsyncIterator[Completion]:
+                  continuous_usage: bool, request: Request) -> AsyncIterator[Completion]:
+    """A chunk per choice's new text (the echoed prompt first), ``finish_reason`` on each
+    choice's last chunk, then (``include_usage``) a chunk with no choices carrying the usage
+    of all prompts; ``continuous_usage`` (vLLM's ``continuous_usage_stats``) adds each chunk's
+    prompt's usage so far to it."""
     started: set[int] = set()
     finished: set[int] = set()
     offsets: dict[int, int] = {}  # characters sent so far per choice (logprobs text_offset)
@@ -115,17 +138,24 @@ async def _chunks(outputs: AsyncIterator[tuple[int, RequestOutput]], view: _View
                 newly_done = c.finish_reason is not None and index not in finished
                 if not (c.text_delta or c.token_ids_delta or newly_done or (first and view.echo)):
                     continue
+                if view.prompt_only and not newly_done:
+                    continue
                 started.add(index)
                 if newly_done:
                     finished.add(index)
-                choice = view.piece(i, c, first=first, text=c.text_delta,
-                                    token_ids=c.token_ids_delta, logprobs=c.logprobs_delta,
-                                    offset=offsets.get(index, 0), out=out, finish=newly_done)
+                if view.prompt_only:
+                    choice = view.prompt_choice(i, c, out)
+                else:
+                    choice = view.piece(i, c, first=first, text=c.text_delta,
+                                        token_ids=c.token_ids_delta, logprobs=c.logprobs_delta,
+                                        offset=offsets.get(index, 0), out=out,
+                                        finish=newly_done)
                 offsets[index] = offsets.get(index, 0) + len(choice.text)
-                yield Completion(base_id, created, model, [choice], None)
+                usage = view.usage([out]) if continuous_usage else None
+                yield Completion(base_id, created, model, [choice], usage)
     finally:
-        done = list(lasts.values())
-        record_usage(request, sum(len(o.prompt_token_ids) for o in done),
-                     sum(len(c.token_ids) for o in done for c in o.outputs))
+        if lasts:
+            usage = view.usage(list(lasts.values()))
+            record_usage(request, usage.prompt_tokens, usage.completion_tokens)
     if include_usage and lasts:
-        yield Completion(base_id, created, model, [], usage_of(list(lasts.values())))
+        yield Completion(base_id, created, model, [], view.usage(list(lasts.values())))
