@@ -43,6 +43,9 @@ class SamplingParams:
     detokenize: bool = True
     # filled in by the engine: eos and model-generation-config stop ids
     all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
+    # filled in by the engine: the model's EOS ids, kept from being sampled while fewer than
+    # min_tokens are out, with ignore_eos too (as vLLM does)
+    eos_token_ids: set[int] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -54,6 +57,8 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids or [])
         if self.top_k == 0:
             self.top_k = -1
+        if self.seed == -1:  # vLLM's "no seed"
+            self.seed = None
         if self.logit_bias:
             self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
         self._verify()
@@ -63,6 +68,11 @@ class SamplingParams:
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"{name} {why}, got {getattr(self, name)!r}.")
 
+        for name in ("presence_penalty", "frequency_penalty", "repetition_penalty",
+                     "temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise bad(name, "must be a number")
         if not isinstance(self.n, int) or self.n < 1:
             raise bad("n", "must be an integer >= 1")
         if self.n > 128:
@@ -70,8 +80,8 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 raise bad(name, "must be in [-2, 2]")
-        if not 0.0 < self.repetition_penalty <= 2.0:
-            raise bad("repetition_penalty", "must be in (0, 2]")
+        if not 0.0 < self.repetition_penalty < float("inf"):
+            raise bad("repetition_penalty", "must be a finite number > 0")
         if not 0.0 <= self.temperature <= 100.0:
             raise bad("temperature", "must be in [0, 100]")
         if not 0.0 < self.top_p <= 1.0:
@@ -100,6 +110,8 @@ class SamplingParams:
             raise bad("stop", "must hold non-empty strings")
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "must hold non-negative integers")
+        if not self.detokenize and self.stop:
+            raise ValueError("stop strings need detokenize=True (the text is what they match).")
         for tok, bias in (self.logit_bias or {}).items():
             if tok < 0:
                 raise ValueError(f"logit_bias keys must be token ids >= 0, got {tok}.")

@@ -129,11 +129,30 @@ class LLM:
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         use_tqdm: bool = True,
         add_generation_prompt: bool = True,
+        *,
+        chat_template: str | None = None,
+        continue_final_message: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
-        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        """Chat with one conversation or several, as vLLM's ``LLM.chat``: ``chat_template``
+        overrides the tokenizer's, ``continue_final_message`` continues the last (assistant)
+        message instead of opening a new turn (``add_generation_prompt`` must then be
+        False), ``tools`` and ``chat_template_kwargs`` are passed to the template."""
+        if not messages:
+            raise ValueError("messages must hold at least one message or conversation.")
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("continue_final_message and add_generation_prompt cannot both be "
+                             "True.")
+        conversations = [messages] if isinstance(messages[0], dict) else messages
+        extra = dict(chat_template_kwargs or {})
+        extra.update(chat_template=chat_template, tools=tools)
+        if continue_final_message:
+            extra["continue_final_message"] = True
         prompts = []
         for conv in conversations:
-            text = apply_chat_template(self.engine.tokenizer, conv, add_generation_prompt)
+            text = apply_chat_template(self.engine.tokenizer, conv, add_generation_prompt,
+                                       **extra)
             ids = self.engine.tokenizer.encode(text, add_special_tokens=False)
             prompts.append({"prompt": text, "prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm)

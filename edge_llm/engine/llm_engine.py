@@ -94,16 +94,13 @@ class LLMEngine:
             self.runner.plan.num_cpu_blocks,
         )
         self.requests: dict[str, RequestState] = {}
-        self.async_output = (config.async_output_proc if config.async_output_proc is not None
-                             else self.runner.device.type == "cuda")
+        on_gpu = self.runner.device.type == "cuda"
+        self.async_output = on_gpu if config.async_output_proc is None else config.async_output_proc
         self._in_flight = None  # (SchedulerOutput, PendingStep) of the step launched last
         self.run_ahead = self.async_output and (
-            config.decode_run_ahead if config.decode_run_ahead is not None
-            else self.runner.device.type == "cuda")
+            on_gpu if config.decode_run_ahead is None else config.decode_run_ahead)
         self.ahead_steps = Counter()  # run-ahead steps: "adopted" / "dropped"
-        self.sleep_level = 0
-        self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
+        self.sleep_level = self.prompt_tokens_total = self.generation_tokens_total = 0
 
     def _load(self, model: str, progress: bool = True):
         mc = self.config.model
@@ -160,13 +157,20 @@ class LLMEngine:
                 f"This model's maximum context length is {self.max_model_len} tokens, but the "
                 f"prompt has {len(ids)} tokens."
             )
+        for name, toks in (("logit_bias", params.logit_bias or {}),
+                           ("stop_token_ids", params.stop_token_ids)):
+            if outside := sorted(t for t in toks if t >= vocab):  # else the step would fail
+                raise ValueError(f"{name} holds token id(s) {outside[:5]}, outside [0, {vocab}).")
         params = params.clone()
+        params.eos_token_ids = set(self.eos_token_ids)
         if not params.ignore_eos:
             params.all_stop_token_ids |= self.eos_token_ids
         arrival = arrival_time or time.time()
         self.scheduler.add_request(request_id, ids, params, arrival)
         req = RequestState(request_id, text, ids, params, RequestMetrics(arrival_time=arrival),
                        final_only=final_only)
+        if params.prompt_logprobs is not None:
+            req.prompt_logprobs = [None]  # the first prompt token has none (also if it is alone)
         self.requests[request_id] = req
         self.prompt_tokens_total += len(ids)
 
@@ -243,9 +247,7 @@ class LLMEngine:
             req = self.requests.get(rows[seq_id].request_id)
             if req is None:
                 continue
-            if req.prompt_logprobs is None:
-                req.prompt_logprobs = [None]
-            for pos, lp in enumerate(lps, start=first):
+            for pos, lp in enumerate(lps, start=first):  # [None] at first (add_request)
                 if pos == len(req.prompt_logprobs):
                     req.prompt_logprobs.append(lp)
 
@@ -295,7 +297,8 @@ class LLMEngine:
         stopped_by_token = (
             seq.status == SequenceStatus.FINISHED_STOPPED and token in seq.stop_token_ids
         )
-        delta = choice.detok.add([token], stop_terminated=stopped_by_token)
+        delta = choice.detok.add([token], stop_terminated=stopped_by_token) if (
+            req.params.detokenize) else ""
         if req.params.logprobs is not None:
             lp = result.logprobs.get(seq.seq_id) or {}
             out.logprobs.append(lp)
@@ -303,8 +306,11 @@ class LLMEngine:
             out.cumulative_logprob += result.sampled_logprobs.get(seq.seq_id, 0.0)
         if choice.detok.finished and not seq.status.is_finished:
             self.scheduler.finish(seq, SequenceStatus.FINISHED_STOPPED, choice.detok.stop_reason)
+        elif choice.detok.finished and seq.status == SequenceStatus.FINISHED_LENGTH:
+            # with the last allowed token: a stop, as vLLM reports it
+            seq.status, seq.stop_reason = SequenceStatus.FINISHED_STOPPED, choice.detok.stop_reason
         if seq.status.is_finished:
-            delta += choice.detok.flush()
+            delta += choice.detok.flush() if req.params.detokenize else ""
             choice.done = True
             out.finish_reason, out.stop_reason = finish_reason(seq)
         out.text = choice.detok.text

@@ -204,7 +204,7 @@ class Sampler:
             and p.presence_penalty == 0.0
             and not (
                 len(row.output_token_ids) < p.min_tokens
-                and (p.all_stop_token_ids or p.stop_token_ids)
+                and (p.all_stop_token_ids or p.stop_token_ids or p.eos_token_ids)
             )
         )
 

@@ -37,7 +37,8 @@ def _flat_index(
 
 def apply_bias_and_min_tokens(x: torch.Tensor, rows: list[SampleRow]) -> None:
     """In place on ``x [R, V]``: add each row's logit_bias; while a row has fewer than
-    ``min_tokens`` outputs, set its stop token ids (``all_stop_token_ids``) to -inf."""
+    ``min_tokens`` outputs, set its stop token ids (``all_stop_token_ids``, ``stop_token_ids``
+    and the model's EOS ids, which ``ignore_eos`` does not exempt) to -inf."""
     dev, vocab = x.device, x.shape[1]
     bias_rows = [i for i, r in enumerate(rows) if r.params.logit_bias]
     if bias_rows:
@@ -48,7 +49,8 @@ def apply_bias_and_min_tokens(x: torch.Tensor, rows: list[SampleRow]) -> None:
     min_rows = [i for i, r in enumerate(rows) if len(r.output_token_ids) < r.params.min_tokens]
     if min_rows:
         stops = [
-            sorted(set(rows[i].params.all_stop_token_ids) | set(rows[i].params.stop_token_ids))
+            sorted(set(rows[i].params.all_stop_token_ids) | set(rows[i].params.stop_token_ids)
+                   | rows[i].params.eos_token_ids)
             for i in min_rows
         ]
         r_idx, t_idx = _flat_index(min_rows, stops, vocab, "stop_token_ids", dev)

@@ -47,8 +47,10 @@ def load_tokenizer(path: Path, chat_template: str | None = None, *,
 def apply_chat_template(
     tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs
 ) -> str:
-    """Render messages to the prompt text; a model without a template gets a clear error."""
-    if not getattr(tokenizer, "chat_template", None):
+    """Render messages to the prompt text; a model without a template gets a clear error.
+    ``kwargs``: ``chat_template`` (overrides the tokenizer's), ``tools``,
+    ``continue_final_message`` and template variables."""
+    if not getattr(tokenizer, "chat_template", None) and not kwargs.get("chat_template"):
         raise ValueError(
             "This model's tokenizer has no chat template; pass one with --chat-template FILE "
             "or use the completions endpoint."

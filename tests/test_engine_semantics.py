@@ -1,0 +1,100 @@
+"""vLLM's offline semantics on the demo model: finish reasons, request validation that protects
+the rest of a batch, min_tokens with ignore_eos, prompt logprobs of a one-token prompt,
+LLM.chat's template options, and SamplingParams values vLLM accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_llm import LLM, SamplingParams
+from tests.engine_fixtures import demo_dir  # noqa: F401
+
+GREEDY = dict(temperature=0.0)
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def llm(demo_dir):  # noqa: F811
+    return LLM(str(demo_dir), max_model_len=256)
+
+
+def _idle(llm: LLM) -> bool:
+    st = llm.engine.stats()
+    return not llm.engine.has_unfinished() and st["num_free_blocks"] == st["num_total_blocks"]
+
+
+def test_stop_string_completed_by_the_last_allowed_token_is_a_stop(llm):
+    prompt = "Count: 1, 2, 3,"
+    for k in (2, 3, 5):
+        free = llm.generate([prompt], SamplingParams(max_tokens=k, ignore_eos=True, **GREEDY))
+        out = free[0].outputs[0]
+        last = llm.engine.tokenizer.decode(out.token_ids[-1:]).strip()
+        if not last or last in llm.engine.tokenizer.decode(out.token_ids[:-1]):
+            continue  # the stop would match earlier, or a whitespace token: try another k
+        stopped = llm.generate([prompt], SamplingParams(max_tokens=k, ignore_eos=True, stop=[last],
+                                                        **GREEDY))[0].outputs[0]
+        assert (stopped.finish_reason, stopped.stop_reason) == ("stop", last)
+        assert stopped.text == out.text[: out.text.rindex(last)]
+        break
+    else:
+        pytest.fail("no length with a usable last token")
+
+
+def test_out_of_vocab_ids_are_refused_before_the_batch_runs(llm):
+    vocab = llm.engine.loaded.arch.vocab_size
+    good = SamplingParams(max_tokens=4, **GREEDY)
+    for bad in (SamplingParams(max_tokens=4, logit_bias={vocab + 10: 1.0}),
+                SamplingParams(max_tokens=4, stop_token_ids=[vocab], min_tokens=2)):
+        with pytest.raises(ValueError, match=r"outside \[0, 49152\)"):
+            llm.generate(["Hello", "The sky is"], [good, bad])
+        assert _idle(llm)
+    assert len(llm.generate(["Hello"], good)[0].outputs[0].token_ids) == 4
+
+
+def test_min_tokens_holds_eos_back_with_ignore_eos_too(llm):
+    (eos,) = sorted(llm.engine.eos_token_ids)[:1]
+    params = SamplingParams(max_tokens=6, min_tokens=3, ignore_eos=True, logit_bias={eos: 100.0},
+                            **GREEDY)
+    ids = llm.generate(["Hi"], params)[0].outputs[0].token_ids
+    assert eos not in ids[:3] and ids[3:] == [eos] * 3
+
+
+def test_prompt_logprobs_of_a_one_token_prompt(llm):
+    out = llm.generate([{"prompt_token_ids": [504]}], SamplingParams(max_tokens=1,
+                                                                      prompt_logprobs=1))
+    assert out[0].prompt_logprobs == [None]
+    two = llm.generate([{"prompt_token_ids": [504, 33]}], SamplingParams(max_tokens=1,
+                                                                         prompt_logprobs=1))
+    assert two[0].prompt_logprobs[0] is None and 33 in two[0].prompt_logprobs[1]
+
+
+def test_chat_continues_the_final_message_and_takes_template_options(llm):
+    params = SamplingParams(max_tokens=4, **GREEDY)
+    prefill = [*QUESTION, {"role": "assistant", "content": "The capital of France is"}]
+    out = llm.chat(prefill, params, add_generation_prompt=False, continue_final_message=True)
+    assert out[0].prompt.endswith("assistant\nThe capital of France is")
+    assert "Paris" in out[0].outputs[0].text
+    template = ("{% if formal %}Dear model. {% endif %}{% for m in messages %}{{ m['content'] }}"
+                "{% endfor %}{% if tools %} [{{ tools | length }} tools]{% endif %} Answer:")
+    out = llm.chat(QUESTION, params, chat_template=template, chat_template_kwargs={"formal": True},
+                   tools=[{"type": "function", "function": {"name": "f"}}])
+    assert out[0].prompt == "Dear model. What is the capital of France? [1 tools] Answer:"
+    with pytest.raises(ValueError, match="cannot both be True"):
+        llm.chat(prefill, params, continue_final_message=True)
+    with pytest.raises(ValueError, match="at least one message"):
+        llm.chat([], params)
+    assert _idle(llm)
+
+
+def test_sampling_params_values_vllm_accepts_or_refuses(llm):
+    assert SamplingParams(seed=-1).seed is None  # vLLM's "no seed"
+    assert SamplingParams(repetition_penalty=2.5).repetition_penalty == 2.5
+    for kw, field in ((dict(repetition_penalty=0.0), "repetition_penalty"),
+                      (dict(repetition_penalty=float("inf")), "repetition_penalty"),
+                      (dict(temperature="0.5"), "temperature"),
+                      (dict(top_p=None), "top_p"),
+                      (dict(detokenize=False, stop=["x"]), "detokenize")):
+        with pytest.raises(ValueError, match=field):
+            SamplingParams(**kw)
+    out = llm.generate(["Hi"], SamplingParams(max_tokens=3, detokenize=False, **GREEDY))
+    assert out[0].outputs[0].text == "" and len(out[0].outputs[0].token_ids) == 3
