@@ -4,8 +4,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# {token_id: logprob}; the sampled token is always present, plus the top-k asked for
-Logprobs = list[dict[int, float]]
+
+class Logprob(float):
+    """One token's log probability, as vLLM's ``Logprob``: ``.logprob``, ``.rank`` (1 for the
+    most likely token; the sampled or prompt token's own rank, the top-k's 1..k) and
+    ``.decoded_token`` (the token's text). It is also the float itself, so arithmetic and
+    comparisons work on it directly."""
+
+    __slots__ = ("rank", "decoded_token")
+
+    def __new__(cls, logprob: float, rank: int | None = None,
+                decoded_token: str | None = None) -> Logprob:
+        obj = super().__new__(cls, logprob)
+        obj.rank = rank
+        obj.decoded_token = decoded_token
+        return obj
+
+    @property
+    def logprob(self) -> float:
+        return float(self)
+
+    def __reduce__(self):  # copies and pickles keep rank and text
+        return Logprob, (float(self), self.rank, self.decoded_token)
+
+    def __repr__(self) -> str:
+        return (f"Logprob(logprob={float(self)!r}, rank={self.rank!r}, "
+                f"decoded_token={self.decoded_token!r})")
+
+
+# {token_id: Logprob}; the sampled token is always present, plus the top-k asked for
+Logprobs = list[dict[int, Logprob]]
 
 
 @dataclass
@@ -53,6 +81,6 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool
-    prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     metrics: RequestMetrics | None = None
     num_cached_tokens: int = 0

@@ -98,3 +98,43 @@ def test_sampling_params_values_vllm_accepts_or_refuses(llm):
             SamplingParams(**kw)
     out = llm.generate(["Hi"], SamplingParams(max_tokens=3, detokenize=False, **GREEDY))
     assert out[0].outputs[0].text == "" and len(out[0].outputs[0].token_ids) == 3
+
+
+def test_logprobs_are_vllm_logprob_objects(llm):
+    """``.logprob``, ``.rank`` and ``.decoded_token`` as vLLM's Logprob, still usable as the
+    float itself; ranks agree with the full distribution."""
+    import copy
+    import pickle
+
+    import torch
+
+    from edge_llm.engine.sampler import compute_prompt_logprobs
+    from edge_llm.outputs import Logprob
+
+    out = llm.generate(["The capital of France is"],
+                       SamplingParams(max_tokens=4, logprobs=3, prompt_logprobs=2, seed=7))[0]
+    tok = llm.engine.tokenizer
+    for tid, lps in zip(out.outputs[0].token_ids, out.outputs[0].logprobs, strict=True):
+        assert tid in lps and len(lps) in (3, 4)
+        for other, lp in lps.items():
+            assert isinstance(lp, Logprob) and lp.logprob == float(lp) <= 0
+            assert lp.decoded_token == tok.decode([other], skip_special_tokens=False)
+        # the top 3 are ranks 1..3; the sampled token, if not among them, ranks below
+        by_rank = sorted(lps.values(), key=lambda lp: lp.rank)
+        assert [lp.rank for lp in by_rank][:3] == [1, 2, 3] and by_rank[-1].rank >= len(lps)
+        assert all(a >= b for a, b in zip(by_rank, by_rank[1:], strict=False))
+    assert out.outputs[0].cumulative_logprob == pytest.approx(
+        sum(lps[t] for t, lps in zip(out.outputs[0].token_ids, out.outputs[0].logprobs,
+                                     strict=True)), abs=1e-6)
+    assert out.prompt_logprobs[0] is None
+    for pid, lps in zip(out.prompt_token_ids[1:], out.prompt_logprobs[1:], strict=True):
+        assert lps[pid].decoded_token == tok.decode([pid], skip_special_tokens=False)
+    # the rank is the number of tokens more likely than it, plus one
+    logits = torch.randn(5, 40)
+    targets = [3, 17, 0, 39, 8]
+    for t, entry in enumerate(compute_prompt_logprobs(logits, targets, 2)):
+        assert entry[targets[t]].rank == int((logits[t] > logits[t, targets[t]]).sum()) + 1
+    lp = out.outputs[0].logprobs[0][out.outputs[0].token_ids[0]]
+    for clone in (copy.deepcopy(lp), pickle.loads(pickle.dumps(lp))):
+        assert (clone.logprob, clone.rank, clone.decoded_token) == (
+            lp.logprob, lp.rank, lp.decoded_token)

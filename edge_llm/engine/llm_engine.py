@@ -31,7 +31,7 @@ from edge_llm.sampling_params import SamplingParams
 
 from .detokenizer import IncrementalDetokenizer
 from .kv_cache import EXPANDABLE_ENV, use_expandable_segments
-from .request_state import Choice, RequestState, checked_token_ids, finish_reason
+from .request_state import Choice, RequestState, TokenNames, checked_token_ids, finish_reason
 from .runner import ModelRunner, RunnerOutput
 from .scheduler import Scheduler
 from .scheduler_ahead import ahead_matches, plan_ahead
@@ -70,15 +70,15 @@ class LLMEngine:
         self.loaded = self._load(model)
         arch = self.loaded.arch
         self.max_model_len = self._resolve_max_model_len()
-        self.config = config = replace(
-            config, scheduler=replace(config.scheduler, max_model_len=self.max_model_len)
-        )
+        self.config = config = replace(config, scheduler=replace(
+            config.scheduler, max_model_len=self.max_model_len))
         # after the weights, not beside them: on a thread its imports held the GIL against the
         # loader's many small GPU ops (weight load 8.4 s instead of ~5 s on the H200)
         self.tokenizer = load_tokenizer(self.loaded.path, mc.chat_template)
         gen_file = self.loaded.path / "generation_config.json"
         gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
         self.eos_token_ids = eos_token_ids(self.tokenizer, arch.eos_token_ids, gen)
+        self.token_names = TokenNames(self.tokenizer)  # Logprob.decoded_token
         self.model_name = _model_name(model, mc.model is None)
         self.runner = ModelRunner(self.loaded, config.cache, config.scheduler, seed=mc.seed,
                                   enforce_eager=config.enforce_eager,
@@ -249,7 +249,7 @@ class LLMEngine:
                 continue
             for pos, lp in enumerate(lps, start=first):  # [None] at first (add_request)
                 if pos == len(req.prompt_logprobs):
-                    req.prompt_logprobs.append(lp)
+                    req.prompt_logprobs.append(self.token_names(lp))
 
     def _postprocess(
         self, sched, seqs: list[Sequence], result: RunnerOutput
@@ -300,7 +300,7 @@ class LLMEngine:
         delta = choice.detok.add([token], stop_terminated=stopped_by_token) if (
             req.params.detokenize) else ""
         if req.params.logprobs is not None:
-            lp = result.logprobs.get(seq.seq_id) or {}
+            lp = self.token_names(result.logprobs.get(seq.seq_id) or {})
             out.logprobs.append(lp)
             out.logprobs_delta = (out.logprobs_delta or []) + [lp]
             out.cumulative_logprob += result.sampled_logprobs.get(seq.seq_id, 0.0)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
-from edge_llm.outputs import CompletionOutput, RequestMetrics
+from edge_llm.outputs import CompletionOutput, Logprob, RequestMetrics
 from edge_llm.sampling_params import SamplingParams
 
 from .detokenizer import IncrementalDetokenizer
@@ -32,6 +33,23 @@ class RequestState:
     prompt_logprobs: list | None = None
     num_cached_tokens: int = 0
     final_only: bool = False  # step() returns this request's output only when it finishes
+
+
+class TokenNames:
+    """Fills ``decoded_token`` of Logprob entries: each token's text, decoded once."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._texts: dict[int, str] = {}
+
+    def __call__(self, lps: dict[int, Logprob]) -> dict[int, Logprob]:
+        for tok, lp in lps.items():
+            text = self._texts.get(tok)
+            if text is None:
+                text = self._texts[tok] = self.tokenizer.decode([tok],
+                                                                skip_special_tokens=False)
+            lp.decoded_token = text
+        return lps
 
 
 def finish_reason(seq: Sequence) -> tuple[str, int | str | None]:

@@ -41,6 +41,7 @@ from typing import Literal
 
 import torch
 
+from edge_llm.outputs import Logprob
 from edge_llm.sampling_params import SamplingParams, SamplingType
 
 from .sampler_logits import (  # noqa: F401 - re-exported: tests and callers import them here
@@ -78,7 +79,7 @@ class SamplerOutput:
     ``params.logprobs`` is None."""
 
     token_ids: list[int]
-    logprobs: list[dict[int, float] | None]
+    logprobs: list[dict[int, Logprob] | None]
     sampled_logprobs: list[float | None]
 
 
@@ -147,7 +148,8 @@ class Sampler:
     def sample_on_device(self, logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
         """Everything up to the host copy, queued without a host sync: a 1-D tensor of the n
         sampled ids, then, for the rows that ask for logprobs (w of them, largest k kmax),
-        their sampled logprobs [w], top ids [w * kmax] and top logprobs [w * kmax]; float64
+        their sampled logprobs [w], those tokens' ranks [w], top ids [w * kmax] and top
+        logprobs [w * kmax]; float64
         when any row asks for logprobs, else int64. ``unpack`` reads its ``tolist()``."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(
@@ -284,8 +286,9 @@ class Sampler:
         lp = src.log_softmax(dim=-1)  # [W, V]
         chosen = tokens.index_select(0, want_t)
         sampled = lp.gather(1, chosen.unsqueeze(1))  # [W, 1]
+        rank = (lp > sampled).sum(dim=1) + 1  # [W]: 1 for the most likely token
         kmax = max(rows[i].params.logprobs for i in want)
-        parts = [tokens.double(), sampled.double().flatten()]
+        parts = [tokens.double(), sampled.double().flatten(), rank.double()]
         if kmax > 0:
             top = lp.topk(kmax, dim=-1)  # [W, kmax] each
             parts += [top.indices.double().flatten(), top.values.double().flatten()]
@@ -301,13 +304,14 @@ class Sampler:
             return SamplerOutput(ids, [None] * n, [None] * n)
         w = len(want)
         kmax = max(rows[i].params.logprobs for i in want)
-        top_ids, top_vals = flat[n + w : n + w + w * kmax], flat[n + w + w * kmax :]
-        logprobs: list[dict[int, float] | None] = [None] * n
+        ranks = flat[n + w : n + 2 * w]
+        top_ids, top_vals = flat[n + 2 * w : n + 2 * w + w * kmax], flat[n + 2 * w + w * kmax :]
+        logprobs: list[dict[int, Logprob] | None] = [None] * n
         sampled_lp: list[float | None] = [None] * n
         for j, i in enumerate(want):
-            entry = {ids[i]: flat[n + j]}
+            entry = {ids[i]: Logprob(flat[n + j], int(ranks[j]))}
             for c in range(rows[i].params.logprobs):
-                entry.setdefault(int(top_ids[j * kmax + c]), top_vals[j * kmax + c])
+                entry.setdefault(int(top_ids[j * kmax + c]), Logprob(top_vals[j * kmax + c], c + 1))
             logprobs[i] = entry
             sampled_lp[i] = flat[n + j]
         return SamplerOutput(ids, logprobs, sampled_lp)
@@ -318,8 +322,8 @@ def compute_prompt_logprobs(
 ) -> list[dict[int, float]]:
     """Logprobs of a prompt: ``logits [T, V]`` at position t predict ``target_ids[t]``.
 
-    Returns per position ``{target: logprob}`` followed by the top ``k`` (raw log-softmax, no
-    penalties or temperature). One device->host copy.
+    Returns per position ``{target: Logprob}`` (with its rank) followed by the top ``k`` (raw
+    log-softmax, no penalties or temperature). One device->host copy.
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [T, vocab], got {tuple(logits.shape)}.")
@@ -337,16 +341,19 @@ def compute_prompt_logprobs(
     if int(targets.min()) < 0 or int(targets.max()) >= logits.shape[1]:
         raise ValueError(f"target_ids must be token ids in [0, {logits.shape[1]}).")
     lp = logits.float().log_softmax(dim=-1)  # [T, V]
-    parts = [targets.double(), lp.gather(1, targets.unsqueeze(1)).double().flatten()]
+    target_lp = lp.gather(1, targets.unsqueeze(1))  # [T, 1]
+    rank = (lp > target_lp).sum(dim=1) + 1
+    parts = [targets.double(), target_lp.double().flatten(), rank.double()]
     if k > 0:
         top = lp.topk(k, dim=-1)  # [T, k]
         parts += [top.indices.double().flatten(), top.values.double().flatten()]
     flat = torch.cat(parts).tolist()
-    out: list[dict[int, float]] = []
-    base_i, base_v = 2 * num, 2 * num + num * k
+    out: list[dict[int, Logprob]] = []
+    base_i, base_v = 3 * num, 3 * num + num * k
     for t in range(num):
-        entry = {int(flat[t]): flat[num + t]}
+        entry = {int(flat[t]): Logprob(flat[num + t], int(flat[2 * num + t]))}
         for c in range(k):
-            entry.setdefault(int(flat[base_i + t * k + c]), flat[base_v + t * k + c])
+            entry.setdefault(int(flat[base_i + t * k + c]), Logprob(flat[base_v + t * k + c],
+                                                                     c + 1))
         out.append(entry)
     return out
