@@ -41,6 +41,10 @@ class SamplingParams:
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     detokenize: bool = True
+    # only these token ids may be sampled (vLLM's allowed_token_ids)
+    allowed_token_ids: list[int] | None = None
+    # keep only the last k prompt tokens (-1: the model's context length), as vLLM does
+    truncate_prompt_tokens: int | None = None
     # filled in by the engine: eos and model-generation-config stop ids
     all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
     # filled in by the engine: the model's EOS ids, kept from being sampled while fewer than
@@ -55,6 +59,8 @@ class SamplingParams:
         else:
             self.stop = list(self.stop)
         self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.allowed_token_ids is not None:
+            self.allowed_token_ids = list(self.allowed_token_ids)
         if self.top_k == 0:
             self.top_k = -1
         if self.seed == -1:  # vLLM's "no seed"
@@ -110,6 +116,12 @@ class SamplingParams:
             raise bad("stop", "must hold non-empty strings")
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "must hold non-negative integers")
+        if self.allowed_token_ids is not None and (not self.allowed_token_ids or any(
+                not isinstance(t, int) or t < 0 for t in self.allowed_token_ids)):
+            raise bad("allowed_token_ids", "must hold at least one token id >= 0")
+        k = self.truncate_prompt_tokens
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k == 0 or k < -1):
+            raise bad("truncate_prompt_tokens", "must be -1 (the context length) or >= 1")
         if not self.detokenize and self.stop:
             raise ValueError("stop strings need detokenize=True (the text is what they match).")
         for tok, bias in (self.logit_bias or {}).items():

@@ -138,3 +138,31 @@ def test_logprobs_are_vllm_logprob_objects(llm):
     for clone in (copy.deepcopy(lp), pickle.loads(pickle.dumps(lp))):
         assert (clone.logprob, clone.rank, clone.decoded_token) == (
             lp.logprob, lp.rank, lp.decoded_token)
+
+
+def test_allowed_token_ids_and_prompt_truncation(llm):
+    allowed = [504, 7042, 33, 260]
+    for extra in (GREEDY, dict(temperature=1.0, seed=3), dict(temperature=0.8, top_k=2, seed=4)):
+        out = llm.generate(["The capital of France is"],
+                           SamplingParams(max_tokens=6, allowed_token_ids=allowed,
+                                          ignore_eos=True, logprobs=1, **extra))[0].outputs[0]
+        assert set(out.token_ids) <= set(allowed), (extra, out.token_ids)
+        assert all(lps[t] > float("-inf") for t, lps in zip(out.token_ids, out.logprobs,
+                                                             strict=True))
+    with pytest.raises(ValueError, match="allowed_token_ids"):
+        SamplingParams(allowed_token_ids=[])
+    with pytest.raises(ValueError, match=r"allowed_token_ids holds token id\(s\) \[49152\]"):
+        llm.generate(["Hi"], SamplingParams(allowed_token_ids=[5, 49152]))
+    ids = list(range(300, 340))
+    for keep, want in ((8, ids[-8:]), (100, ids), (-1, ids)):
+        out = llm.generate([{"prompt_token_ids": ids}],
+                           SamplingParams(max_tokens=2, truncate_prompt_tokens=keep, **GREEDY))
+        assert out[0].prompt_token_ids == want
+    alone = llm.generate([{"prompt_token_ids": ids[-8:]}], SamplingParams(max_tokens=2, **GREEDY))
+    assert alone[0].outputs[0].token_ids == llm.generate(
+        [{"prompt_token_ids": ids}], SamplingParams(max_tokens=2, truncate_prompt_tokens=8,
+                                                    **GREEDY))[0].outputs[0].token_ids
+    for bad in (0, -2, True):
+        with pytest.raises(ValueError, match="truncate_prompt_tokens"):
+            SamplingParams(truncate_prompt_tokens=bad)
+    assert _idle(llm)

@@ -113,3 +113,27 @@ async def test_echo_with_max_tokens_0_scores_the_prompt(fake_tokenizer, token_sc
     assert usage["completion_tokens"] == 0
     assert usage["prompt_tokens"] == usage["total_tokens"] == sum(
         len(ids) for ids, _ in engine.requests)
+
+
+async def test_truncate_prompt_tokens_and_allowed_token_ids_reach_the_engine(fake_tokenizer,
+                                                                              token_scripts):
+    engine = FakeEngine(fake_tokenizer, token_scripts)
+    ids = list(range(300, 340))
+    async with AsyncTestClient(make_app(engine)) as c:
+        r = await c.post("/v1/completions", json={
+            "prompt": ids, "max_tokens": 2, "truncate_prompt_tokens": 5,
+            "allowed_token_ids": [7, 8, 9]})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == 5
+        r = await c.post("/v1/chat/completions", json={
+            "messages": USER, "max_tokens": 2, "truncate_prompt_tokens": 3})
+        assert r.status_code == 200, r.text
+        for body, param in (({"prompt": ids, "truncate_prompt_tokens": 0},
+                             "truncate_prompt_tokens"),
+                            ({"prompt": ids, "allowed_token_ids": [10**7]},
+                             "allowed_token_ids")):
+            r = await c.post("/v1/completions", json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    (prompt, params), (chat_prompt, _) = engine.requests
+    assert prompt == ids[-5:] and params.allowed_token_ids == [7, 8, 9]
+    assert len(chat_prompt) == 3

@@ -31,7 +31,7 @@ from edge_llm.sampling_params import SamplingParams
 
 from .detokenizer import IncrementalDetokenizer
 from .kv_cache import EXPANDABLE_ENV, use_expandable_segments
-from .request_state import Choice, RequestState, TokenNames, checked_token_ids, finish_reason
+from .request_state import Choice, RequestState, TokenNames, checked_request, finish_reason
 from .runner import ModelRunner, RunnerOutput
 from .scheduler import Scheduler
 from .scheduler_ahead import ahead_matches, plan_ahead
@@ -148,19 +148,7 @@ class LLMEngine:
         if request_id in self.requests:
             raise ValueError(f"Request id {request_id!r} is already in use.")
         text, ids = self.tokenize(prompt)
-        vocab = self.loaded.arch.vocab_size
-        if not ids:
-            raise ValueError("The prompt is empty: it must contain at least one token.")
-        ids = checked_token_ids(ids, vocab)
-        if len(ids) >= self.max_model_len:
-            raise ValueError(
-                f"This model's maximum context length is {self.max_model_len} tokens, but the "
-                f"prompt has {len(ids)} tokens."
-            )
-        for name, toks in (("logit_bias", params.logit_bias or {}),
-                           ("stop_token_ids", params.stop_token_ids)):
-            if outside := sorted(t for t in toks if t >= vocab):  # else the step would fail
-                raise ValueError(f"{name} holds token id(s) {outside[:5]}, outside [0, {vocab}).")
+        ids = checked_request(ids, params, self.loaded.arch.vocab_size, self.max_model_len)
         params = params.clone()
         params.eos_token_ids = set(self.eos_token_ids)
         if not params.ignore_eos:

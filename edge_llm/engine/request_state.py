@@ -71,3 +71,24 @@ def checked_token_ids(ids: list, vocab: int) -> list[int]:
     if arr is None or min(arr) < 0 or max(arr) >= vocab:
         raise ValueError(f"Prompt token ids must be integers in [0, {vocab}).")
     return arr.tolist()
+
+
+def checked_request(ids: list, params: SamplingParams, vocab: int, max_model_len: int
+                    ) -> list[int]:
+    """The prompt ids to run (the last ``truncate_prompt_tokens`` of them when set), checked
+    with the token ids of ``params`` against the vocabulary and the context; ValueError says
+    what is wrong. (A bad id in the sampler would fail the whole step, not one request.)"""
+    if (k := params.truncate_prompt_tokens) is not None:  # the last k tokens, as vLLM keeps
+        ids = ids[-(max_model_len if k == -1 else k):]
+    if not ids:
+        raise ValueError("The prompt is empty: it must contain at least one token.")
+    ids = checked_token_ids(ids, vocab)
+    if len(ids) >= max_model_len:
+        raise ValueError(f"This model's maximum context length is {max_model_len} tokens, but "
+                         f"the prompt has {len(ids)} tokens.")
+    for name, toks in (("logit_bias", params.logit_bias or {}),
+                       ("stop_token_ids", params.stop_token_ids),
+                       ("allowed_token_ids", params.allowed_token_ids or [])):
+        if outside := sorted(t for t in toks if t >= vocab):
+            raise ValueError(f"{name} holds token id(s) {outside[:5]}, outside [0, {vocab}).")
+    return ids

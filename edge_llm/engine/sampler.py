@@ -201,6 +201,7 @@ class Sampler:
             p.sampling_type == SamplingType.GREEDY
             and p.logprobs is None
             and not p.logit_bias
+            and not p.allowed_token_ids
             and p.repetition_penalty == 1.0
             and p.frequency_penalty == 0.0
             and p.presence_penalty == 0.0

@@ -36,10 +36,18 @@ def _flat_index(
 
 
 def apply_bias_and_min_tokens(x: torch.Tensor, rows: list[SampleRow]) -> None:
-    """In place on ``x [R, V]``: add each row's logit_bias; while a row has fewer than
-    ``min_tokens`` outputs, set its stop token ids (``all_stop_token_ids``, ``stop_token_ids``
-    and the model's EOS ids, which ``ignore_eos`` does not exempt) to -inf."""
+    """In place on ``x [R, V]``: only each row's ``allowed_token_ids`` left finite (when it
+    has them); add its logit_bias; while it has fewer than ``min_tokens`` outputs, set its
+    stop token ids (``all_stop_token_ids``, ``stop_token_ids`` and the model's EOS ids, which
+    ``ignore_eos`` does not exempt) to -inf."""
     dev, vocab = x.device, x.shape[1]
+    for i, r in enumerate(rows):
+        allowed = r.params.allowed_token_ids
+        if allowed:
+            _, ids = _flat_index([i], [allowed], vocab, "allowed_token_ids", dev)
+            keep = x[i].index_select(0, ids)
+            x[i].fill_(-torch.inf)
+            x[i].index_copy_(0, ids, keep)
     bias_rows = [i for i, r in enumerate(rows) if r.params.logit_bias]
     if bias_rows:
         biases = [rows[i].params.logit_bias for i in bias_rows]

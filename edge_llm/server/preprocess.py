@@ -134,6 +134,18 @@ def _check_ids(tokenizer: Any, ids: list, where: str) -> list[int]:
     return list(ids)
 
 
+def truncated(prompt: Prompt, keep: int | None, max_model_len: int) -> Prompt:
+    """vLLM's ``truncate_prompt_tokens``: the last ``keep`` tokens (-1: the context length);
+    the text then no longer matches, and echo decodes the ids kept."""
+    if keep is None:
+        return prompt
+    if keep == 0 or keep < -1:
+        raise bad_request(f"truncate_prompt_tokens must be -1 or >= 1, got {keep}.",
+                          "truncate_prompt_tokens")
+    ids = prompt.token_ids[-(max_model_len if keep == -1 else keep):]
+    return prompt if len(ids) == len(prompt.token_ids) else Prompt(ids, None)
+
+
 def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int,
                   param: str, max_param: str = "max_tokens") -> int:
     """``max_tokens`` to use: the room left when None; 400 when prompt + output do not fit
@@ -169,10 +181,10 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
             if not 0 <= tok < vocab:
                 raise bad_request(f"logit_bias key {tok} is outside [0, {vocab}).", "logit_bias")
             bias[tok] = value
-    for t in req.stop_token_ids or []:
-        if not 0 <= t < vocab:
-            raise bad_request(f"stop_token_ids holds {t}, outside [0, {vocab}).",
-                              "stop_token_ids")
+    for name in ("stop_token_ids", "allowed_token_ids"):
+        for t in getattr(req, name) or []:
+            if not 0 <= t < vocab:
+                raise bad_request(f"{name} holds {t}, outside [0, {vocab}).", name)
     kw: dict[str, Any] = dict(
         n=req.n, presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty, seed=req.seed, stop=req.stop,
@@ -180,6 +192,8 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
         min_tokens=req.min_tokens, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         logit_bias=bias, skip_special_tokens=req.skip_special_tokens,
         include_stop_str_in_output=req.include_stop_str_in_output,
+        allowed_token_ids=req.allowed_token_ids,
+        truncate_prompt_tokens=req.truncate_prompt_tokens,
     )
     for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
         value = getattr(req, name)
@@ -243,7 +257,8 @@ def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
     if req.continue_final_message:
         extra["continue_final_message"] = True
     text = render_chat(engine, messages, template, req.add_generation_prompt, **extra)
-    prompt = Prompt(tokenize_text(engine.tokenizer, text, req.add_special_tokens), text)
+    prompt = truncated(Prompt(tokenize_text(engine.tokenizer, text, req.add_special_tokens),
+                              text), req.truncate_prompt_tokens, engine.max_model_len)
     if not prompt.token_ids:
         raise bad_request("The rendered chat prompt is empty.", "messages")
     if req.top_logprobs is not None and not req.logprobs:
@@ -278,7 +293,8 @@ def completion_inputs(req: CompletionRequest, engine: Any
     if req.max_tokens == 0 and not req.echo:
         raise bad_request("max_tokens must be at least 1, got 0 (0 is allowed with echo, to "
                           "score the prompt).", "max_tokens")
-    prompts = completion_prompts(engine.tokenizer, req.prompt)
+    prompts = [truncated(p, req.truncate_prompt_tokens, engine.max_model_len)
+               for p in completion_prompts(engine.tokenizer, req.prompt)]
     prompt_lp = req.logprobs if (req.echo and req.logprobs is not None) else None
     max_tokens = 16 if req.max_tokens is None else max(req.max_tokens, 1)  # OpenAI's default
     params = []

@@ -88,6 +88,8 @@ class SamplingFields(_Request, kw_only=True):
     stop_token_ids: list[Int64] | None = None
     skip_special_tokens: bool | None = True
     include_stop_str_in_output: bool | None = False
+    allowed_token_ids: list[Int64] | None = None
+    truncate_prompt_tokens: Int64 | None = None
     # vLLM's prompt logprobs (not served: read to refuse them)
     prompt_logprobs: Int64 | None = None
 
