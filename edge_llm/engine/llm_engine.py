@@ -285,8 +285,8 @@ class LLMEngine:
         stopped_by_token = (
             seq.status == SequenceStatus.FINISHED_STOPPED and token in seq.stop_token_ids
         )
-        delta = choice.detok.add([token], stop_terminated=stopped_by_token) if (
-            req.params.detokenize) else ""
+        detok = req.params.detokenize  # False: token ids only, no text (as vLLM)
+        delta = choice.detok.add([token], stop_terminated=stopped_by_token) if detok else ""
         if req.params.logprobs is not None:
             lp = self.token_names(result.logprobs.get(seq.seq_id) or {})
             out.logprobs.append(lp)
@@ -298,7 +298,7 @@ class LLMEngine:
             # with the last allowed token: a stop, as vLLM reports it
             seq.status, seq.stop_reason = SequenceStatus.FINISHED_STOPPED, choice.detok.stop_reason
         if seq.status.is_finished:
-            delta += choice.detok.flush() if req.params.detokenize else ""
+            delta += choice.detok.flush() if detok else ""
             choice.done = True
             out.finish_reason, out.stop_reason = finish_reason(seq)
         out.text = choice.detok.text

@@ -149,8 +149,8 @@ class Sampler:
         """Everything up to the host copy, queued without a host sync: a 1-D tensor of the n
         sampled ids, then, for the rows that ask for logprobs (w of them, largest k kmax),
         their sampled logprobs [w], those tokens' ranks [w], top ids [w * kmax] and top
-        logprobs [w * kmax]; float64
-        when any row asks for logprobs, else int64. ``unpack`` reads its ``tolist()``."""
+        logprobs [w * kmax]; float64 when any row asks for logprobs, else int64. ``unpack``
+        reads its ``tolist()``."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(
                 f"logits must be [num_rows={len(rows)}, vocab], got {tuple(logits.shape)}."
