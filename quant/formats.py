@@ -104,7 +104,8 @@ def is_quantized_module_name(name: str, spec: QuantSpec | None) -> bool:
 def detect_quant_spec(model_dir: str | Path, config: dict[str, Any]) -> QuantSpec | None:
     """Read the quantization scheme of the checkpoint in ``model_dir``; None when unquantized."""
     model_dir = Path(model_dir)
-    qc = config.get("quantization_config")
+    # compressed-tensors <= 0.6 wrote its config as "compression_config" (vLLM reads both)
+    qc = config.get("quantization_config", config.get("compression_config"))
     if qc is not None:
         if not isinstance(qc, dict):
             raise ValueError(f"config.json: quantization_config must be an object, got {qc!r}.")
@@ -219,8 +220,13 @@ def _parse_compressed(qc: dict[str, Any], source: str) -> QuantSpec:
     fmt = qc.get("format")
     if fmt != "pack-quantized":
         raise UnsupportedQuantizationError(f"compressed-tensors format {fmt!r}", source)
-    if qc.get("sparsity_config"):
+    sparsity = qc.get("sparsity_config")
+    if sparsity and not (isinstance(sparsity, dict) and sparsity.get("format") == "dense"):
+        # "dense" (llm-compressor 0.2-0.5 wrote it when >= 5% of weights are zero): stored as
+        # they are, no sparse compression
         raise UnsupportedQuantizationError("compressed-tensors with a sparsity_config", source)
+    if qc.get("transform_config"):  # e.g. QuIP / SpinQuant rotations applied at run time
+        raise UnsupportedQuantizationError("compressed-tensors with a transform_config", source)
     if qc.get("kv_cache_scheme"):
         raise UnsupportedQuantizationError("compressed-tensors with a kv_cache_scheme", source)
     groups = qc.get("config_groups")

@@ -132,3 +132,70 @@ def _check(hf, case, tmp_path):
     with torch.no_grad():
         ref = hf(ids[None]).logits[0]
     assert rel_err(run_prefill_then_decode(loaded.model, ids), ref) < 1e-4
+
+
+def _add_to_checkpoint(path, extra: dict) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(path / "model.safetensors"))
+    save_file({**state, **extra}, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _matches(hf, path) -> None:
+    loaded = load_model(str(path), device="cpu", progress=False)
+    ids = torch.randint(0, hf.config.vocab_size, (24,))
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert rel_err(run_prefill_then_decode(loaded.model, ids), ref) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen2ForCausalLM"])
+def test_autogptq_zero_biases_on_every_linear_are_skipped(arch, tmp_path):
+    """AutoGPTQ 0.2-0.7.1 and optimum saved a zero ``bias`` on every quantized linear; where
+    the model has no bias they are skipped (as vLLM does). A nonzero one is still refused."""
+    hf = tiny_hf_model(arch)
+    case = CASES[2]  # GPTQ v1, act-order
+    path = _quantized_checkpoint(hf, case, tmp_path / "gptq")
+    zeros = {f"{name}.bias": torch.zeros(m.out_features) for name, m in hf.named_modules()
+             if name.endswith(LINEARS) and m.bias is None}
+    assert zeros
+    _add_to_checkpoint(path, zeros)
+    _matches(hf, path)
+    some = next(iter(zeros))
+    _add_to_checkpoint(path, {some: torch.ones_like(zeros[some])})
+    with pytest.raises(ValueError, match="unexpected tensors \\['bias'\\]"):
+        load_model(str(path), device="cpu", progress=False)
+
+
+def test_unquantized_projection_with_a_bias_loads(tmp_path):
+    """Qwen2 with its attention left unquantized in one layer (AWQ modules_to_not_convert):
+    the q/k/v biases, which come before their weights, go to the plain linears."""
+    hf = tiny_hf_model("Qwen2ForCausalLM")
+    plain = tuple(f"model.layers.1.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj",
+                                                            "o_proj"))
+    path = _quantized_checkpoint(hf, CASES[0], tmp_path / "awq", keep_plain=plain)
+    _matches(hf, path)
+
+
+def test_compressed_tensors_producer_variants(tmp_path):
+    """llm-compressor 0.2-0.5's ``sparsity_config`` of format "dense" and compressed-tensors
+    <= 0.6's ``compression_config`` key load; a ``transform_config`` is refused."""
+    import json
+
+    from edge_llm.quant import UnsupportedQuantizationError
+
+    hf = tiny_hf_model("LlamaForCausalLM")
+    path = _quantized_checkpoint(hf, CASES[5], tmp_path / "ct")
+    cfg = json.loads((path / "config.json").read_text())
+    qc = cfg.pop("quantization_config")
+    dense = {"format": "dense", "global_sparsity": 0.15, "sparsity_structure": "unstructured",
+             "targets": [], "ignore": [], "registry_requires_subclass": False}
+    (path / "config.json").write_text(json.dumps(
+        {**cfg, "compression_config": {**qc, "sparsity_config": dense}}))
+    _matches(hf, path)
+    for extra in ({"sparsity_config": {**dense, "format": "sparse-24-bitmask"}},
+                  {"transform_config": {"config_groups": {"u": {"type": "hadamard"}}}}):
+        (path / "config.json").write_text(json.dumps({**cfg, "quantization_config": {**qc,
+                                                                                     **extra}}))
+        with pytest.raises(UnsupportedQuantizationError, match=next(iter(extra))):
+            load_model(str(path), device="cpu", progress=False)

@@ -215,12 +215,21 @@ def _load_group(group, modules: dict, expected: dict[str, set[str]],
                 continue
             raise ValueError(f"Unexpected tensor {name!r} in the checkpoint.")
         if isinstance(module, QuantLinear):
-            if attr == "weight":  # a linear the producer left unquantized
-                module = _replace_with_plain(modules, prefix)
+            if attr == "weight":  # a linear the producer left unquantized: its bias (sorted
+                module = _replace_with_plain(modules, prefix)  # first) may be waiting
+                for k, t in pending.pop(prefix, {}).items():
+                    _set_param(module, k, t, dtype, device, f"{prefix}.{k}", copy)
+                    loaded.add(f"{prefix}.{k}")
             else:
                 got = pending.setdefault(prefix, {})
-                got[attr] = tensor
-                if got.keys() >= expected[prefix]:
+                if attr == "bias" and module.bias is None and not torch.count_nonzero(tensor):
+                    # AutoGPTQ 0.2-0.7.1 and optimum wrote a zero bias on every linear; as
+                    # vLLM does, it is skipped where the model has none
+                    expected[prefix].discard("bias")
+                    loaded.add(name)
+                else:
+                    got[attr] = tensor
+                if got and got.keys() >= expected[prefix]:
                     module.load_checkpoint_tensors(pending.pop(prefix), device)
                     loaded.update(f"{prefix}.{k}" for k in got)
                 continue
