@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ SUPPORTED_QUANT_FORMATS = (
     "GPTQ (quant_method 'gptq', checkpoint_format 'gptq' or 'gptq_v2', 4-bit, int32 packing, "
     "group size -1/32/64/128/..., sym or asym, desc_act/act-order); "
     "compressed-tensors 'pack-quantized' (4-bit int weight-only, strategy 'group' or 'channel', "
-    "sym or asym, optional actorder)"
+    "sym or asym, optional actorder); "
+    "AutoRound (quant_method 'auto-round', packing_format 'auto_round:auto_gptq', 4-bit int)"
 )
 
 _AWQ_VERSIONS_REFUSED = ("gemv", "gemv_fast", "marlin", "exllama", "ipex")
@@ -134,6 +135,8 @@ def parse_quantization_config(qc: dict[str, Any], source: str) -> QuantSpec:
         return _parse_gptq(qc, source)
     if method == "compressed-tensors":
         return _parse_compressed(qc, source)
+    if method in ("auto-round", "intel/auto-round"):
+        return _parse_autoround(qc, source)
     raise UnsupportedQuantizationError(f"quant_method {method!r}", source)
 
 
@@ -198,6 +201,30 @@ def _parse_gptq(qc: dict[str, Any], source: str) -> QuantSpec:
         checkpoint_format=fmt, skip_modules=_gptqmodel_dynamic_skips(qc.get("dynamic"), source),
         source=source,
     )
+
+
+def _parse_autoround(qc: dict[str, Any], source: str) -> QuantSpec:
+    """AutoRound with its AutoGPTQ packing (``packing_format`` "auto_round:auto_gptq", the
+    default, or an older ``backend`` "auto_round:gptq:..."): GPTQ v1 words (zero minus one,
+    as its exporter's ``pack`` writes), no act-order. ``extra_config`` layers kept at 16 bits
+    are plain linears; other per-layer settings, its AWQ packing and activation quantization
+    are refused."""
+    fmt = str(qc.get("packing_format") or qc.get("backend") or "auto_round:auto_gptq").lower()
+    if "gptq" not in fmt:
+        raise UnsupportedQuantizationError(f"AutoRound packing_format {fmt!r}", source)
+    if str(qc.get("data_type", "int")).lower() != "int" or int(qc.get("act_bits") or 16) < 16:
+        raise UnsupportedQuantizationError("AutoRound with float weights or quantized "
+                                           "activations", source)
+    extra = qc.get("extra_config") or {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"{source}: extra_config must be an object, got {extra!r}.")
+    for name, layer in extra.items():
+        if not (isinstance(layer, dict) and int(layer.get("bits", 16)) >= 16):
+            raise UnsupportedQuantizationError(
+                f"AutoRound per-layer settings (extra_config {name!r})", source)
+    spec = _parse_gptq({**qc, "checkpoint_format": "gptq", "desc_act": False, "dynamic": None,
+                        "lm_head": False}, source)
+    return replace(spec, skip_modules=tuple(str(n) for n in extra))
 
 
 def _gptqmodel_dynamic_skips(dynamic: Any, source: str) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ import torch
 from edge_llm.model.loader import load_model
 from edge_llm.quant import (
     QuantizedWeight,
+    detect_quant_spec,
     pack_awq,
     pack_compressed,
     pack_gptq,
@@ -199,3 +200,32 @@ def test_compressed_tensors_producer_variants(tmp_path):
                                                                                      **extra}}))
         with pytest.raises(UnsupportedQuantizationError, match=next(iter(extra))):
             load_model(str(path), device="cpu", progress=False)
+
+
+def test_autoround_gptq_packing_loads(tmp_path):
+    """AutoRound's default export (packing_format "auto_round:auto_gptq"): GPTQ v1 words, as
+    its exporter's ``pack`` writes them (zero minus one); a layer kept at 16 bits in
+    ``extra_config`` is a plain linear. Its AWQ packing and 8-bit layers are refused."""
+    import json
+
+    from edge_llm.quant import UnsupportedQuantizationError
+
+    hf = tiny_hf_model("LlamaForCausalLM")
+    plain = "model.layers.1.mlp.down_proj"
+    for sym in (True, False):
+        case = ("gptq-v1", "gptq", 32, sym, False, "gptq")
+        path = _quantized_checkpoint(hf, case, tmp_path / f"ar-{sym}", keep_plain=(plain,))
+        cfg = json.loads((path / "config.json").read_text())
+        cfg["quantization_config"] = {
+            "quant_method": "auto-round", "packing_format": "auto_round:auto_gptq", "bits": 4,
+            "group_size": 32, "sym": sym, "data_type": "int", "act_bits": 16,
+            "autoround_version": "0.8.0", "block_name_to_quantize": "model.layers",
+            "extra_config": {plain: {"bits": 16, "data_type": "float"}}}
+        (path / "config.json").write_text(json.dumps(cfg))
+        _matches(hf, path)
+    for change, needle in (({"packing_format": "auto_round:auto_awq"}, "auto_awq"),
+                           ({"extra_config": {plain: {"bits": 8}}}, "extra_config"),
+                           ({"act_bits": 8}, "activations")):
+        qc = {**cfg["quantization_config"], **change}
+        with pytest.raises(UnsupportedQuantizationError, match=needle):
+            detect_quant_spec(path, {"quantization_config": qc})
