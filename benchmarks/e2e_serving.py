@@ -41,6 +41,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(url: str, proc: subprocess.Popen, deadline: float) -> bool:
+    """Poll ``url``/health until 200 (True); False once ``proc`` has exited or the
+    ``time.perf_counter()`` ``deadline`` has passed."""
+    import httpx
+
+    while proc.poll() is None and time.perf_counter() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 class Server:
     """A served model in a subprocess; ``stop()`` sends SIGTERM (then kills)."""
 
@@ -60,17 +75,9 @@ class Server:
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds from the process start to /health 200; RuntimeError with the log tail."""
-        import httpx
-
-        while True:
-            if self.proc.poll() is not None or time.perf_counter() - self.began > timeout:
-                raise RuntimeError(f"server not ready:\n{self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return time.perf_counter() - self.began
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        if not wait_healthy(self.url, self.proc, self.began + timeout):
+            raise RuntimeError(f"server not ready:\n{self.log_tail()}")
+        return time.perf_counter() - self.began
 
     def log_tail(self, chars: int = 3000) -> str:
         self._log.flush()

@@ -136,18 +136,8 @@ def served_levels(args: argparse.Namespace, prompts) -> list[dict]:
         return json.loads(stats.read_text())
 
     try:
-        import httpx
-
-        began = time.perf_counter()
-        while True:
-            if proc.poll() is not None or time.perf_counter() - began > 600:
-                raise SystemExit("error: the server did not start")
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        if not e2e_serving.wait_healthy(url, proc, time.perf_counter() + 600):
+            raise SystemExit("error: the server did not start")
         asyncio.run(e2e_serving.run_level(url, 1, prompts(2), args.tokens))  # warm
         rows = []
         for level in args.levels:
