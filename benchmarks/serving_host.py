@@ -132,6 +132,8 @@ def served_levels(args: argparse.Namespace, prompts) -> list[dict]:
         stats.unlink(missing_ok=True)
         proc.send_signal(signal.SIGUSR1)
         while not stats.exists():
+            if proc.poll() is not None:
+                raise SystemExit(f"error: the server exited ({proc.returncode})")
             time.sleep(0.01)
         return json.loads(stats.read_text())
 
