@@ -166,3 +166,16 @@ def test_allowed_token_ids_and_prompt_truncation(llm):
         with pytest.raises(ValueError, match="truncate_prompt_tokens"):
             SamplingParams(truncate_prompt_tokens=bad)
     assert _idle(llm)
+
+
+def test_preemptions_are_counted_per_request(demo_dir):  # noqa: F811
+    """``RequestOutput.metrics.num_preemptions``: how often the request was preempted (a
+    cache of 10 blocks for 4 requests that need 5 each), summing to the engine's count."""
+    small = LLM(str(demo_dir), max_model_len=128, growth_reserve=0, swap_space=0,
+                kv_cache_memory=10 * 16 * 30 * 2 * 3 * 64 * 4)
+    assert small.engine.stats()["num_total_blocks"] == 10
+    prompts = [{"prompt_token_ids": list(range(300 + 40 * i, 340 + 40 * i))} for i in range(4)]
+    outs = small.generate(prompts, SamplingParams(max_tokens=40, ignore_eos=True, **GREEDY))
+    counts = [o.metrics.num_preemptions for o in outs]
+    assert sum(counts) == small.engine.stats()["num_preemptions"] > 0, counts
+    assert all(len(o.outputs[0].token_ids) == 40 for o in outs)

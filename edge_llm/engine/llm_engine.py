@@ -277,6 +277,8 @@ class LLMEngine:
         if req.metrics.first_token_time is None:
             req.metrics.first_token_time = now
         req.metrics.last_token_time = now
+        if seq.num_preemptions > req.metrics.num_preemptions:  # its most preempted choice
+            req.metrics.num_preemptions = seq.num_preemptions
         token = seq.output_token_ids[-1]
         out = choice.out
         self.generation_tokens_total += 1
