@@ -64,7 +64,7 @@ async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
             ticket.release()
     opts = req.stream_options
     include_usage = bool(opts and opts.include_usage)
-    continuous = bool(include_usage and opts and opts.continuous_usage_stats)
+    continuous = include_usage and bool(opts.continuous_usage_stats)
     chunks = _chunks(outputs, request_id, created, model, params.n, ctx.token_texts(engine),
                      top, (include_usage, continuous), prompt, request)
     return sse_response(sse_events(chunks, ticket.release), [chunks, outputs], ticket.release)

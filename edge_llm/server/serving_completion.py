@@ -52,7 +52,7 @@ async def completions(ctx: ServerContext, req: CompletionRequest, request: Reque
     opts = req.stream_options
     include_usage = bool(opts and opts.include_usage)
     chunks = _chunks(outputs, view, base_id, created, model, include_usage,
-                     bool(include_usage and opts and opts.continuous_usage_stats), request)
+                     include_usage and bool(opts.continuous_usage_stats), request)
     return sse_response(sse_events(chunks, ticket.release), [chunks, outputs], ticket.release)
 
 
