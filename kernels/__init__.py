@@ -63,8 +63,10 @@ _TRITON = os.environ.get("EDGE_LLM_KERNELS", "triton").lower() != "torch"
 # GPU tests (tests/test_kernels_fused_gpu.py) and made a graph-replayed 7B decode step 1.5x
 # faster on the H200 (BENCHMARKS.md); EDGE_LLM_FUSED_KERNELS=0 keeps the torch ops
 _FUSED = os.environ.get("EDGE_LLM_FUSED_KERNELS", "1") != "0"
-# silu(gate) * up in the one-row GEMV's epilogue (w4a16_silu_mul): off until timed on a GPU
-_GEMV_SILU = os.environ.get("EDGE_LLM_GEMV_SILU", "0") == "1"
+# up to how many rows silu(gate) * up runs in the one-row GEMV's epilogue (w4a16_silu_mul):
+# one; decode batch 1 1.008x faster on the H200 (BENCHMARKS.md, session 30). The kernel
+# serves 2 rows too, but that was 0.97x. EDGE_LLM_GEMV_SILU=0 turns it off.
+_GEMV_SILU_ROWS = 0 if os.environ.get("EDGE_LLM_GEMV_SILU", "1") == "0" else 1
 
 
 def triton_enabled(device: torch.device, dtype: torch.dtype) -> bool:
@@ -143,11 +145,12 @@ def w4a16_silu_mul(
     integer_zeros: bool = False,
     planes_packed: bool = False,
 ) -> torch.Tensor:
-    """``silu_and_mul(w4a16_matmul(x, ...))``, (..., I). On CUDA with
-    ``EDGE_LLM_GEMV_SILU=1`` the one-row GEMV computes it in its epilogue where it serves
-    the shape in one split (kernels/w4a16.py ``gemv16_silu``: 1-2 rows of a large MLP):
-    one kernel and no (..., 2 I) intermediate. Off by default until timed on a GPU."""
-    if x.is_cuda and x.dtype in _HALF and _TRITON and _FUSED and _GEMV_SILU:
+    """``silu_and_mul(w4a16_matmul(x, ...))``, (..., I). On CUDA, for one row, the one-row
+    GEMV computes it in its epilogue where it serves the shape in one split
+    (kernels/w4a16.py ``gemv16_silu``: a 7B-sized MLP): one kernel and no (..., 2 I)
+    intermediate. ``EDGE_LLM_GEMV_SILU=0`` keeps two kernels."""
+    if (x.is_cuda and x.dtype in _HALF and _TRITON and _FUSED
+            and x.numel() <= _GEMV_SILU_ROWS * x.shape[-1]):
         return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size,
                                 integer_zeros=integer_zeros, planes_packed=planes_packed,
                                 silu_mul=True)

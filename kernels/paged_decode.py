@@ -36,8 +36,10 @@ from .pdl import pdl_enter, pdl_kwargs, prefetch_tiles
 from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, release_tile
 
-# the tiles of its context split each decode program asks L2 for before its PDL wait
+# the tiles of its context split each decode program asks L2 for before its PDL wait: one by
+# default (decode batch 1 1.007x faster on the H200, batch 2-4 within 0.3%; session 30)
 PREFETCH_ENV = "EDGE_LLM_DECODE_PREFETCH"
+PREFETCH_DEFAULT = 1
 
 
 @triton.jit
@@ -281,7 +283,7 @@ def paged_decode(
         cnt = splitk_counters(q.device, b * hkv) if fused else None
     seq_lens = seq_lens.to(q.device)
     pdl = pdl_kwargs(q.device)
-    prefetch = prefetch_tiles(PREFETCH_ENV) if pdl["PDL"] else 0
+    prefetch = prefetch_tiles(PREFETCH_ENV, PREFETCH_DEFAULT) if pdl["PDL"] else 0
     _paged_decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
         out if cnt is None else cnt, scale * LOG2E, q.stride(0), q.stride(1),

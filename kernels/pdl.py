@@ -89,12 +89,12 @@ def pdl_kwargs(device: torch.device) -> dict:
 
 
 @functools.cache
-def prefetch_tiles(env: str) -> int:
+def prefetch_tiles(env: str, default: int = 0) -> int:
     """A kernel's early L2 prefetch setting ``env`` (``EDGE_LLM_GEMV_PREFETCH``,
     ``EDGE_LLM_DECODE_PREFETCH``): how many of its first tiles each program asks L2 for
-    before its wait (0, the default: none; a power of two). Read once; tests clear the
-    cache."""
-    text = os.environ.get(env, "0")
+    before its wait (0: none; a power of two), ``default`` where unset. Read once; tests
+    clear the cache."""
+    text = os.environ.get(env, str(default))
     try:
         value = int(text)
     except ValueError:

@@ -1,5 +1,6 @@
 """silu(gate) * up in the one-row W4A16 GEMV's epilogue on a CUDA GPU (``pytest -m gpu``;
-``EDGE_LLM_GEMV_SILU=1``, kernels/w4a16_gemv.py SILU).
+kernels/w4a16_gemv.py SILU; on by default at one row, ``EDGE_LLM_GEMV_SILU=0`` turns it off;
+the tests let it serve 2 rows too, as the kernel can).
 
 A random Llama-2-7B-shaped AWQ checkpoint cut to 4 layers (tests/test_fuse_gpu.py): its
 merged gate/up projection (N = 22,016) is served at 1-2 rows by the GEMV in one split, so
@@ -54,9 +55,9 @@ def test_fused_equals_two_kernels(awq_dirs, plane_packed, monkeypatch):  # noqa:
                                  integer_zeros=True, planes_packed=gate_up.planes_packed)
             assert w4.gemv16_silu(cfg, m, gate_up.out_features, gate_up.in_features,
                                   cfg.block_k, sms), cfg  # the fused path is the one taken
-            monkeypatch.setattr(kernels, "_GEMV_SILU", True)
+            monkeypatch.setattr(kernels, "_GEMV_SILU_ROWS", 2)
             fused = gate_up.forward_silu_mul(x)
-            monkeypatch.setattr(kernels, "_GEMV_SILU", False)
+            monkeypatch.setattr(kernels, "_GEMV_SILU_ROWS", 0)
             two = gate_up.forward_silu_mul(x)
             assert fused.shape == two.shape == (m, gate_up.out_features // 2)
             assert rel_err(fused, two) < 2e-3, (m, rel_err(fused, two))
@@ -66,7 +67,7 @@ def test_fused_equals_two_kernels(awq_dirs, plane_packed, monkeypatch):  # noqa:
 
 
 def _llm(path, monkeypatch, on: bool) -> LLM:
-    monkeypatch.setattr(kernels, "_GEMV_SILU", on)
+    monkeypatch.setattr(kernels, "_GEMV_SILU_ROWS", 1 if on else 0)
     return LLM(str(path), device="cuda", dtype="float16", max_model_len=512, block_size=16,
                max_num_seqs=4, max_num_batched_tokens=256, kv_cache_memory=1 << 28,
                swap_space=0.0, enable_prefix_caching=False)
