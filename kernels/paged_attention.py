@@ -201,7 +201,7 @@ def paged_attention_triton(
     if max_query_len == 1 and q.shape[0] == b:
         return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, max_seq_len)
     return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
-                         scratch=scratch)
+                         scratch=scratch, max_seq_len=max_seq_len)
 
 
 def check_kv_write(k, v, k_cache, v_cache, slot_mapping) -> int:

@@ -6,10 +6,19 @@ cached prefix; the oracle is ``paged_attention_ref`` (kernels/paged_attention.py
     head). tile_starts[b] = sum of q tiles of sequences < b (device cumsum, no host sync); a
     program finds its sequence by binary search. Key loop: 0 .. last query position + 1,
     masked causally (query at position p sees keys <= p) and by seq_len.
+
+Split keys (grid axis 2, SPLIT): when the q tiles times the kv heads are too few programs for
+the GPU (a short chunk or a few cached-prefix queries over a long context; one program per
+head would walk 1,000 keys alone), each tile's keys 0 .. last query position are cut into
+``num_programs(2)`` partitions, as decode attention cuts a context (paged_decode.py). Each
+program stores its normalised partial and log2-sum-exp per row to fp32 scratch, and a second
+launch (``_merge_partitions_kernel``) weighs them together. (Summed in the kernel by the last
+program of a tile, as decode does, the [BLOCK_M, D] partials spilled 1.5 KB per thread.)
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -17,8 +26,15 @@ import triton
 import triton.language as tl
 
 from .grid import next_pow2
-from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile
+from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile, num_sms
+from .paged_decode import _partition, decode_split_plan
 from .pdl import pdl_enter, pdl_kwargs
+
+# key partitions per q tile at most; the merge kernel is compiled for this many whatever the
+# split (one variant)
+MAX_SPLITS = 8
+# EDGE_LLM_PREFILL_SPLIT=0: never split the keys where the split is planned (comparisons)
+SPLIT_ENV = "EDGE_LLM_PREFILL_SPLIT"
 
 
 @triton.jit
@@ -37,15 +53,17 @@ def _tile_owner(tile_starts_ptr, tile, num_seqs, SEARCH_STEPS: tl.constexpr):
 
 # num_seqs and the block-table stride change from step to step: not specialised on (Triton would
 # compile a variant per divisibility class during serving instead of at warm-up)
-@triton.jit(do_not_specialize=["num_seqs", "stride_bt"])
+@triton.jit(do_not_specialize=["num_seqs", "stride_bt", "num_tokens"])
 def _paged_prefill_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, qsl_ptr, tile_starts_ptr, out_ptr,
-    scale_log2, num_seqs,
+    part_out_ptr, part_lse_ptr,
+    scale_log2, num_seqs, num_tokens,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8_CVT: tl.constexpr,
+    SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
@@ -71,12 +89,17 @@ def _paged_prefill_kernel(
     q_pos = seq_len - num_q + q_local  # (BLOCK_M,) absolute position of each row's query
     last_pos = tl.minimum(seq_len - num_q + first_q + BLOCK_Q - 1, seq_len - 1)
     kv_end = tl.where(tile_valid, last_pos + 1, 0)
+    kv_start = 0
+    if SPLIT:  # this program's partition of the tile's keys (past kv_end: none)
+        partition = _partition(kv_end, tl.num_programs(2), BLOCK_N)
+        kv_start = tl.program_id(2) * partition
+        kv_end = tl.minimum(kv_end, kv_start + partition)
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, D_PAD), dtype=tl.float32)
     table_row = table_ptr + b * stride_bt
     offs_n = tl.arange(0, BLOCK_N)
-    for n0 in range(0, kv_end, BLOCK_N):
+    for n0 in range(kv_start, kv_end, BLOCK_N):
         kpos = n0 + offs_n
         t_mask = kpos < kv_end
         k = load_kv_tile(k_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
@@ -94,8 +117,39 @@ def _paged_prefill_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(out_ptr + tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+    o_mask = row_mask[:, None] & d_mask[None, :]
+    out_offs = tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
+    if not SPLIT:
+        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
+    else:
+        # partition p's (token, head) rows: [p, T, H] in part_lse, [p, T, H, HEAD_DIM]
+        rows = (tl.program_id(2) * num_tokens + tok) * (GROUP * tl.num_programs(1)) + heads
+        tl.store(part_out_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], out, mask=o_mask)
+        tl.store(part_lse_ptr + rows, m_i + tl.log2(l_i), mask=row_mask)
+
+
+@triton.jit(do_not_specialize=["num_tokens", "num_splits"])
+def _merge_partitions_kernel(part_out_ptr, part_lse_ptr, out_ptr, num_tokens, num_splits,
+                             stride_ot, stride_oh, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
+                             SPLITS_PAD: tl.constexpr, PDL: tl.constexpr = False):
+    """out[t, h] = the key partitions' partials of row (t, h) weighted by 2^lse (a partition
+    with no visible key carries -inf, weight 0); grid (T, H)."""
+    pdl_enter(PDL)
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, D_PAD)
+    s_mask = offs_s < num_splits
+    rows = (offs_s * num_tokens + t) * tl.num_programs(1) + h  # (SPLITS_PAD,)
+    lse = tl.load(part_lse_ptr + rows, mask=s_mask, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    w = tl.where(s_mask, tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m)), 0.0)
+    den = tl.sum(w, axis=0)
+    parts = tl.load(part_out_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    out = tl.sum(parts * w[:, None], axis=0) / tl.where(den > 0, den, 1.0)
+    tl.store(out_ptr + t * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
+             mask=offs_d < HEAD_DIM)
 
 
 @dataclass(frozen=True)
@@ -104,6 +158,22 @@ class PrefillConfig:
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
+    num_splits: int = 0  # key partitions per q tile: 0 = planned (prefill_splits), 1 = none
+
+
+def prefill_splits(programs: int, max_context: int, sms: int, block_n: int,
+                   num_splits: int = 0) -> int:
+    """Key partitions per q tile for a launch of ``programs`` (q tiles x kv heads) whose
+    longest context is ``max_context``: none from one program per multiprocessor up, else
+    decode attention's plan (about 2 programs per multiprocessor, partitions of at least
+    256 keys), at most MAX_SPLITS. On the H200 (132 multiprocessors; session 30,
+    benchmarks/prefill_split.py) 8-64 new tokens over 1,000 / 4,000 keys ran 1.4-1.8x /
+    2.5-4.2x faster split, but launches of 116-228 programs lost up to 1.9x."""
+    if num_splits <= 0:
+        if programs >= sms or os.environ.get(SPLIT_ENV, "1") == "0":
+            return 1
+        num_splits = decode_split_plan(programs, max_context, sms, block_n)[0]
+    return max(1, min(num_splits, MAX_SPLITS))
 
 
 def paged_prefill(
@@ -116,12 +186,14 @@ def paged_prefill(
     scale: float,
     config: PrefillConfig | None = None,
     scratch: dict | None = None,
+    max_seq_len: int | None = None,
 ) -> torch.Tensor:
     """Prefill / chunked-prefill / mixed-batch attention (Triton), causal over the cache.
 
     ``scratch`` (a dict that lives for one forward, ``AttentionMetadata.scratch``): the tile
     table (six small torch ops, the same for every layer of the step) is computed by the
-    first layer and kept there for the others."""
+    first layer and kept there for the others. ``max_seq_len`` (host int; default the block
+    tables' width) plans the key split; no sync, so a captured graph passes a fixed one."""
     check_cache(q, k_cache, v_cache)
     cfg = config or PrefillConfig()
     t, h, d = q.shape
@@ -144,10 +216,18 @@ def paged_prefill(
             scratch[key] = qsl, tile_starts
     else:
         qsl, tile_starts = cached
-    grid = (t // block_q + num_seqs, hkv)  # >= sum over b of ceil(num_q_b / block_q)
-    _paged_prefill_kernel[grid](
+    tiles = t // block_q + num_seqs  # >= sum over b of ceil(num_q_b / block_q)
+    max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
+    splits = prefill_splits(tiles * hkv, max_ctx, num_sms(q.device), cfg.block_n,
+                            cfg.num_splits)
+    part_out = part_lse = out  # placeholders, unused without a split
+    if splits > 1:
+        part_out = torch.empty((splits, t, h, d), device=q.device, dtype=torch.float32)
+        part_lse = torch.empty((splits, t, h), device=q.device, dtype=torch.float32)
+    _paged_prefill_kernel[(tiles, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens.to(q.device), qsl, tile_starts, out,
-        scale * LOG2E, num_seqs, q.stride(0), q.stride(1),
+        part_out, part_lse,
+        scale * LOG2E, num_seqs, t, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
@@ -155,5 +235,10 @@ def paged_prefill(
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
         # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
         SEARCH_STEPS=max(12, num_seqs.bit_length()), FP8_CVT=fp8_cvt(k_cache),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(q.device))
+        SPLIT=splits > 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **pdl_kwargs(q.device))
+    if splits > 1:
+        _merge_partitions_kernel[(t, h)](
+            part_out, part_lse, out, t, splits, out.stride(0), out.stride(1), HEAD_DIM=d,
+            D_PAD=next_pow2(d), SPLITS_PAD=MAX_SPLITS, num_warps=4, **pdl_kwargs(q.device))
     return out

@@ -124,9 +124,14 @@ def test_attention_configs_fit(arch):
                             config=pa.DecodeConfig(num_splits=1))
             qsl = torch.tensor([0, 100, 150, 151, 200], dtype=torch.int32)
             pa.paged_prefill(torch.randn(200, h, d).to(dtype), kc, kc, table, qsl, sl, 0.1)
+            # keys split per q tile, merged by a second launch (a few queries, long context)
+            pa.paged_prefill(torch.randn(8, h, d).to(dtype), kc, kc, table[:1],
+                             torch.tensor([0, 8], dtype=torch.int32), sl[:1], 0.1,
+                             pa.PrefillConfig(num_splits=4))
             pa.write_kv(torch.randn(5, hkv, d).to(dtype), torch.randn(5, hkv, d).to(dtype),
                         kc, kc.clone(), torch.arange(5))
     _assert_fits(records, T4_SHARED_LIMIT if arch < 80 else SHARED_LIMIT)
+    assert any(name == "_paged_prefill_kernel" and kw.get("SPLIT") for name, kw, _ in records)
 
 
 def test_decode_register_cap_only_where_splits_are_summed_in_the_kernel():
@@ -272,7 +277,8 @@ def test_gemv_silu_epilogue_leaves_the_loop_alone(arch):
 ALL_KERNELS = {
     "_rms_norm_kernel", "_silu_mul_kernel", "_rotary_kernel", "_rotary_write_kv_kernel",
     "_write_kv_kernel", "_paged_decode_kernel", "_paged_decode_reduce_kernel",
-    "_paged_prefill_kernel", "_w4a16_gemv16_kernel", "_w4a16_gemv_kernel", "_w4a16_dot_kernel",
+    "_paged_prefill_kernel", "_merge_partitions_kernel", "_w4a16_gemv16_kernel",
+    "_w4a16_gemv_kernel", "_w4a16_dot_kernel",
     "_w4a16_swap_kernel", "_splitk_reduce_kernel", "_dequant_kernel", "_gather_cols_kernel",
 }
 
@@ -303,6 +309,9 @@ def _launch_every_kernel(monkeypatch) -> None:
                     config=pa.DecodeConfig(num_splits=2, fused_reduce=False))
     qsl = torch.tensor([0, 100, 150, 151, 200], dtype=torch.int32)
     pa.paged_prefill(torch.randn(200, h, d).half(), kc, kc, table, qsl, sl, 0.1)
+    pa.paged_prefill(torch.randn(8, h, d).half(), kc, kc, table[:1],  # keys split, merged
+                     torch.tensor([0, 8], dtype=torch.int32), sl[:1], 0.1,
+                     pa.PrefillConfig(num_splits=2))
     kv = torch.randn(5, hkv, d).half()
     pa.write_kv(kv, kv.clone(), kc, kc.clone(), torch.arange(5))
     cos = torch.randn(4096, d // 2)
@@ -322,11 +331,18 @@ def test_pdl_every_kernel_waits_before_it_reads(on, monkeypatch):
     """With programmatic dependent launch on (kernels/pdl.py, Hopper), every kernel we launch
     is built with ``launch_pdl`` and its PTX waits on the previous grid
     (``griddepcontrol.wait``) and lets the next one launch; off, neither appears. A kernel
-    launched early without the wait would read its inputs before they are written."""
+    launched early without the wait would read its inputs before they are written. (Decode
+    attention's L2 prefetch, on by default, reads before its wait what no kernel writes:
+    tests/test_prefetch_compile.py checks that; it is off here.)"""
     pdl = importlib.import_module("edge_llm.kernels.pdl")
     monkeypatch.setattr(pdl, "pdl_on", lambda device: on)
-    with compile_only(90) as records:
-        _launch_every_kernel(monkeypatch)
+    monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", "0")
+    pdl.prefetch_tiles.cache_clear()
+    try:
+        with compile_only(90) as records:
+            _launch_every_kernel(monkeypatch)
+    finally:
+        pdl.prefetch_tiles.cache_clear()
     assert {name for name, _, _ in records} == ALL_KERNELS
     for name, _, kern in records:
         ptx = kern.asm["ptx"]

@@ -102,6 +102,45 @@ def case_prefill_chunked_and_mixed():
                      prefill_cfg=PrefillConfig(block_m=32, block_n=16))
 
 
+def case_prefill_split_keys():
+    """Keys cut into partitions per q tile (PrefillConfig.num_splits, or planned from the
+    grid and ``max_seq_len``), summed in the kernel: a few cached-prefix queries over a long
+    context, partitions past a tile's last key (empty), decode rows and a fresh prompt in one
+    step, GQA 1 / 4 / 7, fp32 and fp16; merged by the second launch."""
+    import os
+
+    import torch
+
+    from edge_llm.kernels.paged_attention import (
+        PrefillConfig,
+        paged_attention_ref,
+        paged_attention_triton,
+    )
+    from edge_llm.kernels.paged_prefill import MAX_SPLITS, SPLIT_ENV, prefill_splits
+
+    for splits in (2, 3, 8):
+        cfg = PrefillConfig(block_m=16, block_n=16, num_splits=splits)
+        _check_attention([6], [200], 4, 4, 32, 16, torch.float32, prefill_cfg=cfg)
+        _check_attention([5, 1, 12, 2], [130, 70, 12, 3], 8, 2, 16, 8, torch.float16,
+                         prefill_cfg=cfg)
+        _check_attention([9, 30], [150, 40], 7, 1, 24, 16, torch.float32,
+                         prefill_cfg=PrefillConfig(block_m=32, block_n=16, num_splits=splits))
+    # planned: 8 multiprocessors on the CPU, so 4 heads x 1 tile split over a long context
+    assert prefill_splits(4, 2048, 8, 64) == 4 and prefill_splits(64, 2048, 8, 64) == 1
+    assert prefill_splits(1, 1 << 20, 132, 64) == MAX_SPLITS
+    os.environ[SPLIT_ENV] = "0"
+    try:
+        assert prefill_splits(4, 2048, 8, 64) == 1 and prefill_splits(4, 2048, 8, 64, 3) == 3
+    finally:
+        del os.environ[SPLIT_ENV]
+    nq, ctx = [3], [1100]
+    q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 4, 16, 16, torch.float16)
+    ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
+    out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.25, max_query_len=3,
+                                 max_seq_len=4096)
+    assert ic.rel_err(out, ref) < ic.tolerance(torch.float16)
+
+
 def case_prefill_short_step_graph_layout():
     """engine/prefill_graphs.py's layout: real sequences, then empty slots (no queries,
     seq_len 0), then the padding sequence; query_start_loc on the device side and

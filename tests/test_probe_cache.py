@@ -195,7 +195,8 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
     """The kernel warm-up (startup_probes.py) runs its forwards on the CPU here, with CUDA's
     guard and device arguments answered: the single-sequence prefills up to the limit, then
     34 tokens as two sequences of 17 (the several-sequence attention variants that the
-    whole-step probe, skipped on a probe-cache hit, used to load first); none above it."""
+    whole-step probe, skipped on a probe-cache hit, used to load first), again as if over a
+    long context (the split-key prefill variant); none above it."""
     import torch
 
     import edge_llm.engine.startup_probes as sp
@@ -232,15 +233,27 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "arange", lambda *a, device=None, **k: real_arange(*a, **k))
     monkeypatch.setattr(torch, "zeros", lambda *a, device=None, **k: real_zeros(*a, **k))
     cuda = types.SimpleNamespace(type="cuda")
+    hints = []
+    model_forward = runner.model.forward
+
+    def forward(ids, positions, kv, meta):
+        hints.append(meta.max_seq_len)
+        return model_forward(ids, positions, kv, meta)
+
+    monkeypatch.setattr(runner.model, "forward", forward)
     sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 64)
-    assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17, 33)] + [(34, 17)]
-    assert seqs[-1] == [17, 17]
+    assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17, 33)] + [(34, 17), (4, 2), (34, 17)]
+    assert seqs[-3:] == [[17, 17], [2, 2], [17, 17]]
+    # the last two plan their attention for a long context: the split-key prefill variants
+    # (a forward of 4 tokens launches with PDL on Hopper, one of 34 without)
+    split = sp.WARMUP_SPLIT_CONTEXT
+    assert hints == [1, 2, 3, 4, 5, 17, 33, 17, split, split], hints
     assert layer_calls[0] == len(calls) and not any(layer_calls[1:]), layer_calls
     assert runner.model.num_active_layers is None  # the whole model again afterwards
     calls.clear()
     sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 20,
                        kv_dtype=torch.uint8)
-    assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)]
+    assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)] + [(4, 2)]
     assert kv_dtypes == {torch.float32, torch.uint8}  # an fp8 cache's kernels warmed too
     # EDGE_LLM_WARMUP_LAYERS=all: every layer, as before the one-layer warm-up
     import edge_llm.engine.graph_capture as cg

@@ -31,6 +31,11 @@ WARMUP_TOKENS = (1, 2, 3, 4, 5, 17, 33, 65, 129)
 # whole-step forward used to be the first to reach the several-sequence variants; when its
 # result comes from the probe cache (probe_cache.py) it does not run.
 WARMUP_TWO_SEQUENCES = 34
+# and two sequences planned as if their context were this long: few queries over a long
+# context split their keys (kernels/paged_prefill.py), a variant of its own, once with
+# programmatic dependent launch (a forward of at most 4 tokens, kernels/pdl.py) and once not
+WARMUP_SPLIT_CONTEXT = 4096
+WARMUP_SPLIT_STEPS = ((4, 2), (WARMUP_TWO_SEQUENCES, WARMUP_TWO_SEQUENCES // 2))
 
 
 @torch.inference_mode()
@@ -48,14 +53,18 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
         return 0.0
     start = time.perf_counter()
     counts = [t for t in WARMUP_TOKENS if t <= max_tokens]
-    steps = [(t, t) for t in counts]
+    steps = [(t, t, None) for t in counts]
     two = WARMUP_TWO_SEQUENCES
     if two <= max_tokens:
-        steps.append((two, two // 2))
+        steps.append((two, two // 2, None))
+    steps += [(t, per_seq, WARMUP_SPLIT_CONTEXT) for t, per_seq in WARMUP_SPLIT_STEPS
+              if t <= max_tokens]
     layers = None if warmup_layers_all() else 1
-    for t, per_seq in steps:
+    for t, per_seq, context in steps:
         kv, meta = scratch_prefill(model, t, block_size, kv_dtype or dtype, device,
                                    max_seq_len=per_seq, num_layers=layers)
+        if context is not None:
+            meta = dataclasses.replace(meta, max_seq_len=context)
         ids = torch.zeros(t, dtype=torch.int64, device=device)
         positions = torch.arange(t, device=device) % per_seq
         with warmup_forward(model):  # every layer launches the same variants as the first
