@@ -87,8 +87,9 @@ class SchedulerConfig:
     # chunked: a prompt joining them is cut to fit. "auto": the engine takes the largest
     # short-step CUDA graph's token count (engine/prefill_graphs.py), so that such a step
     # replays a graph instead of running eagerly for tens of milliseconds while every stream
-    # waits; no cap when there are no such graphs. None or 0: no cap
-    # (``max_num_batched_tokens``).
+    # waits; no cap when there are no such graphs. None or 0 (the default): no cap
+    # (``max_num_batched_tokens``). On the H200 "auto" halved the inter-token p99 at 64
+    # streams but cost 10-14% of throughput at 32-64 (BENCHMARKS.md, session 30).
     max_tokens_with_decodes: int | str | None = None
 
     def __post_init__(self) -> None:

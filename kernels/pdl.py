@@ -10,8 +10,9 @@ waits for the one before it, for every earlier one too. ``pdl_kwargs(device)`` g
 launch both switches together (a kernel launched with ``launch_pdl`` but no wait would race).
 The exception: asking L2 for lines the kernel will read (``prefetch_l2``: weights, or the
 keys and values of decode attention) before the wait. A prefetch changes no value and L2 is
-where every multiprocessor's writes land, so any line may be asked for early. Off unless
-``EDGE_LLM_GEMV_PREFETCH`` / ``EDGE_LLM_DECODE_PREFETCH`` ask for it (``prefetch_tiles``).
+where every multiprocessor's writes land, so any line may be asked for early. Decode
+attention asks for its first tile by default (``EDGE_LLM_DECODE_PREFETCH``, 1.007x at batch
+1 on the H200); the GEMV only if ``EDGE_LLM_GEMV_PREFETCH`` asks (it lost; ``prefetch_tiles``).
 To find its lines decode attention also *loads* the context length and block table early,
 which is right only because no kernel of a forward writes them (the engine copies them in
 before it): Triton's loads are pure inline asm, and the compiler merges two loads of one
