@@ -10,5 +10,7 @@ source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
 (cd /tmp/checks && timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gpu.py tests/test_warmup_gpu.py tests/test_prefill_graphs_gpu.py > $OUT/tests.log 2>&1; tail -1 $OUT/tests.log; grep -E "^FAILED|Error" $OUT/tests.log | head -5)
 # the kernel's loop waits ~3 us per 64-key tile (block-table load, then the gather): does a
-# third pipeline stage or a 32-key tile hide it?
+# third pipeline stage or a 32-key tile hide it? (The PTX at 2 stages keeps the table loads
+# as plain ld.global in the loop; at 3 they are cp.async issued ahead. If "3 stages" wins at
+# every row, PrefillConfig.num_stages becomes 3.)
 (cd /tmp && timeout 200 python3 $OLDPWD/benchmarks/prefill_split.py --variants > $OUT/prefill_split.log 2>&1; cat $OUT/prefill_split.log)
