@@ -135,4 +135,10 @@ class SamplingParams:
         return SamplingType.GREEDY if self.temperature < _EPS else SamplingType.RANDOM
 
     def clone(self) -> SamplingParams:
-        return copy.deepcopy(self)
+        """An independent copy. Every field is a scalar or a list / dict / set of scalars, so
+        copying those containers is a deep copy (``copy.deepcopy`` took ~30 us a request)."""
+        new = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, (list, dict, set)):
+                setattr(new, name, value.copy())
+        return new

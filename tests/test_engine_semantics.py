@@ -98,6 +98,18 @@ def test_sampling_params_values_vllm_accepts_or_refuses(llm):
             SamplingParams(**kw)
     out = llm.generate(["Hi"], SamplingParams(max_tokens=3, detokenize=False, **GREEDY))
     assert out[0].outputs[0].text == "" and len(out[0].outputs[0].token_ids) == 3
+    # the engine's copy of a request's params (clone) is equal and shares no container
+    p = SamplingParams(stop=["a"], stop_token_ids=[1], logit_bias={3: 1.0},
+                       allowed_token_ids=[1, 3], max_tokens=8)
+    c = p.clone()
+    assert c == p and c is not p
+    c.stop.append("b")
+    c.stop_token_ids.append(2)
+    c.logit_bias[4] = 2.0
+    c.allowed_token_ids.append(4)
+    c.all_stop_token_ids.add(9)
+    assert (p.stop, p.stop_token_ids, p.logit_bias, p.allowed_token_ids) == (
+        ["a"], [1], {3: 1.0}, [1, 3]) and p.all_stop_token_ids == {1}
 
 
 def test_logprobs_are_vllm_logprob_objects(llm):
