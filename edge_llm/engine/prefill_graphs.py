@@ -48,8 +48,9 @@ sampled rows' logits (tests/test_prefill_graphs.py).
 Graph safety: the prefill kernel (kernels/paged_prefill.py) takes ``query_start_loc`` on the
 device, computes its tiles there, and sizes its grid from ``T`` and the slot count ``K`` only
 (the programs past the real tiles exit); ``max_query_len = T`` picks it without a host read
-(decode rows in the step go through it too, as in an eager mixed step); ``max_seq_len`` (read
-by the decode kernel only) is ``max_model_len``. W4A16 linears take the path of their padded
+(decode rows in the step go through it too, as in an eager mixed step); ``max_seq_len`` (the
+host int that plans the prefill kernel's key split and the decode kernel's context split) is
+``max_model_len``, so a graph's launches are fixed. W4A16 linears take the path of their padded
 row count (above 64 rows on mma.sync and 128 on wgmma, dequantize + cuBLAS into the one reused
 buffer). CPU never captures: ``PrefillGraphs.run`` without a captured graph runs the same padded
 forward eagerly (the CPU tests' path). Graphs are captured at start-up after the decode graphs,
