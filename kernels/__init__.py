@@ -106,9 +106,9 @@ def paged_attention(
 
     ``max_query_len`` / ``max_seq_len`` (host ints, e.g. from AttentionMetadata) are optional
     hints for the CUDA path: the first picks decode vs prefill without reading
-    ``query_start_loc``, the second sizes the decode context split and the prefill key split. ``scratch``
-    (``AttentionMetadata.scratch``, one forward's): where the prefill kernel keeps its tile
-    table for the next layers.
+    ``query_start_loc``, the second sizes the decode context split and the prefill key
+    split. ``scratch`` (``AttentionMetadata.scratch``, one forward's): where the prefill
+    kernel keeps its tile table for the next layers.
     """
     if q.is_cuda and q.dtype in _HALF and _TRITON:
         return _pa.paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc,
