@@ -3,8 +3,9 @@ one program per q tile and kv head: a few new queries over a long cached context
 prefix's first token, a chunk of a long prompt), Llama-2-7B heads (32 / 32) and Qwen2.5-7B
 heads (28 / 4), head_dim 128, block size 16, fp16. Each variant is checked against the
 torch reference, then timed (kernel_timing.time_op: CUDA-graph replays over rotated input
-sets). Prints one table: microseconds, the key/value bytes read as a fraction of copy
-bandwidth, and the speed-up of the planned split.
+sets). Prints one table: microseconds, the speed-up over one partition, and the key/value
+bytes read as a fraction of copy bandwidth. Under ``DISABLE_MMA_V3=1`` an H200 compiles the
+dots for mma.sync, as a 3090 / 4090 does (BENCHMARKS.md, session 21).
 
     python benchmarks/prefill_split.py [--variants]   # on a GPU
     python benchmarks/prefill_split.py --smoke    # CPU, TRITON_INTERPRET=1, tiny shapes
@@ -43,7 +44,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--variants", action="store_true",
-                    help="also time the pipelining knobs: 3 stages, 32-key tiles, 8 warps")
+                    help="also time the pipelining knobs (3 stages, 32-key tiles, 8 warps) and "
+                         "power-of-two rows per token")
     args = ap.parse_args()
     from edge_llm.kernels.paged_attention import PrefillConfig, paged_attention_ref, paged_prefill
     from edge_llm.kernels.paged_common import num_sms
@@ -53,15 +55,18 @@ def main() -> None:
     dt = torch.float32 if args.smoke else torch.float16
     heads = [("llama2", 4, 4, 16)] if args.smoke else [("llama2", 32, 32, 128),
                                                          ("qwen2.5", 28, 4, 128)]
+    # few new tokens over a long context, then whole fresh prompts (compute-bound)
     shapes = [(3, 100)] if args.smoke else [(n, c) for c in (1000, 4000)
-                                             for n in (8, 24, 64, 128, 256, 512)]
+                                             for n in (8, 24, 64, 128, 256, 512)] + [
+        (512, 512), (2048, 2048)]
     variants = [("one partition", PrefillConfig(num_splits=1)),
                 ("dispatched", PrefillConfig())]
     if args.variants:
         variants += [("one, 3 stages", PrefillConfig(num_splits=1, num_stages=3)),
                      ("dispatched, 3 stages", PrefillConfig(num_stages=3)),
                      ("dispatched, 32-key tiles", PrefillConfig(block_n=32, num_stages=3)),
-                     ("dispatched, 8 warps", PrefillConfig(num_warps=8, num_stages=3))]
+                     ("dispatched, 8 warps", PrefillConfig(num_warps=8, num_stages=3)),
+                     ("pow2 rows", PrefillConfig(pow2_rows=True))]
     bw = copy_bandwidth(dev, args.smoke)
     print(f"copy bandwidth {bw / 1e9:.0f} GB/s; us per launch, speed-up against one partition,"
           " and the key/value bytes over copy bandwidth")
@@ -75,7 +80,7 @@ def main() -> None:
                                     1 if args.smoke else rotations(kv_bytes))
             q, kc, vc, table = sets[0]
             ref = paged_attention_ref(q, kc, vc, table, qsl.cpu(), sl, d ** -0.5)
-            tiles = nq // (64 // (h // hkv)) + 1  # as paged_prefill sizes its grid
+            tiles = nq // (64 // (h // hkv)) + 1  # as paged_prefill sizes its grid (default)
             planned = prefill_splits(tiles * hkv, ctx, num_sms(torch.device(dev)), 64)
             cells, base = [], None
             for label, cfg in variants:

@@ -2,9 +2,10 @@
 cached prefix; the oracle is ``paged_attention_ref`` (kernels/paged_attention.py).
 
     grid (num_q_tiles_upper_bound, Hkv): a q tile is BLOCK_Q consecutive new tokens of one
-    sequence times its G heads, flattened into BLOCK_M >= BLOCK_Q * G rows (row = token * G +
-    head). tile_starts[b] = sum of q tiles of sequences < b (device cumsum, no host sync); a
-    program finds its sequence by binary search. Key loop: 0 .. last query position + 1,
+    sequence times its G heads, flattened into BLOCK_M >= BLOCK_Q * S rows (row = token * S +
+    head, S = G, or the power of two above it with ``pow2_rows``). tile_starts[b] = sum of
+    q tiles of sequences < b (device cumsum, no host sync); a program finds its sequence by
+    binary search. Key loop: 0 .. last query position + 1,
     masked causally (query at position p sees keys <= p) and by seq_len.
 
 Split keys (grid axis 2, SPLIT): when the q tiles times the kv heads are too few programs for
@@ -35,6 +36,7 @@ from .pdl import pdl_enter, pdl_kwargs
 MAX_SPLITS = 8
 # EDGE_LLM_PREFILL_SPLIT=0: never split the keys where the split is planned (comparisons)
 SPLIT_ENV = "EDGE_LLM_PREFILL_SPLIT"
+POW2_ROWS_ENV = "EDGE_LLM_PREFILL_POW2_ROWS"
 
 
 @triton.jit
@@ -60,8 +62,8 @@ def _paged_prefill_kernel(
     scale_log2, num_seqs, num_tokens,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ot, stride_oh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    GROUP: tl.constexpr, ROW_STRIDE: tl.constexpr, HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8_CVT: tl.constexpr,
     SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False,
@@ -77,10 +79,12 @@ def _paged_prefill_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     first_q = (tile - tl.load(tile_starts_ptr + b)) * BLOCK_Q  # among this seq's new tokens
     rows = tl.arange(0, BLOCK_M)
-    q_local = first_q + rows // GROUP
+    q_local = first_q + rows // ROW_STRIDE
+    head_in = rows % ROW_STRIDE  # >= GROUP: an idle row (ROW_STRIDE a power of two)
     # (rows * 0 + tile): a tensor, as the interpreter cannot AND a tensor with a scalar bool
-    row_mask = (rows < BLOCK_Q * GROUP) & (q_local < num_q) & (rows * 0 + tile < num_tiles)
-    heads = kvh * GROUP + rows % GROUP
+    row_mask = (rows < BLOCK_Q * ROW_STRIDE) & (head_in < GROUP) & (q_local < num_q) \
+        & (rows * 0 + tile < num_tiles)
+    heads = kvh * GROUP + head_in
     offs_d = tl.arange(0, D_PAD)
     d_mask = offs_d < HEAD_DIM
     tok = (q_start + q_local).to(tl.int64)
@@ -159,6 +163,9 @@ class PrefillConfig:
     num_warps: int = 4
     num_stages: int = 2
     num_splits: int = 0  # key partitions per q tile: 0 = planned (prefill_splits), 1 = none
+    # rows per token a power of two (GQA 5 -> 8 rows, 3 idle): no division by the group,
+    # which made sm_8x spill at GQA 5-7; None: EDGE_LLM_PREFILL_POW2_ROWS (default off)
+    pow2_rows: bool | None = None
 
 
 def prefill_splits(programs: int, max_context: int, sms: int, block_n: int,
@@ -204,7 +211,10 @@ def paged_prefill(
     if t == 0 or num_seqs == 0:
         return out
     block_m = max(cfg.block_m, 16, next_pow2(group))
-    block_q = block_m // group
+    pow2 = cfg.pow2_rows if cfg.pow2_rows is not None else (
+        os.environ.get(POW2_ROWS_ENV, "0") == "1")
+    row_stride = next_pow2(group) if pow2 else group
+    block_q = block_m // row_stride
     key = ("prefill_tiles", block_q, num_seqs, q.device)
     cached = scratch.get(key) if scratch is not None else None
     if cached is None:
@@ -231,7 +241,7 @@ def paged_prefill(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        GROUP=group, HEAD_DIM=d, D_PAD=next_pow2(d), BLOCK_SIZE=bs,
+        GROUP=group, ROW_STRIDE=row_stride, HEAD_DIM=d, D_PAD=next_pow2(d), BLOCK_SIZE=bs,
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
         # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
         SEARCH_STEPS=max(12, num_seqs.bit_length()), FP8_CVT=fp8_cvt(k_cache),

@@ -141,6 +141,29 @@ def case_prefill_split_keys():
     assert ic.rel_err(out, ref) < ic.tolerance(torch.float16)
 
 
+def case_prefill_pow2_rows():
+    """``PrefillConfig.pow2_rows``: each token's heads take a power-of-two stride of rows (GQA
+    3 / 5 / 6 / 7 -> 4 / 8 / 8 / 8 rows, the rest idle), alone and with split keys, also
+    through the dispatcher with EDGE_LLM_PREFILL_POW2_ROWS=1."""
+    import os
+
+    import torch
+
+    from edge_llm.kernels.paged_attention import PrefillConfig
+    from edge_llm.kernels.paged_prefill import POW2_ROWS_ENV
+
+    for group in (3, 5, 6, 7):
+        for splits in (1, 3):
+            cfg = PrefillConfig(block_m=16, block_n=16, num_splits=splits, pow2_rows=True)
+            _check_attention([5, 1, 12], [40, 9, 12], 2 * group, 2, 16, 8, torch.float32,
+                             prefill_cfg=cfg)
+    os.environ[POW2_ROWS_ENV] = "1"
+    try:
+        _check_attention([7, 2, 1], [30, 18, 2], 14, 2, 16, 16, torch.float16)
+    finally:
+        del os.environ[POW2_ROWS_ENV]
+
+
 def case_prefill_short_step_graph_layout():
     """engine/prefill_graphs.py's layout: real sequences, then empty slots (no queries,
     seq_len 0), then the padding sequence; query_start_loc on the device side and

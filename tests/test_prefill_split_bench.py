@@ -15,5 +15,5 @@ def test_prefill_split_benchmark_smoke(tmp_path):
     assert "one partition" in header and "dispatched, 3 stages" in header
     assert len(rows) == 1 and rows[0].startswith("| llama2 4/4 | 3 | 100 | 1 |"), rows
     cells = re.findall(r"([\d.]+) \(([\d.]+)x, ([\d.]+)\)", rows[0])
-    assert len(cells) == 6 and cells[0][1] == "1.00", cells
+    assert len(cells) == 7 and cells[0][1] == "1.00", cells
     assert all(float(us) > 0 for us, _, _ in cells)
