@@ -97,5 +97,6 @@ def main() -> None:
                 cells.append(f"{us:.1f} ({base / us:.2f}x, {frac:.2f})")
             print(f"| {name} {h}/{hkv} | {nq} | {ctx} | {planned} | " + " | ".join(cells) + " |")
 
+
 if __name__ == "__main__":
     main()

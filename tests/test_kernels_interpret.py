@@ -104,9 +104,9 @@ def case_prefill_chunked_and_mixed():
 
 def case_prefill_split_keys():
     """Keys cut into partitions per q tile (PrefillConfig.num_splits, or planned from the
-    grid and ``max_seq_len``), summed in the kernel: a few cached-prefix queries over a long
-    context, partitions past a tile's last key (empty), decode rows and a fresh prompt in one
-    step, GQA 1 / 4 / 7, fp32 and fp16; merged by the second launch."""
+    grid and ``max_seq_len``), merged by a second launch: a few cached-prefix queries over a
+    long context, partitions past a tile's last key (empty), decode rows and a fresh prompt
+    in one step, GQA 1 / 4 / 7, fp32 and fp16; the planner and its switch."""
     import os
 
     import torch
