@@ -136,7 +136,8 @@ class SamplingParams:
 
     def clone(self) -> SamplingParams:
         """An independent copy. Every field is a scalar or a list / dict / set of scalars, so
-        copying those containers is a deep copy (``copy.deepcopy`` took ~23 us a request, this ~5)."""
+        copying those containers is a deep copy (``copy.deepcopy`` took ~23 us a request,
+        this ~5)."""
         new = copy.copy(self)
         for name, value in vars(self).items():
             if isinstance(value, (list, dict, set)):
