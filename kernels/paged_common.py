@@ -11,8 +11,8 @@ from .device import has_fp8_cvt, num_sms
 from .kv_fp8 import fp8_decode
 from .pdl import prefetch_l2
 
-__all__ = ["LOG2E", "check_cache", "fp8_cvt", "kv_line", "load_kv_tile", "num_sms",
-           "prefetch_kv_lines"]
+__all__ = ["LOG2E", "check_cache", "fp8_cvt", "kv_line", "load_kv_tile", "merge_partials",
+           "num_sms", "prefetch_kv_lines"]
 
 LOG2E = 1.4426950408889634
 
@@ -54,6 +54,22 @@ def prefetch_kv_lines(k_ptr, v_ptr, table_row_ptr, tok, kvh, stride_kb, stride_k
                          BLOCK_SIZE))
     prefetch_l2(_kv_ptrs(v_ptr, blk, tok, kvh, offs, stride_vb, stride_vs, stride_vh,
                          BLOCK_SIZE))
+
+
+@triton.jit
+def merge_partials(part_out_ptr, part_lse_ptr, rows, s_mask, offs_d, HEAD_DIM: tl.constexpr):
+    """One output row from its context partitions: the fp32 partials at ``rows`` (one per
+    partition, [.., HEAD_DIM] each; ``s_mask`` the live ones) weighted by 2^lse, their
+    log2-sum-exps (an empty partition carries -inf, weight 0). Used by the second launches
+    of decode (paged_decode.py) and prefill (paged_prefill.py) attention."""
+    lse = tl.load(part_lse_ptr + rows, mask=s_mask, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.where(s_mask, tl.exp2(lse - m), 0.0)
+    denom = tl.sum(w, axis=0)
+    parts = tl.load(part_out_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    return tl.sum(parts * w[:, None], axis=0) / tl.where(denom > 0, denom, 1.0)
 
 
 def kv_line(k_cache: torch.Tensor, d_pad: int) -> int:

@@ -29,6 +29,7 @@ from .paged_common import (
     fp8_cvt,
     kv_line,
     load_kv_tile,
+    merge_partials,
     num_sms,
     prefetch_kv_lines,
 )
@@ -195,14 +196,7 @@ def _paged_decode_reduce_kernel(
     offs_d = tl.arange(0, D_PAD)
     s_mask = (offs_s < num_valid) & (offs_s < num_splits)
     base = b * stride_pb + h * stride_ph + offs_s * stride_ps  # (S_PAD,)
-    lse = tl.load(part_lse_ptr + base, mask=s_mask, other=float("-inf"))
-    m = tl.max(lse, axis=0)
-    m = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.where(s_mask, tl.exp2(lse - m), 0.0)
-    denom = tl.sum(w, axis=0)
-    parts = tl.load(part_out_ptr + base[:, None] * HEAD_DIM + offs_d[None, :],
-                    mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
-    out = tl.sum(parts * w[:, None], axis=0) / tl.where(denom > 0, denom, 1.0)
+    out = merge_partials(part_out_ptr, part_lse_ptr, base, s_mask, offs_d, HEAD_DIM)
     tl.store(out_ptr + b * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
              mask=offs_d < HEAD_DIM)
 

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from .grid import next_pow2
-from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile, num_sms
+from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile, merge_partials, num_sms
 from .paged_decode import _partition, decode_split_plan
 from .pdl import pdl_enter, pdl_kwargs
 
@@ -145,13 +145,7 @@ def _merge_partitions_kernel(part_out_ptr, part_lse_ptr, out_ptr, num_tokens, nu
     offs_d = tl.arange(0, D_PAD)
     s_mask = offs_s < num_splits
     rows = (offs_s * num_tokens + t) * tl.num_programs(1) + h  # (SPLITS_PAD,)
-    lse = tl.load(part_lse_ptr + rows, mask=s_mask, other=float("-inf"))
-    m = tl.max(lse, axis=0)
-    w = tl.where(s_mask, tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m)), 0.0)
-    den = tl.sum(w, axis=0)
-    parts = tl.load(part_out_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :],
-                    mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
-    out = tl.sum(parts * w[:, None], axis=0) / tl.where(den > 0, den, 1.0)
+    out = merge_partials(part_out_ptr, part_lse_ptr, rows, s_mask, offs_d, HEAD_DIM)
     tl.store(out_ptr + t * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
              mask=offs_d < HEAD_DIM)
 
