@@ -11,8 +11,8 @@ from .device import has_fp8_cvt, num_sms
 from .kv_fp8 import fp8_decode
 from .pdl import prefetch_l2
 
-__all__ = ["LOG2E", "check_cache", "fp8_cvt", "kv_line", "load_kv_tile", "merge_partials",
-           "num_sms", "prefetch_kv_lines"]
+__all__ = ["LOG2E", "check_cache", "context_partition", "fp8_cvt", "kv_line", "load_kv_tile",
+           "merge_partials", "num_sms", "prefetch_kv_lines"]
 
 LOG2E = 1.4426950408889634
 
@@ -54,6 +54,13 @@ def prefetch_kv_lines(k_ptr, v_ptr, table_row_ptr, tok, kvh, stride_kb, stride_k
                          BLOCK_SIZE))
     prefetch_l2(_kv_ptrs(v_ptr, blk, tok, kvh, offs, stride_vb, stride_vs, stride_vh,
                          BLOCK_SIZE))
+
+
+@triton.jit
+def context_partition(seq_len, num_splits, BLOCK_N: tl.constexpr):
+    """Tokens per context split of one sequence (or one prefill q tile's keys):
+    ceil(seq_len / num_splits), a multiple of BLOCK_N (at least BLOCK_N)."""
+    return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), 1) * BLOCK_N
 
 
 @triton.jit

@@ -26,6 +26,7 @@ from .grid import cdiv, next_pow2
 from .paged_common import (
     LOG2E,
     check_cache,
+    context_partition,
     fp8_cvt,
     kv_line,
     load_kv_tile,
@@ -44,18 +45,11 @@ PREFETCH_DEFAULT = 1
 
 
 @triton.jit
-def _partition(seq_len, num_splits, BLOCK_N: tl.constexpr):
-    """Tokens per context split of one sequence: ceil(seq_len / num_splits), a multiple of
-    BLOCK_N (at least BLOCK_N)."""
-    return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), 1) * BLOCK_N
-
-
-@triton.jit
 def _prefetch_tokens(seq_len, split, num_splits, BLOCK_N: tl.constexpr,
                      PREFETCH: tl.constexpr):
     """The context tokens of the first PREFETCH tiles of split ``split``: past the split's
     end its last token again; for an empty split the sequence's last token."""
-    partition_size = _partition(seq_len, num_splits, BLOCK_N)
+    partition_size = context_partition(seq_len, num_splits, BLOCK_N)
     start = split * partition_size
     end = tl.minimum(seq_len, start + partition_size)
     last = tl.maximum(tl.where(end > start, end, seq_len) - 1, 0)
@@ -99,7 +93,7 @@ def _paged_decode_kernel(
                             BLOCK_SIZE, BLOCK_N, D_PAD, LINE, PREFETCH)
     pdl_enter(PDL)
     seq_len = tl.load(seq_lens_ptr + b)
-    partition_size = _partition(seq_len, tl.num_programs(2), BLOCK_N)
+    partition_size = context_partition(seq_len, tl.num_programs(2), BLOCK_N)
     start = split * partition_size
     end = tl.minimum(seq_len, start + partition_size)
     offs_g = tl.arange(0, GROUP_PAD)
@@ -191,7 +185,7 @@ def _paged_decode_reduce_kernel(
     b = tl.program_id(0)
     h = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + b)
-    num_valid = tl.cdiv(seq_len, _partition(seq_len, num_splits, BLOCK_N))
+    num_valid = tl.cdiv(seq_len, context_partition(seq_len, num_splits, BLOCK_N))
     offs_s = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, D_PAD)
     s_mask = (offs_s < num_valid) & (offs_s < num_splits)

@@ -19,6 +19,7 @@ program of a tile, as decode does, the [BLOCK_M, D] partials spilled 1.5 KB per 
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -27,8 +28,16 @@ import triton
 import triton.language as tl
 
 from .grid import next_pow2
-from .paged_common import LOG2E, check_cache, fp8_cvt, load_kv_tile, merge_partials, num_sms
-from .paged_decode import _partition, decode_split_plan
+from .paged_common import (
+    LOG2E,
+    check_cache,
+    context_partition,
+    fp8_cvt,
+    load_kv_tile,
+    merge_partials,
+    num_sms,
+)
+from .paged_decode import decode_split_plan
 from .pdl import pdl_enter, pdl_kwargs
 
 # key partitions per q tile at most; the merge kernel is compiled for this many whatever the
@@ -37,6 +46,13 @@ MAX_SPLITS = 8
 # EDGE_LLM_PREFILL_SPLIT=0: never split the keys where the split is planned (comparisons)
 SPLIT_ENV = "EDGE_LLM_PREFILL_SPLIT"
 POW2_ROWS_ENV = "EDGE_LLM_PREFILL_POW2_ROWS"
+
+
+@functools.cache
+def env_switch(env: str, default: str) -> bool:
+    """Whether ``env`` (default ``default``) is "1": read once, not on every launch; tests
+    clear the cache."""
+    return os.environ.get(env, default) == "1"
 
 
 @triton.jit
@@ -95,7 +111,7 @@ def _paged_prefill_kernel(
     kv_end = tl.where(tile_valid, last_pos + 1, 0)
     kv_start = 0
     if SPLIT:  # this program's partition of the tile's keys (past kv_end: none)
-        partition = _partition(kv_end, tl.num_programs(2), BLOCK_N)
+        partition = context_partition(kv_end, tl.num_programs(2), BLOCK_N)
         kv_start = tl.program_id(2) * partition
         kv_end = tl.minimum(kv_end, kv_start + partition)
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
@@ -171,7 +187,7 @@ def prefill_splits(programs: int, max_context: int, sms: int, block_n: int,
     benchmarks/prefill_split.py) 8-64 new tokens over 1,000 / 4,000 keys ran 1.4-1.8x /
     2.5-4.2x faster split, but launches of 116-228 programs lost up to 1.9x."""
     if num_splits <= 0:
-        if programs >= sms or os.environ.get(SPLIT_ENV, "1") == "0":
+        if programs >= sms or not env_switch(SPLIT_ENV, "1"):
             return 1
         num_splits = decode_split_plan(programs, max_context, sms, block_n)[0]
     return max(1, min(num_splits, MAX_SPLITS))
@@ -205,8 +221,7 @@ def paged_prefill(
     if t == 0 or num_seqs == 0:
         return out
     block_m = max(cfg.block_m, 16, next_pow2(group))
-    pow2 = cfg.pow2_rows if cfg.pow2_rows is not None else (
-        os.environ.get(POW2_ROWS_ENV, "0") == "1")
+    pow2 = cfg.pow2_rows if cfg.pow2_rows is not None else env_switch(POW2_ROWS_ENV, "0")
     row_stride = next_pow2(group) if pow2 else group
     block_q = block_m // row_stride
     key = ("prefill_tiles", block_q, num_seqs, q.device)

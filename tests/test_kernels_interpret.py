@@ -116,7 +116,7 @@ def case_prefill_split_keys():
         paged_attention_ref,
         paged_attention_triton,
     )
-    from edge_llm.kernels.paged_prefill import MAX_SPLITS, SPLIT_ENV, prefill_splits
+    from edge_llm.kernels.paged_prefill import MAX_SPLITS, SPLIT_ENV, env_switch, prefill_splits
 
     for splits in (2, 3, 8):
         cfg = PrefillConfig(block_m=16, block_n=16, num_splits=splits)
@@ -129,10 +129,12 @@ def case_prefill_split_keys():
     assert prefill_splits(4, 2048, 8, 64) == 4 and prefill_splits(64, 2048, 8, 64) == 1
     assert prefill_splits(1, 1 << 20, 132, 64) == MAX_SPLITS
     os.environ[SPLIT_ENV] = "0"
+    env_switch.cache_clear()
     try:
         assert prefill_splits(4, 2048, 8, 64) == 1 and prefill_splits(4, 2048, 8, 64, 3) == 3
     finally:
         del os.environ[SPLIT_ENV]
+        env_switch.cache_clear()
     nq, ctx = [3], [1100]
     q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 4, 16, 16, torch.float16)
     ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
@@ -150,7 +152,7 @@ def case_prefill_pow2_rows():
     import torch
 
     from edge_llm.kernels.paged_attention import PrefillConfig
-    from edge_llm.kernels.paged_prefill import POW2_ROWS_ENV
+    from edge_llm.kernels.paged_prefill import POW2_ROWS_ENV, env_switch
 
     for group in (3, 5, 6, 7):
         for splits in (1, 3):
@@ -158,10 +160,12 @@ def case_prefill_pow2_rows():
             _check_attention([5, 1, 12], [40, 9, 12], 2 * group, 2, 16, 8, torch.float32,
                              prefill_cfg=cfg)
     os.environ[POW2_ROWS_ENV] = "1"
+    env_switch.cache_clear()
     try:
         _check_attention([7, 2, 1], [30, 18, 2], 14, 2, 16, 16, torch.float16)
     finally:
         del os.environ[POW2_ROWS_ENV]
+        env_switch.cache_clear()
 
 
 def case_prefill_short_step_graph_layout():
@@ -271,7 +275,7 @@ def case_decode_prefetch_tokens():
         out = torch.full((len(lens), splits, width), -7, dtype=torch.int32)
         probe[(len(lens), splits)](lens, out, BLOCK_N=block_n, PREFETCH=prefetch)
         for i, n in enumerate(lens.tolist()):
-            per_split = (n + splits - 1) // splits  # as _partition
+            per_split = (n + splits - 1) // splits  # as context_partition
             part = max((per_split + block_n - 1) // block_n, 1) * block_n
             for sp in range(splits):
                 got = set(out[i, sp].tolist())
