@@ -81,7 +81,8 @@ def main() -> None:
             q, kc, vc, table = sets[0]
             ref = paged_attention_ref(q, kc, vc, table, qsl.cpu(), sl, d ** -0.5)
             tiles = nq // (64 // (h // hkv)) + 1  # as paged_prefill sizes its grid (default)
-            planned = prefill_splits(tiles * hkv, ctx, num_sms(torch.device(dev)), 64)
+            planned = prefill_splits(tiles * hkv, ctx, num_sms(torch.device(dev)), 64,
+                                     rows=nq * h)
             cells, base = [], None
             for label, cfg in variants:
                 def fn(i, cfg=cfg, sets=sets, qsl=qsl, sl=sl, d=d, ctx=ctx):

@@ -46,6 +46,13 @@ MAX_SPLITS = 8
 # EDGE_LLM_PREFILL_SPLIT=0: never split the keys where the split is planned (comparisons)
 SPLIT_ENV = "EDGE_LLM_PREFILL_SPLIT"
 POW2_ROWS_ENV = "EDGE_LLM_PREFILL_POW2_ROWS"
+# what a split costs, in keys one program walks (~3 us per 64-key tile on the H200): the
+# merge launch and the partials' writes ~16 us, plus 3.2 us per 1,000 (token, head) rows
+# merged. Fitted on session 30's kernel table (BENCHMARKS.md): it keeps every measured gain
+# and drops the one measured loss under the programs cut-off (Qwen2.5's 28 / 4 heads, 256
+# new tokens over 1,000 keys: 116 programs, 0.78x split 3 ways)
+SPLIT_FIXED_KEYS = 340
+SPLIT_KEYS_PER_ROW = 0.068
 
 
 @functools.cache
@@ -179,17 +186,23 @@ class PrefillConfig:
 
 
 def prefill_splits(programs: int, max_context: int, sms: int, block_n: int,
-                   num_splits: int = 0) -> int:
+                   num_splits: int = 0, rows: int = 0) -> int:
     """Key partitions per q tile for a launch of ``programs`` (q tiles x kv heads) whose
-    longest context is ``max_context``: none from one program per multiprocessor up, else
-    decode attention's plan (about 2 programs per multiprocessor, partitions of at least
-    256 keys), at most MAX_SPLITS. On the H200 (132 multiprocessors; session 30,
+    longest context is ``max_context``, over ``rows`` (new tokens x heads): none from one
+    program per multiprocessor up, else decode attention's plan (about 2 programs per
+    multiprocessor, partitions of at least 256 keys), at most MAX_SPLITS, kept only where
+    the keys it takes off each program's walk outweigh its cost (SPLIT_FIXED_KEYS +
+    SPLIT_KEYS_PER_ROW per row). On the H200 (132 multiprocessors; session 30,
     benchmarks/prefill_split.py) 8-64 new tokens over 1,000 / 4,000 keys ran 1.4-1.8x /
     2.5-4.2x faster split, but launches of 116-228 programs lost up to 1.9x."""
     if num_splits <= 0:
         if programs >= sms or not env_switch(SPLIT_ENV, "1"):
             return 1
-        num_splits = decode_split_plan(programs, max_context, sms, block_n)[0]
+        num_splits = min(decode_split_plan(programs, max_context, sms, block_n)[0],
+                         MAX_SPLITS)
+        saved = max_context * (1 - 1 / num_splits)
+        if saved <= SPLIT_FIXED_KEYS + SPLIT_KEYS_PER_ROW * rows:
+            return 1
     return max(1, min(num_splits, MAX_SPLITS))
 
 
@@ -238,7 +251,7 @@ def paged_prefill(
     tiles = t // block_q + num_seqs  # >= sum over b of ceil(num_q_b / block_q)
     max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
     splits = prefill_splits(tiles * hkv, max_ctx, num_sms(q.device), cfg.block_n,
-                            cfg.num_splits)
+                            cfg.num_splits, rows=t * h)
     part_out = part_lse = out  # placeholders, unused without a split
     if splits > 1:
         part_out = torch.empty((splits, t, h, d), device=q.device, dtype=torch.float32)

@@ -128,6 +128,13 @@ def case_prefill_split_keys():
     # planned: 8 multiprocessors on the CPU, so 4 heads x 1 tile split over a long context
     assert prefill_splits(4, 2048, 8, 64) == 4 and prefill_splits(64, 2048, 8, 64) == 1
     assert prefill_splits(1, 1 << 20, 132, 64) == MAX_SPLITS
+    # the cost rule on session 30's H200 table (Qwen2.5's 28 / 4 heads, 64-row q tiles of 9
+    # tokens): 128 new tokens over 1,000 keys split 4 ways (1.28x); 256 over 1,000 kept
+    # whole (3 ways lost: 0.78x); 256 over 4,000 split (1.17x); a short context kept whole
+    assert prefill_splits(15 * 4, 1000, 132, 64, rows=128 * 28) == 4
+    assert prefill_splits(29 * 4, 1000, 132, 64, rows=256 * 28) == 1
+    assert prefill_splits(29 * 4, 4000, 132, 64, rows=256 * 28) == 3
+    assert prefill_splits(4, 300, 132, 64, rows=8 * 28) == 1
     os.environ[SPLIT_ENV] = "0"
     env_switch.cache_clear()
     try:
