@@ -1,16 +1,24 @@
 # Session 31: does prefill attention's key split cost short fresh prompts their first token?
-# In the prefill graphs the split is planned for max_model_len (4,096 here), not for the
-# step's own context, so a fresh 8-64-token prompt (a few keys) replays split launches: the
-# programs past its keys exit at once, but every layer still writes fp32 partials and runs
-# the merge launch. benchmarks/ttft.py (fresh random prompts, prefix caching off; the
-# "graphs" column replays the prefill graphs) with EDGE_LLM_PREFILL_SPLIT 0 / 1 / 0 / 1.
-# If "1" is slower at 8-64 tokens, the graphs need the split decided per step. ~4 min.
+# Inside the prefill graphs the split is planned for max_model_len (4,096), not the step's
+# context, and the grid counts every sequence slot of the graph as a q tile (K = bucket + 1):
+# so Llama-2's heads never split in a graph (bucket 8: 9 tiles x 32 kv heads >= 132
+# multiprocessors), while Qwen2.5's 4 kv heads split at buckets 8 and 16 (36 and 72
+# programs), also for a fresh prompt with no cached keys, where only the first partition
+# has work and the merge launch and fp32 partials are pure cost. benchmarks/ttft.py on
+# random Qwen2.5-7B AWQ g128 (fresh prompts, prefix caching off; "graphs" replays the
+# prefill graphs) with EDGE_LLM_PREFILL_SPLIT 0 / 1 / 0 / 1; 32 tokens (bucket 32, never
+# split) is the control. ~5 min.
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
-build_checkpoints $OUT/build.log awq
+python3 - > $OUT/build.log 2>&1 <<'PY' || tail -5 $OUT/build.log
+import sys; sys.path.insert(0, 'benchmarks')
+from pathlib import Path
+from random_checkpoint import make_random_checkpoint
+make_random_checkpoint('qwen2.5-7b', 'awq', Path('/tmp/ck-qwen'), 128, 'cuda')
+PY
 for run in off1 on1 off2 on2; do
   v=1; [[ $run == off* ]] && v=0
-  (cd /tmp && EDGE_LLM_PREFILL_SPLIT=$v timeout 110 python3 $OLDPWD/benchmarks/ttft.py --ckpt /tmp/ck-awq --lengths 8,16,32,64,128 --trials 7 --out $OUT/ttft_$run.json > $OUT/ttft_$run.log 2>&1)
+  (cd /tmp && EDGE_LLM_PREFILL_SPLIT=$v timeout 110 python3 $OLDPWD/benchmarks/ttft.py --ckpt /tmp/ck-qwen --lengths 8,16,32 --trials 9 --out $OUT/ttft_$run.json > $OUT/ttft_$run.log 2>&1)
   echo "split $run"; grep -E "^ +[0-9]+ \||Error|error" $OUT/ttft_$run.log | cut -c1-120
 done
