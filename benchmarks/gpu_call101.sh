@@ -6,7 +6,9 @@
 #    they become the default for mma.sync GPUs (kernels/paged_prefill.py).
 # 2. The prefix scenario (cached 1,000-token prompt + 24 new tokens; session 27: TTFT 7.1 ms
 #    on, 5.8x) with prefill attention's split keys off / on / off / on
-#    (EDGE_LLM_PREFILL_SPLIT).
+#    (EDGE_LLM_PREFILL_SPLIT). Session 31, reading the code: expect no difference. The 24 new
+#    tokens replay the 32-token prefill graph, whose grid counts its 33 sequence slots as q
+#    tiles (33 x 32 kv heads >= 132 multiprocessors), so that launch is never split.
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
