@@ -101,6 +101,7 @@ def paged_attention(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     scratch: dict | None = None,
+    split_seqs: int | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new queries over its paged context, (T, H, D).
 
@@ -108,12 +109,13 @@ def paged_attention(
     hints for the CUDA path: the first picks decode vs prefill without reading
     ``query_start_loc``, the second sizes the decode context split and the prefill key
     split. ``scratch`` (``AttentionMetadata.scratch``, one forward's): where the prefill
-    kernel keeps its tile table for the next layers.
+    kernel keeps its tile table for the next layers. ``split_seqs``: the sequences the
+    prefill key split is planned for (``AttentionMetadata.split_seqs``).
     """
     if q.is_cuda and q.dtype in _HALF and _TRITON:
         return _pa.paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc,
                                           seq_lens, scale, max_query_len, max_seq_len,
-                                          scratch)
+                                          scratch, split_seqs)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale)
 
 

@@ -184,9 +184,11 @@ def paged_attention_triton(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     scratch: dict | None = None,
+    split_seqs: int | None = None,
 ) -> torch.Tensor:
     """Same contract as ``paged_attention_ref``; decode kernel when every sequence has exactly
-    one new query, else the prefill kernel (``scratch``: see ``paged_prefill``).
+    one new query, else the prefill kernel (``scratch``, ``split_seqs``: see
+    ``paged_prefill``).
 
     Without ``max_query_len`` a host ``query_start_loc`` is read directly; a device one is not
     read (no sync): T == B is then taken as one query per sequence, which holds because the
@@ -201,7 +203,7 @@ def paged_attention_triton(
     if max_query_len == 1 and q.shape[0] == b:
         return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, max_seq_len)
     return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
-                         scratch=scratch, max_seq_len=max_seq_len)
+                         scratch=scratch, max_seq_len=max_seq_len, split_seqs=split_seqs)
 
 
 def check_kv_write(k, v, k_cache, v_cache, slot_mapping) -> int:

@@ -217,13 +217,18 @@ def paged_prefill(
     config: PrefillConfig | None = None,
     scratch: dict | None = None,
     max_seq_len: int | None = None,
+    split_seqs: int | None = None,
 ) -> torch.Tensor:
     """Prefill / chunked-prefill / mixed-batch attention (Triton), causal over the cache.
 
     ``scratch`` (a dict that lives for one forward, ``AttentionMetadata.scratch``): the tile
     table (six small torch ops, the same for every layer of the step) is computed by the
     first layer and kept there for the others. ``max_seq_len`` (host int; default the block
-    tables' width) plans the key split; no sync, so a captured graph passes a fixed one."""
+    tables' width) plans the key split; no sync, so a captured graph passes a fixed one.
+    ``split_seqs`` (default all): the sequences that plan assumes have queries. The grid
+    holds a q tile per sequence slot; the tiles past the real ones exit at once, so a CUDA
+    graph with many empty slots may plan for fewer (each tile then sizes its partitions from
+    its own keys, and the partitions past them exit too)."""
     check_cache(q, k_cache, v_cache)
     cfg = config or PrefillConfig()
     t, h, d = q.shape
@@ -250,8 +255,9 @@ def paged_prefill(
         qsl, tile_starts = cached
     tiles = t // block_q + num_seqs  # >= sum over b of ceil(num_q_b / block_q)
     max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
-    splits = prefill_splits(tiles * hkv, max_ctx, num_sms(q.device), cfg.block_n,
-                            cfg.num_splits, rows=t * h)
+    plan_seqs = num_seqs if split_seqs is None else max(1, min(split_seqs, num_seqs))
+    splits = prefill_splits((t // block_q + plan_seqs) * hkv, max_ctx, num_sms(q.device),
+                            cfg.block_n, cfg.num_splits, rows=t * h)
     part_out = part_lse = out  # placeholders, unused without a split
     if splits > 1:
         part_out = torch.empty((splits, t, h, d), device=q.device, dtype=torch.float32)

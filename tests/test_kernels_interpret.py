@@ -191,6 +191,20 @@ def case_prefill_short_step_graph_layout():
         out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.25,
                                      max_query_len=q.shape[0], max_seq_len=64)
         assert ic.rel_err(out, ref) < ic.tolerance(torch.float16), (nq, ctx)
+    # planned for one sequence (AttentionMetadata.split_seqs, EDGE_LLM_PREFILL_SPLIT_GRAPHS):
+    # the 9-token step's keys split 4 ways over the CPU's 8 "multiprocessors", where all six
+    # slots planned would not split; each tile sizes its partitions from its own keys
+    from edge_llm.kernels.paged_prefill import prefill_splits
+
+    nq, ctx = [6, 1, 0, 0, 0, 2], [300, 150, 0, 0, 0, 2]
+    assert prefill_splits((9 // 32 + 1) * 2, 1024, 8, 64, rows=9 * 4) == 4
+    assert prefill_splits((9 // 32 + 6) * 2, 1024, 8, 64, rows=9 * 4) == 1
+    q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 2, 16, 8, torch.float16)
+    ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
+    for split_seqs in (None, 1):
+        out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.25, max_query_len=9,
+                                     max_seq_len=1024, split_seqs=split_seqs)
+        assert ic.rel_err(out, ref) < ic.tolerance(torch.float16), split_seqs
 
 
 def case_prefill_tile_table_kept_for_the_next_layers():

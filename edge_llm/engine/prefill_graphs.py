@@ -81,16 +81,25 @@ from .graph_capture import capture_graph
 PREFILL_SIZES = (8, 16, 32, 64, 128, 256, 512)  # padded new-token counts, one graph each
 MIN_TOKENS = 2  # one-token steps are decode steps (cuda_graphs.py)
 ENV_FLAG = "EDGE_LLM_PREFILL_GRAPHS"
+# EDGE_LLM_PREFILL_SPLIT_GRAPHS=1: prefill attention's key split planned for one sequence in
+# each graph instead of all K slots (AttentionMetadata.split_seqs), so that a cached prefix's
+# few new tokens split their keys with many kv heads too. Off until timed on a GPU
+# (benchmarks/gpu_call105.sh; BENCHMARKS.md, session 31).
+SPLIT_FLAG = "EDGE_LLM_PREFILL_SPLIT_GRAPHS"
+
+
+def _flag(name: str, default: str) -> bool:
+    value = os.environ.get(name, default)
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {value!r}.")
+    return value == "1"
 
 
 def prefill_graphs_enabled() -> bool:
     """On unless ``EDGE_LLM_PREFILL_GRAPHS=0`` (the GPU tests passed on the H200 and a
     prefix-cached 1,000-token prompt's first token came 4.4x sooner); any value but 0 or 1 is
     an error."""
-    value = os.environ.get(ENV_FLAG, "1")
-    if value not in ("0", "1"):
-        raise ValueError(f"{ENV_FLAG} must be 0 or 1, got {value!r}.")
-    return value == "1"
+    return _flag(ENV_FLAG, "1")
 
 
 def prefill_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -222,6 +231,7 @@ class PrefillGraphs:
         self._lazy: set[int] = set()
         self._pool = None
         self.replays: Counter[int] = Counter()
+        self.split_seqs = 1 if _flag(SPLIT_FLAG, "0") else None  # AttentionMetadata's
 
     def can_run(self, scheduled: list) -> bool:
         return (is_short_step(scheduled, self.sizes[-1], self.max_seqs)
@@ -238,6 +248,7 @@ class PrefillGraphs:
             block_tables=self.block_tables[:k],
             max_query_len=t,
             max_seq_len=self.max_model_len,
+            split_seqs=self.split_seqs,
         )
         hidden = self.model(self.input_ids[:t], self.positions[:t], self.kv_layers, meta)
         rows = hidden.index_select(0, self.last_rows[: k - 1])

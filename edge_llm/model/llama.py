@@ -71,6 +71,7 @@ class Attention(nn.Module):
         o = paged_attention(
             q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
             self.scale, meta.max_query_len, meta.max_seq_len, meta.scratch,
+            split_seqs=meta.split_seqs,
         )
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 
