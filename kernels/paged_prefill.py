@@ -53,6 +53,10 @@ POW2_ROWS_ENV = "EDGE_LLM_PREFILL_POW2_ROWS"
 # new tokens over 1,000 keys: 116 programs, 0.78x split 3 ways)
 SPLIT_FIXED_KEYS = 340
 SPLIT_KEYS_PER_ROW = 0.068
+# each q tile sizes its partitions from its own keys, but never below this many key tiles
+# (256 keys at the default 64, the plan's own minimum): a tile whose keys are fewer than the
+# plan assumed (a graph plans for max_model_len) takes fewer partitions, not smaller ones
+MIN_PARTITION_TILES = tl.constexpr(4)
 
 
 @functools.cache
@@ -118,7 +122,8 @@ def _paged_prefill_kernel(
     kv_end = tl.where(tile_valid, last_pos + 1, 0)
     kv_start = 0
     if SPLIT:  # this program's partition of the tile's keys (past kv_end: none)
-        partition = context_partition(kv_end, tl.num_programs(2), BLOCK_N)
+        partition = tl.maximum(context_partition(kv_end, tl.num_programs(2), BLOCK_N),
+                               MIN_PARTITION_TILES * BLOCK_N)
         kv_start = tl.program_id(2) * partition
         kv_end = tl.minimum(kv_end, kv_start + partition)
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
