@@ -11,9 +11,10 @@ cached prefix; the oracle is ``paged_attention_ref`` (kernels/paged_attention.py
 Split keys (grid axis 2, SPLIT): when the q tiles times the kv heads are too few programs for
 the GPU (a short chunk or a few cached-prefix queries over a long context; one program per
 head would walk 1,000 keys alone), each tile's keys 0 .. last query position are cut into
-``num_programs(2)`` partitions, as decode attention cuts a context (paged_decode.py). Each
-program stores its normalised partial and log2-sum-exp per row to fp32 scratch, and a second
-launch (``_merge_partitions_kernel``) weighs them together. (Summed in the kernel by the last
+at most ``num_programs(2)`` partitions of at least MIN_PARTITION_TILES key tiles, as decode
+attention cuts a context (paged_decode.py). Each program stores its normalised partial and
+log2-sum-exp per row to fp32 scratch (past the tile's last partition: an empty one, weight
+0), and a second launch (``_merge_partitions_kernel``) weighs them together. (Summed in the kernel by the last
 program of a tile, as decode does, the [BLOCK_M, D] partials spilled 1.5 KB per thread.)
 """
 
@@ -233,7 +234,7 @@ def paged_prefill(
     ``split_seqs`` (default all): the sequences that plan assumes have queries. The grid
     holds a q tile per sequence slot; the tiles past the real ones exit at once, so a CUDA
     graph with many empty slots may plan for fewer (each tile then sizes its partitions from
-    its own keys, and the partitions past them exit too)."""
+    its own keys; the programs past its last partition store empty ones)."""
     check_cache(q, k_cache, v_cache)
     cfg = config or PrefillConfig()
     t, h, d = q.shape
