@@ -14,8 +14,9 @@ head would walk 1,000 keys alone), each tile's keys 0 .. last query position are
 at most ``num_programs(2)`` partitions of at least MIN_PARTITION_TILES key tiles, as decode
 attention cuts a context (paged_decode.py). Each program stores its normalised partial and
 log2-sum-exp per row to fp32 scratch (past the tile's last partition: an empty one, weight
-0), and a second launch (``_merge_partitions_kernel``) weighs them together. (Summed in the kernel by the last
-program of a tile, as decode does, the [BLOCK_M, D] partials spilled 1.5 KB per thread.)
+0), and a second launch (``_merge_partitions_kernel``) weighs them together. (Summed in the
+kernel by the last program of a tile, as decode does, the [BLOCK_M, D] partials spilled
+1.5 KB per thread.)
 """
 
 from __future__ import annotations
