@@ -4,7 +4,7 @@
 # 1. The prefill graphs' GPU tests with it on (graph replays equal eager forwards).
 # 2. The benefit: the prefix scenario's cached first token (976 cached + 24 new tokens, the
 #    32-token graph: 8 partitions planned) with the flag 0 / 1 / 0 / 1.
-# 3. The cost: fresh 8-64-token prompts' first token (benchmarks/ttft.py, nothing cached:
+# 3. The cost: fresh 8-128-token prompts' first token (benchmarks/ttft.py, nothing cached:
 #    only the first partition has keys) with the flag 0 / 1. ~8 min. If 2 gains and 3
 #    loses no more than noise, the flag's default becomes 1 (engine/prefill_graphs.py).
 set -u
@@ -19,7 +19,7 @@ done
 build_checkpoints $OUT/build.log awq
 for run in off on; do
   v=1; [[ $run == off* ]] && v=0
-  (cd /tmp && EDGE_LLM_PREFILL_SPLIT_GRAPHS=$v timeout 100 python3 $OLDPWD/benchmarks/ttft.py --ckpt /tmp/ck-awq --lengths 8,16,32,64 --trials 9 --out $OUT/ttft_$run.json > $OUT/ttft_$run.log 2>&1)
+  (cd /tmp && EDGE_LLM_PREFILL_SPLIT_GRAPHS=$v timeout 100 python3 $OLDPWD/benchmarks/ttft.py --ckpt /tmp/ck-awq --lengths 8,16,32,64,128 --trials 9 --out $OUT/ttft_$run.json > $OUT/ttft_$run.log 2>&1)
   echo "graph split $run"; grep -E "^ +[0-9]+ \||Error|error" $OUT/ttft_$run.log | cut -c1-120
 done
 find $OUT -name '*.png' -delete
