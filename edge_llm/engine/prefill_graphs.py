@@ -84,7 +84,7 @@ ENV_FLAG = "EDGE_LLM_PREFILL_GRAPHS"
 # EDGE_LLM_PREFILL_SPLIT_GRAPHS=1: prefill attention's key split planned for one sequence in
 # each graph instead of all K slots (AttentionMetadata.split_seqs), so that a cached prefix's
 # few new tokens split their keys with many kv heads too. Off until timed on a GPU
-# (benchmarks/gpu_call105.sh; BENCHMARKS.md, session 31).
+# (benchmarks/gpu_call105.sh, gpu_call106.sh; BENCHMARKS.md, session 31).
 SPLIT_FLAG = "EDGE_LLM_PREFILL_SPLIT_GRAPHS"
 
 
