@@ -13,9 +13,5 @@ set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
 (cd /tmp && DISABLE_MMA_V3=1 timeout 240 python3 $OLDPWD/benchmarks/prefill_split.py --variants > $OUT/prefill_split_mma_sync.log 2>&1; cat $OUT/prefill_split_mma_sync.log)
-for run in off1 on1 off2 on2; do
-  v=1; [[ $run == off* ]] && v=0
-  (cd /tmp && EDGE_LLM_PREFILL_SPLIT=$v timeout 100 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios prefix --out $OUT/p$run > $OUT/p$run.log 2>&1)
-  echo "split $run $(grep -E 'INFO e2e: prefix' $OUT/p$run.log | sed 's/^.*INFO e2e: //' | cut -c1-120)"
-done
+prefix_switch EDGE_LLM_PREFILL_SPLIT
 find $OUT -name '*.png' -delete

@@ -17,8 +17,4 @@ from pathlib import Path
 from random_checkpoint import make_random_checkpoint
 make_random_checkpoint('qwen2.5-7b', 'awq', Path('/tmp/ck-qwen'), 128, 'cuda')
 PY
-for run in off1 on1 off2 on2; do
-  v=1; [[ $run == off* ]] && v=0
-  (cd /tmp && EDGE_LLM_PREFILL_SPLIT=$v timeout 110 python3 $OLDPWD/benchmarks/ttft.py --ckpt /tmp/ck-qwen --lengths 8,16,32 --trials 9 --out $OUT/ttft_$run.json > $OUT/ttft_$run.log 2>&1)
-  echo "split $run"; grep -E "^ +[0-9]+ \||Error|error" $OUT/ttft_$run.log | cut -c1-120
-done
+ttft_switch EDGE_LLM_PREFILL_SPLIT /tmp/ck-qwen 8,16,32

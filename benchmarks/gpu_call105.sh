@@ -11,9 +11,5 @@ set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
 (cd /tmp/checks && EDGE_LLM_PREFILL_SPLIT_GRAPHS=1 timeout 140 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_prefill_graphs_gpu.py > $OUT/tests.log 2>&1; tail -1 $OUT/tests.log; grep -E "^FAILED|Error" $OUT/tests.log | head -5)
-for run in off1 on1 off2 on2; do
-  v=1; [[ $run == off* ]] && v=0
-  (cd /tmp && EDGE_LLM_PREFILL_SPLIT_GRAPHS=$v timeout 100 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios prefix --out $OUT/p$run > $OUT/p$run.log 2>&1)
-  echo "graph split $run $(grep -E 'INFO e2e: prefix' $OUT/p$run.log | sed 's/^.*INFO e2e: //' | cut -c1-120)"
-done
+prefix_switch EDGE_LLM_PREFILL_SPLIT_GRAPHS
 find $OUT -name '*.png' -delete

@@ -9,8 +9,4 @@ set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
 build_checkpoints $OUT/build.log awq
-for run in off1 on1 off2 on2; do
-  v=1; [[ $run == off* ]] && v=0
-  (cd /tmp && EDGE_LLM_PREFILL_SPLIT_GRAPHS=$v timeout 100 python3 $OLDPWD/benchmarks/ttft.py --ckpt /tmp/ck-awq --lengths 8,16,32,64,128 --trials 9 --out $OUT/ttft_$run.json > $OUT/ttft_$run.log 2>&1)
-  echo "graph split $run"; grep -E "^ +[0-9]+ \||Error|error" $OUT/ttft_$run.log | cut -c1-120
-done
+ttft_switch EDGE_LLM_PREFILL_SPLIT_GRAPHS /tmp/ck-awq 8,16,32,64,128

@@ -43,3 +43,24 @@ decode_switch() {
     echo "$run $(grep -E 'decode b' $dir/$run.log | grep INFO | sed 's/.*decode b/b/; s/ tok.s.*step/ step/' | tr '\n' ' ')"
   done
 }
+# prefix_switch VAR: e2e's prefix scenario (cached first token, prefix caching on / off) of
+# this checkout with the environment switch VAR=0 / 1 / 0 / 1 (runs poff1, pon1, poff2,
+# pon2, logs under $OUT).
+prefix_switch() {
+  local var=$1 run v
+  for run in off1 on1 off2 on2; do
+    v=1; [[ $run == off* ]] && v=0
+    (cd /tmp && env "$var=$v" timeout 100 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios prefix --out $OUT/p$run > $OUT/p$run.log 2>&1)
+    echo "$var $run $(grep -E 'INFO e2e: prefix' $OUT/p$run.log | sed 's/^.*INFO e2e: //' | cut -c1-120)"
+  done
+}
+# ttft_switch VAR CKPT LENGTHS: benchmarks/ttft.py (fresh prompts' first token, prefill
+# graphs and eager) on checkpoint CKPT at LENGTHS with VAR=0 / 1 / 0 / 1 (logs under $OUT).
+ttft_switch() {
+  local var=$1 ckpt=$2 lengths=$3 run v
+  for run in off1 on1 off2 on2; do
+    v=1; [[ $run == off* ]] && v=0
+    (cd /tmp && env "$var=$v" timeout 110 python3 $OLDPWD/benchmarks/ttft.py --ckpt $ckpt --lengths $lengths --trials 9 --out $OUT/ttft_$run.json > $OUT/ttft_$run.log 2>&1)
+    echo "$var $run"; grep -E "^ +[0-9]+ \||Error|error" $OUT/ttft_$run.log | cut -c1-120
+  done
+}
