@@ -34,6 +34,15 @@ class Option:
         return ("EDGE_LLM_" + self.dest.upper(),) + self.env
 
 
+def env_on(name: str, default: str) -> bool:
+    """An engine switch read from the environment variable ``name``: "1" on, "0" off
+    (``default`` where unset); any other value is a ValueError naming it."""
+    value = os.environ.get(name, default)
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {value!r}.")
+    return value == "1"
+
+
 def parse_bool(text: str) -> bool:
     low = text.strip().lower()
     if low in ("1", "true", "yes", "on"):

@@ -59,7 +59,6 @@ into their pool; dropped on sleep; after a wake captured on first use.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -67,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from edge_llm.flags import env_on
 from edge_llm.model.attention_metadata import AttentionMetadata
 
 from .cuda_graphs import (
@@ -88,18 +88,11 @@ ENV_FLAG = "EDGE_LLM_PREFILL_GRAPHS"
 SPLIT_FLAG = "EDGE_LLM_PREFILL_SPLIT_GRAPHS"
 
 
-def _flag(name: str, default: str) -> bool:
-    value = os.environ.get(name, default)
-    if value not in ("0", "1"):
-        raise ValueError(f"{name} must be 0 or 1, got {value!r}.")
-    return value == "1"
-
-
 def prefill_graphs_enabled() -> bool:
     """On unless ``EDGE_LLM_PREFILL_GRAPHS=0`` (the GPU tests passed on the H200 and a
     prefix-cached 1,000-token prompt's first token came 4.4x sooner); any value but 0 or 1 is
     an error."""
-    return _flag(ENV_FLAG, "1")
+    return env_on(ENV_FLAG, "1")
 
 
 def prefill_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -231,7 +224,7 @@ class PrefillGraphs:
         self._lazy: set[int] = set()
         self._pool = None
         self.replays: Counter[int] = Counter()
-        self.split_seqs = 1 if _flag(SPLIT_FLAG, "0") else None  # AttentionMetadata's
+        self.split_seqs = 1 if env_on(SPLIT_FLAG, "0") else None  # AttentionMetadata's
 
     def can_run(self, scheduled: list) -> bool:
         return (is_short_step(scheduled, self.sizes[-1], self.max_seqs)

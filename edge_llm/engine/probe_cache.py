@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from edge_llm.flags import env_on
+
 logger = logging.getLogger(__name__)
 
 ENV = "EDGE_LLM_PROBE_CACHE"
@@ -36,10 +38,7 @@ IGNORED_ENV = frozenset({"EDGE_LLM_CACHE_DIR", "EDGE_LLM_PORT", "EDGE_LLM_HOST",
 
 def probe_cache_wanted() -> bool:
     """On unless ``EDGE_LLM_PROBE_CACHE=0``; any value but 0 or 1 is an error."""
-    value = os.environ.get(ENV, "1")
-    if value not in ("0", "1"):
-        raise ValueError(f"{ENV} must be 0 or 1, got {value!r}.")
-    return value == "1"
+    return env_on(ENV, "1")
 
 
 def probe_dir() -> Path:
