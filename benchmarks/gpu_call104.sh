@@ -11,10 +11,5 @@
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
-python3 - > $OUT/build.log 2>&1 <<'PY' || tail -5 $OUT/build.log
-import sys; sys.path.insert(0, 'benchmarks')
-from pathlib import Path
-from random_checkpoint import make_random_checkpoint
-make_random_checkpoint('qwen2.5-7b', 'awq', Path('/tmp/ck-qwen'), 128, 'cuda')
-PY
-ttft_switch EDGE_LLM_PREFILL_SPLIT /tmp/ck-qwen 8,16,32
+CK_SHAPE=qwen2.5-7b build_checkpoints $OUT/build.log awq
+ttft_switch EDGE_LLM_PREFILL_SPLIT /tmp/ck-awq 8,16,32

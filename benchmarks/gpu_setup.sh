@@ -8,14 +8,16 @@ export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
 rm -rf /tmp/checks && mkdir -p /tmp/checks && cp -r tests benchmarks /tmp/checks/
 # build_checkpoints LOG FORMAT...: random Llama-2-7B g128 checkpoints in /tmp/ck-FORMAT, built
 # in one process (benchmarks/random_checkpoint.py); the log's tail is shown on failure.
+# CK_SHAPE=qwen2.5-7b (any random_checkpoint shape) builds that shape instead, in the same
+# folders.
 build_checkpoints() {
   local log=$1; shift
-  python3 - "$@" > "$log" 2>&1 <<'PY' || tail -5 "$log"
-import sys; sys.path.insert(0, 'benchmarks')
+  CK_SHAPE=${CK_SHAPE:-llama2-7b} python3 - "$@" > "$log" 2>&1 <<'PY' || tail -5 "$log"
+import os, sys; sys.path.insert(0, 'benchmarks')
 from pathlib import Path
 from random_checkpoint import make_random_checkpoint
 for f in sys.argv[1:]:
-    make_random_checkpoint('llama2-7b', f, Path('/tmp/ck-' + f), 128, 'cuda')
+    make_random_checkpoint(os.environ['CK_SHAPE'], f, Path('/tmp/ck-' + f), 128, 'cuda')
 PY
 }
 # decode_interleaved TAR: e2e decode at batch 1/4/16 of this checkout against an older commit
