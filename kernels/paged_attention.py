@@ -49,10 +49,12 @@ def write_kv_ref(
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
-    k_cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping,
-                                                      to_cache_ref(k, k_cache.dtype))
-    v_cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping,
-                                                      to_cache_ref(v, v_cache.dtype))
+    for cache, x in ((k_cache, k), (v_cache, v)):
+        x = to_cache_ref(x, cache.dtype)
+        if cache.is_contiguous():
+            cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping, x)
+        else:  # a token-minor value cache (paged_common.value_cache)
+            cache[slot_mapping // bs, slot_mapping % bs] = x
 
 
 def _gather_context(
@@ -139,14 +141,15 @@ def _decode_ref(
 @triton.jit
 def copy_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, keep,
                NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-               D_PAD: tl.constexpr):
+               D_PAD: tl.constexpr, stride_dst_d=1):
     """One token's heads [NUM_HEADS, HEAD_DIM] from src to dst (cast to dst's dtype, or fp8
-    codes for a uint8 cache) where ``keep`` ([1, D_PAD] bools) holds."""
+    codes for a uint8 cache) where ``keep`` ([1, D_PAD] bools) holds; ``stride_dst_d``: the
+    block size in a token-minor value cache (paged_common.value_cache)."""
     h = tl.arange(0, H_PAD)
     d = tl.arange(0, D_PAD)
     mask = (h[:, None] < NUM_HEADS) & (d[None, :] < HEAD_DIM) & keep
     x = tl.load(src_ptr + h[:, None] * stride_src_h + d[None, :], mask=mask)
-    tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :],
+    tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :] * stride_dst_d,
              to_cache(x, dst_ptr.dtype.element_ty, src_ptr.dtype.element_ty), mask=mask)
 
 
@@ -154,7 +157,7 @@ def copy_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, keep,
 def _write_kv_kernel(
     k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
+    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, stride_vcd,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, H_PAD: tl.constexpr,
     D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     PDL: tl.constexpr = False,
@@ -170,7 +173,7 @@ def _write_kv_kernel(
     copy_heads(k_ptr + t * stride_kt, kc_ptr + blk * stride_kcb + off * stride_kcs, stride_kh,
                stride_kch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD)
     copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs, stride_vh,
-               stride_vch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD)
+               stride_vch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD, stride_vcd)
 
 
 def paged_attention_triton(
@@ -235,7 +238,7 @@ def write_kv(
         k, v, k_cache, v_cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         NUM_KV_HEADS=hkv, HEAD_DIM=d, H_PAD=next_pow2(hkv),
         D_PAD=next_pow2(d), BLOCK_SIZE=k_cache.shape[1], num_warps=1,
         **pdl_kwargs(k_cache.device))

@@ -3,6 +3,8 @@ checks, and the multiprocessor count (layout: ``kernels/paged_attention.py``).""
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -12,9 +14,11 @@ from .kv_fp8 import fp8_decode
 from .pdl import prefetch_l2
 
 __all__ = ["LOG2E", "check_cache", "context_partition", "fp8_cvt", "kv_line", "load_kv_tile",
-           "merge_partials", "num_sms", "prefetch_kv_lines"]
+           "load_v_tile", "merge_partials", "num_sms", "prefetch_kv_lines", "value_cache",
+           "values_token_minor"]
 
 LOG2E = 1.4426950408889634
+TOKEN_MINOR_ENV = "EDGE_LLM_FP8_V_TOKEN_MINOR"
 
 
 @triton.jit
@@ -42,18 +46,57 @@ def load_kv_tile(cache_ptr, table_row_ptr, tok, t_mask, kvh, offs_d, d_mask,
 
 
 @triton.jit
+def load_v_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b, stride_h,
+                stride_d, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                OUT_TY: tl.constexpr, FP8_CVT: tl.constexpr):
+    """[BLOCK_N, D_PAD] values of context tokens n0 .. n0 + BLOCK_N from a token-minor cache
+    (``values_token_minor``; n0 a multiple of min(BLOCK_N, BLOCK_SIZE)). Each block's tokens
+    are contiguous, so the tile comes in as [D_PAD, blocks, slots] runs of up to BLOCK_SIZE
+    codes (16-byte copies for an fp8 cache of 16-token blocks) and is transposed in
+    registers: the p @ v dot then reads pairs of consecutive tokens, where a token-major
+    uint8 tile was read from shared memory one byte per load (no 8-bit ldmatrix.trans).
+
+    Whole blocks are read: slots past ``end`` inside a block that starts before it are
+    loaded too (a softmax weight of exactly 0 meets them), so every slot of an allocated
+    block must hold a finite value: ``value_cache`` zero-fills, and the writes store fp8
+    codes saturated at +-448, never a NaN code."""
+    SLOTS: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+    NB: tl.constexpr = BLOCK_N // SLOTS
+    first = n0 + tl.arange(0, NB) * SLOTS  # each run's first token
+    b_mask = first < end
+    blk = tl.load(table_row_ptr + first // BLOCK_SIZE, mask=b_mask, other=0).to(tl.int64)
+    slot = n0 % BLOCK_SIZE if NB == 1 else 0  # a block of more tokens than the tile
+    offs_s = tl.arange(0, SLOTS)
+    ptrs = cache_ptr + blk[None, :, None] * stride_b + kvh * stride_h \
+        + offs_d[:, None, None] * stride_d + (slot + offs_s)[None, None, :]
+    x = tl.load(ptrs, mask=d_mask[:, None, None] & b_mask[None, :, None], other=0)
+    x = tl.reshape(x, (offs_d.shape[0], BLOCK_N))
+    if cache_ptr.dtype.element_ty == tl.uint8:
+        x = fp8_decode(x, FP8_CVT).to(OUT_TY)
+    return tl.trans(x)
+
+
+@triton.jit
 def prefetch_kv_lines(k_ptr, v_ptr, table_row_ptr, tok, kvh, stride_kb, stride_ks, stride_kh,
                       stride_vb, stride_vs, stride_vh, BLOCK_SIZE: tl.constexpr,
-                      D_PAD: tl.constexpr, LINE: tl.constexpr):
+                      D_PAD: tl.constexpr, LINE: tl.constexpr,
+                      V_TOKEN_MINOR: tl.constexpr = False):
     """Ask L2 for the keys and values of kv head ``kvh`` at context tokens ``tok`` (every one
     a valid position of the table row): D_PAD / LINE lines per token and cache, LINE the
-    elements of one 128-byte line (or the whole head, if shorter). Reads the block table."""
+    elements of one 128-byte line (or the whole head, if shorter). Reads the block table.
+    Token-minor values: token t of a block stands for lines t * D_PAD / LINE .. of its
+    block's [D, BLOCK_SIZE] run of this head (so a whole block's tokens ask for the run)."""
     blk = tl.load(table_row_ptr + tok // BLOCK_SIZE).to(tl.int64)
     offs = tl.arange(0, D_PAD // LINE) * LINE
     prefetch_l2(_kv_ptrs(k_ptr, blk, tok, kvh, offs, stride_kb, stride_ks, stride_kh,
                          BLOCK_SIZE))
-    prefetch_l2(_kv_ptrs(v_ptr, blk, tok, kvh, offs, stride_vb, stride_vs, stride_vh,
-                         BLOCK_SIZE))
+    if V_TOKEN_MINOR:  # stride_vh: the run's length; never past it
+        run = (tok % BLOCK_SIZE)[:, None] * D_PAD + offs[None, :]
+        prefetch_l2(v_ptr + blk[:, None] * stride_vb + kvh * stride_vh
+                    + tl.minimum(run, stride_vh - 1))
+    else:
+        prefetch_l2(_kv_ptrs(v_ptr, blk, tok, kvh, offs, stride_vb, stride_vs, stride_vh,
+                             BLOCK_SIZE))
 
 
 @triton.jit
@@ -89,6 +132,28 @@ def fp8_cvt(k_cache: torch.Tensor) -> bool:
     return k_cache.dtype == torch.uint8 and has_fp8_cvt(k_cache.device)
 
 
+def values_token_minor(v_cache: torch.Tensor) -> bool:
+    """Whether a (num_blocks, block_size, Hkv, D) value cache is the token-minor view of
+    ``value_cache``: each (block, kv head) holds [D, block_size], the tokens contiguous."""
+    n, bs, hkv, d = v_cache.shape
+    return bs > 1 and v_cache.stride()[1:] == (1, d * bs, bs)
+
+
+def value_cache(shape: tuple[int, int, int, int], dtype: torch.dtype, device=None,
+                pin_memory: bool = False, zero: bool = True) -> torch.Tensor:
+    """A value cache of logical ``shape`` (num_blocks, block_size, Hkv, D). fp8 codes
+    (uint8) are stored token-minor (``load_v_tile``: the attention kernels read them without
+    byte-wide shared-memory loads), zero-filled unless ``zero`` is False (every slot a block
+    may expose must be finite); other dtypes token-major, like the keys.
+    ``EDGE_LLM_FP8_V_TOKEN_MINOR=0`` keeps fp8 values token-major too."""
+    n, bs, hkv, d = shape
+    if dtype != torch.uint8 or os.environ.get(TOKEN_MINOR_ENV, "1") == "0":
+        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin_memory)
+    make = torch.zeros if zero else torch.empty
+    return make((n, hkv, d, bs), dtype=dtype, device=device,
+                pin_memory=pin_memory).permute(0, 3, 1, 2)
+
+
 def check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
     if k_cache.shape != v_cache.shape or k_cache.dim() != 4:
         raise ValueError(f"k_cache/v_cache: expected equal (num_blocks, block_size, Hkv, D) "
@@ -96,5 +161,7 @@ def check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -
     if q.dim() != 3 or q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
         raise ValueError(f"q: expected (T, H, D) with D = {k_cache.shape[3]} and H a multiple "
                          f"of Hkv = {k_cache.shape[2]}, got {tuple(q.shape)}")
-    if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
-        raise ValueError("q, k_cache, v_cache: the head_dim axis must be contiguous")
+    if q.stride(2) != 1 or k_cache.stride(3) != 1 or (v_cache.stride(3) != 1
+                                                       and not values_token_minor(v_cache)):
+        raise ValueError("q, k_cache, v_cache: the head_dim axis must be contiguous (or "
+                         "v_cache token-minor, as value_cache makes it)")

@@ -36,8 +36,10 @@ from .paged_common import (
     context_partition,
     fp8_cvt,
     load_kv_tile,
+    load_v_tile,
     merge_partials,
     num_sms,
+    values_token_minor,
 )
 from .paged_decode import decode_split_plan
 from .pdl import pdl_enter, pdl_kwargs
@@ -90,12 +92,13 @@ def _paged_prefill_kernel(
     part_out_ptr, part_lse_ptr,
     scale_log2, num_seqs, num_tokens,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    stride_bt, stride_ot, stride_oh,
+    stride_vd, stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, ROW_STRIDE: tl.constexpr, HEAD_DIM: tl.constexpr,
     D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8_CVT: tl.constexpr,
     SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False,
+    V_TOKEN_MINOR: tl.constexpr = False,
 ):
     pdl_enter(PDL)
     tile = tl.program_id(0)
@@ -146,8 +149,12 @@ def _paged_prefill_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = load_kv_tile(v_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
-                         stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
+        if V_TOKEN_MINOR:
+            v = load_v_tile(v_ptr, table_row, n0, kv_end, kvh, offs_d, d_mask, stride_vb,
+                            stride_vh, stride_vd, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT)
+        else:
+            v = load_kv_tile(v_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -274,14 +281,14 @@ def paged_prefill(
         part_out, part_lse,
         scale * LOG2E, num_seqs, t, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, ROW_STRIDE=row_stride, HEAD_DIM=d, D_PAD=next_pow2(d), BLOCK_SIZE=bs,
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
         # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
         SEARCH_STEPS=max(12, num_seqs.bit_length()), FP8_CVT=fp8_cvt(k_cache),
-        SPLIT=splits > 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **pdl_kwargs(q.device))
+        SPLIT=splits > 1, V_TOKEN_MINOR=values_token_minor(v_cache), num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **pdl_kwargs(q.device))
     if splits > 1:
         _merge_partitions_kernel[(t, h)](
             part_out, part_lse, out, t, splits, out.stride(0), out.stride(1), HEAD_DIM=d,

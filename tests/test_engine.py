@@ -284,13 +284,16 @@ def test_other_block_sizes_same_greedy_output(tiny_dir, tiny_llm, block_size):  
 def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
     import torch
 
+    from edge_llm.kernels.paged_common import values_token_minor
+
     budget = 1 << 20
     plain = LLM(str(tiny_dir), device="cpu", kv_cache_memory=budget, max_num_batched_tokens=256)
     fp8 = LLM(str(tiny_dir), device="cpu", kv_cache_memory=budget, max_num_batched_tokens=256,
               kv_cache_dtype="fp8")
-    k_cache = fp8.engine.runner.kv.layers[0][0]
+    k_cache, v_cache = fp8.engine.runner.kv.layers[0]
     assert k_cache.dtype == torch.uint8 and plain.engine.runner.kv.layers[0][0].dtype == \
         torch.float32
+    assert values_token_minor(v_cache)  # the layout the attention kernels read fastest
     # one byte per element against fp32's four: four times the blocks in the same memory
     assert fp8.engine.runner.plan.num_gpu_blocks == 4 * plain.engine.runner.plan.num_gpu_blocks
     info = fp8.engine.stats()["cache_config"]
@@ -299,7 +302,7 @@ def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
     prompts = _prompts(10, seed=5, lo=10, hi=40)
     params = SamplingParams(max_tokens=30, **GREEDY)
     ref = fp8.generate(prompts, params, use_tqdm=False)
-    assert int(k_cache.count_nonzero()) > 0  # codes were written
+    assert int(k_cache.count_nonzero()) > 0 and int(v_cache.count_nonzero()) > 0
     # under preemption (recompute and swap) the fp8 engine gives what it gives unpressed
     for swap, mode in ((1.0, "swap"), (0.0, None)):
         small = LLM(str(tiny_dir), device="cpu", block_size=8, num_gpu_blocks_override=24,

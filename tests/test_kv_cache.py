@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from edge_llm.engine.kv_cache import KVCache, KVCachePlan, slot_runs
+from edge_llm.kernels.paged_common import values_token_minor
 
 
 def test_slot_runs():
@@ -24,6 +25,11 @@ def test_swap_out_and_in_through_fragmented_slots(dtype):
     arch = types.SimpleNamespace(num_layers=3, num_kv_heads=2, head_dim=8)
     plan = KVCachePlan(num_gpu_blocks=12, num_cpu_blocks=10, block_bytes=0, budget_bytes=0)
     kv = KVCache(arch, plan, 4, dtype, torch.device("cpu"))
+    # fp8 values are token-minor (paged_common.value_cache), on the device and in the swap
+    # space alike, and start zero-filled; the keys and fp32 values token-major
+    for k, v in kv.layers + kv.cpu_layers:
+        assert k.is_contiguous() and values_token_minor(v) == (dtype == torch.uint8)
+    assert all(not v.any() for _, v in kv.layers) or dtype != torch.uint8
     for k, v in kv.layers:
         k.copy_(torch.randint(0, 200, k.shape).to(dtype))
         v.copy_(torch.randint(0, 200, v.shape).to(dtype))
@@ -43,6 +49,15 @@ def test_swap_out_and_in_through_fragmented_slots(dtype):
         assert torch.equal(k[back], k0[blocks]) and torch.equal(v[back], v0[blocks])
         untouched = [b for b in range(12) if b not in back]
         assert not k[untouched].any() and not v[untouched].any()
+
+
+def test_fp8_values_token_major_when_switched_off(monkeypatch):
+    from edge_llm.kernels.paged_common import TOKEN_MINOR_ENV, value_cache
+
+    assert values_token_minor(value_cache((3, 16, 2, 8), torch.uint8))
+    assert value_cache((3, 16, 2, 8), torch.float16).is_contiguous()
+    monkeypatch.setenv(TOKEN_MINOR_ENV, "0")
+    assert value_cache((3, 16, 2, 8), torch.uint8).is_contiguous()
 
 
 def _arch():

@@ -138,6 +138,84 @@ def case_attention_over_fp8_cache():
         assert err < 1e-2, f"nq={nq} ctx={ctx}: rel err {err:.2e}"
 
 
+def _token_minor(vc):
+    """A copy of value cache ``vc`` in the token-minor layout (paged_common.value_cache)."""
+    from edge_llm.kernels.paged_common import value_cache, values_token_minor
+
+    out = value_cache(tuple(vc.shape), vc.dtype)
+    out.copy_(vc)
+    assert values_token_minor(out) and not out.is_contiguous()
+    return out
+
+
+def case_writes_into_token_minor_values():
+    """write_kv and rotary_write_kv store each value code where a token-minor cache keeps
+    it: the same logical cache as the token-major write, bit for bit."""
+    import torch
+
+    from edge_llm.kernels.paged_attention import write_kv, write_kv_ref
+    from edge_llm.kernels.rotary_kv import rotary_write_kv
+
+    for bs, d in ((8, 24), (16, 32), (32, 32)):
+        kc = torch.randint(0, 120, (5, bs, 2, d), dtype=torch.uint8)
+        vc = torch.randint(0, 120, (5, bs, 2, d), dtype=torch.uint8)
+        t = 7
+        slots = torch.randperm(5 * bs)[:t]
+        slots[3] = -1
+        k, v = torch.randn(t, 2, d).half() * 3, torch.randn(t, 2, d).half()
+        kc_ref, vc_ref = kc.clone(), vc.clone()
+        write_kv_ref(k, v, kc_ref, vc_ref, slots)
+        for write in ("ref", "triton", "rotary"):
+            kc_t, vc_t = kc.clone(), _token_minor(vc)
+            if write == "ref":
+                write_kv_ref(k, v, kc_t, vc_t, slots)
+            elif write == "triton":
+                write_kv(k, v, kc_t, vc_t, slots)
+            else:
+                freqs = torch.outer(torch.arange(64.0), torch.rand(d // 2))
+                rotary_write_kv(torch.randn(t, 4, d).half(), k, v, freqs.cos(), freqs.sin(),
+                                torch.randint(0, 64, (t,)), kc_t, vc_t, slots)
+            assert torch.equal(vc_t, vc_ref), (bs, d, write)
+
+
+def case_attention_over_token_minor_values():
+    """Decode and prefill over a token-minor fp8 value cache: blocks of 8-32 tokens
+    against key tiles of 16-64 (a block longer than the tile included), context splits,
+    a head size that is not a power of two; slots past each context hold finite stale
+    codes, which a whole-block read must not let through."""
+    import torch
+
+    from edge_llm.kernels.kv_fp8 import fp8_encode_ref
+    from edge_llm.kernels.paged_attention import (
+        DecodeConfig,
+        PrefillConfig,
+        paged_attention_ref,
+        paged_decode,
+        paged_prefill,
+    )
+
+    for nq, ctx, h, hkv, d, bs, block_n, splits in (
+            ([1, 1, 1], [37, 5, 70], 8, 2, 32, 16, 16, 2),
+            ([1, 1], [100, 33], 4, 4, 32, 16, 64, 1),
+            ([1, 1], [45, 64], 6, 3, 24, 32, 16, 3),
+            ([1], [29], 4, 2, 32, 8, 32, 0),
+            ([4, 9], [20, 9], 6, 3, 24, 8, 16, 0),
+            ([5, 1, 30], [90, 40, 30], 4, 2, 32, 16, 32, 2),
+            ([3], [50], 4, 1, 32, 32, 16, 3)):
+        q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, h, hkv, d, bs, torch.float16)
+        kc, vc = fp8_encode_ref(kc.float() * 2), fp8_encode_ref(vc * 4)
+        ref = paged_attention_ref(q, kc, vc, table, qsl, sl, d ** -0.5)
+        vt = _token_minor(vc)
+        if all(n == 1 for n in nq):
+            out = paged_decode(q, kc, vt, table, sl, d ** -0.5, max(ctx),
+                               DecodeConfig(block_n=block_n, num_splits=splits))
+        else:
+            out = paged_prefill(q, kc, vt, table, qsl, sl, d ** -0.5,
+                                config=PrefillConfig(block_n=block_n, num_splits=splits))
+        err = float((out.float() - ref.float()).norm() / ref.float().norm())
+        assert err < 1e-2, f"nq={nq} ctx={ctx} bs={bs} block_n={block_n}: rel err {err:.2e}"
+
+
 CASES = list_cases(globals())
 
 

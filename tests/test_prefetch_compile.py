@@ -12,6 +12,8 @@ import torch
 
 from tests.test_kernels_compile import compile_only, pa, w4
 
+pc = importlib.import_module("edge_llm.kernels.paged_common")
+
 
 @pytest.mark.parametrize("silu", [False, True])
 def test_gemv_prefetch_comes_before_the_wait_and_leaves_the_loop_alone(silu, monkeypatch):
@@ -44,7 +46,7 @@ def test_gemv_prefetch_comes_before_the_wait_and_leaves_the_loop_alone(silu, mon
         assert with_prefetch.count(op) == ptx[True, 0].count(op), op
 
 
-@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("fp8", [False, True, "token-minor"])
 def test_decode_prefetch_comes_before_the_wait(fp8, monkeypatch):
     """``EDGE_LLM_DECODE_PREFETCH=N`` with PDL on (sm_90): each decode program asks L2 for
     the keys and values of its split's first N tiles before ``griddepcontrol.wait``; the
@@ -57,6 +59,9 @@ def test_decode_prefetch_comes_before_the_wait(fp8, monkeypatch):
     kc = torch.randn(64, 16, hkv, d).half()
     if fp8:
         kc = kc.view(torch.uint8)[..., :d]
+    vc = kc
+    if fp8 == "token-minor":  # the values' lines of each block asked for as one run
+        vc = pc.value_cache(tuple(kc.shape), torch.uint8)
     table = torch.randint(0, 64, (4, 16), dtype=torch.int32)
     sl = torch.full((4,), 200, dtype=torch.int32)
     q = torch.randn(4, h, d).half()
@@ -69,7 +74,7 @@ def test_decode_prefetch_comes_before_the_wait(fp8, monkeypatch):
             monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", str(tiles))
             pdl.prefetch_tiles.cache_clear()
             with compile_only(90) as records:
-                pa.paged_decode(q, kc, kc, table, sl, 0.1, max_seq_len=200)
+                pa.paged_decode(q, kc, vc, table, sl, 0.1, max_seq_len=200)
             assert [(name, kw["PREFETCH"]) for name, kw, _ in records] == [
                 ("_paged_decode_kernel", tiles if on else 0)]
             ptx[on, tiles] = records[0][2].asm["ptx"]

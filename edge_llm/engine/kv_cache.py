@@ -1,7 +1,9 @@
 """KV cache tensors: sizing from a memory budget, allocation, swaps and block copies.
 
-Per layer: k and v of shape (num_blocks, block_size, num_kv_heads, head_dim), allocated once.
-The CPU swap space mirrors that layout in host memory (pinned on CUDA).
+Per layer: k and v of shape (num_blocks, block_size, num_kv_heads, head_dim), allocated once;
+an fp8 cache's values are the token-minor view of that shape (kernels/paged_common.py
+``value_cache``), zero-filled. The CPU swap space mirrors that layout in host memory (pinned
+on CUDA).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from edge_llm.config import CacheConfig
 from edge_llm.kernels.kv_fp8 import KV_FP8
+from edge_llm.kernels.paged_common import value_cache
 from edge_llm.model.arch import ArchConfig
 
 logger = logging.getLogger(__name__)
@@ -100,7 +103,7 @@ class HostSwap:
             try:
                 self._layers = [
                     (torch.empty(shape, dtype=dtype, pin_memory=pin),
-                     torch.empty(shape, dtype=dtype, pin_memory=pin))
+                     value_cache(shape, dtype, pin_memory=pin, zero=False))
                     for _ in range(num_layers)
                 ]
             except BaseException as exc:  # re-raised on first use
@@ -212,7 +215,7 @@ class KVCache:
         with plain_segments():
             self.layers = [
                 (torch.empty(shape, dtype=dtype, device=device),
-                 torch.empty(shape, dtype=dtype, device=device))
+                 value_cache(shape, dtype, device))
                 for _ in range(arch.num_layers)
             ]
         cpu_shape = (plan.num_cpu_blocks, *shape[1:])
