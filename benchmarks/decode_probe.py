@@ -7,6 +7,9 @@ the fp16 cache's default launch in the same run.
 
     python benchmarks/decode_probe.py [--out probe.json] [--cases 0,1,2,5] [--fp8 0]
 
+"fp8 ..., token-minor" rows store the values as the engine does since session 32
+(paged_common.value_cache: each block's tokens contiguous); the other fp8 rows token-major.
+
 Session 16 asked two questions with it: why the default launch at 32 x 2,048 with GQA 4 fell
 from 0.89 of copy bandwidth (session 13) to 0.67 (session 16, call 1), and whether the
 fp8 cache pays with the hardware conversion (it lost 0-34% with the integer one). Answers
@@ -80,6 +83,10 @@ def main() -> None:
     from edge_llm.kernels.kv_fp8 import fp8_encode_ref
     from edge_llm.kernels.paged_attention import DecodeConfig, paged_attention_ref, paged_decode
     pc = importlib.import_module("edge_llm.kernels.paged_common")
+
+    def token_minor(v):
+        out = pc.value_cache(tuple(v.shape), v.dtype, v.device)
+        return out.copy_(v)
     kernel = importlib.import_module("edge_llm.kernels.paged_decode")._paged_decode_kernel
     has_cvt = pc.has_fp8_cvt
 
@@ -94,6 +101,7 @@ def main() -> None:
         n_rot = rotations(fp16_bytes)
         sets = make_paged(b, ctx, h, hkv, d, bs, torch.float16, dev, n_rot)
         sets8 = [(fp8_encode_ref(k), fp8_encode_ref(v), t) for k, v, t in sets]
+        sets8tm = [(k, token_minor(v), t) for k, v, t in sets8]
         qs = [torch.randn(b, h, d, device=dev, dtype=torch.float16) for _ in range(n_rot)]
         sl = torch.full((b,), ctx, device=dev, dtype=torch.int32)
         qsl = torch.arange(b + 1, dtype=torch.int32)
@@ -102,6 +110,10 @@ def main() -> None:
         runs = [("fp16", sets, None, v) for v in variants()]
         runs += [(f"fp8 {mode}", sets8, cvt, v) for mode, cvt in (("int", False), ("cvt", True))
                  for v in variants()[:3]] if args.fp8 else []
+        picked = [variants()[i] for i in (0, 1, 2, 9, 10, 11)]
+        runs += [(f"fp8 {mode}, token-minor", sets8tm, cvt, v)
+                 for mode, cvt in (("int", False), ("cvt", True))
+                 for v in picked] if args.fp8 else []
         for storage, kv, cvt, (vname, cfg) in runs:
             if cvt and not has_cvt(dev):
                 continue
