@@ -5,6 +5,9 @@ KV cache layout, one pair of tensors per layer (vLLM's "flash" layout):
     k_cache, v_cache: (num_blocks, block_size, num_kv_heads, head_dim)
     slot = block_id * block_size + offset_in_block
 
+An fp8 cache's v_cache is that shape's token-minor view (paged_common.value_cache: memory
+(num_blocks, num_kv_heads, head_dim, block_size)); every function here takes either layout.
+
 A step's batch is flat: the query tokens of all sequences are concatenated.
 
     query_start_loc: (B + 1,) int32   seq b's queries are q[query_start_loc[b]:query_start_loc[b+1]]

@@ -147,7 +147,10 @@ def value_cache(shape: tuple[int, int, int, int], dtype: torch.dtype, device=Non
     may expose must be finite); other dtypes token-major, like the keys.
     ``EDGE_LLM_FP8_V_TOKEN_MINOR=0`` keeps fp8 values token-major too."""
     n, bs, hkv, d = shape
-    if dtype != torch.uint8 or os.environ.get(TOKEN_MINOR_ENV, "1") == "0":
+    switch = os.environ.get(TOKEN_MINOR_ENV, "1")
+    if switch not in ("0", "1"):
+        raise ValueError(f"{TOKEN_MINOR_ENV} must be 0 or 1, got {switch!r}.")
+    if dtype != torch.uint8 or switch == "0":
         return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin_memory)
     make = torch.zeros if zero else torch.empty
     return make((n, hkv, d, bs), dtype=dtype, device=device,

@@ -58,6 +58,9 @@ def test_fp8_values_token_major_when_switched_off(monkeypatch):
     assert value_cache((3, 16, 2, 8), torch.float16).is_contiguous()
     monkeypatch.setenv(TOKEN_MINOR_ENV, "0")
     assert value_cache((3, 16, 2, 8), torch.uint8).is_contiguous()
+    monkeypatch.setenv(TOKEN_MINOR_ENV, "yes")
+    with pytest.raises(ValueError, match=TOKEN_MINOR_ENV):
+        value_cache((3, 16, 2, 8), torch.uint8)
 
 
 def _arch():
