@@ -29,6 +29,7 @@ from .paged_common import (
     context_partition,
     fp8_cvt,
     kv_line,
+    load_k_tile,
     load_kv_tile,
     load_v_tile,
     merge_partials,
@@ -116,9 +117,8 @@ def _paged_decode_kernel(
     for n0 in range(start, end, BLOCK_N):
         tok = n0 + offs_n
         t_mask = tok < end
-        k = load_kv_tile(k_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask, stride_kb,
-                         stride_ks, stride_kh, BLOCK_SIZE, q.dtype,
-                         FP8_CVT)  # (BLOCK_N, D_PAD)
+        k = load_k_tile(k_ptr, table_row, n0, end, kvh, offs_d, d_mask, stride_kb, stride_ks,
+                        stride_kh, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT)  # (BLOCK_N, D_PAD)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
         s = tl.where(t_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))

@@ -35,6 +35,7 @@ from .paged_common import (
     check_cache,
     context_partition,
     fp8_cvt,
+    load_k_tile,
     load_kv_tile,
     load_v_tile,
     merge_partials,
@@ -139,8 +140,8 @@ def _paged_prefill_kernel(
     for n0 in range(kv_start, kv_end, BLOCK_N):
         kpos = n0 + offs_n
         t_mask = kpos < kv_end
-        k = load_kv_tile(k_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask,
-                         stride_kb, stride_ks, stride_kh, BLOCK_SIZE, q.dtype, FP8_CVT)
+        k = load_k_tile(k_ptr, table_row, n0, kv_end, kvh, offs_d, d_mask, stride_kb,
+                        stride_ks, stride_kh, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_M, BLOCK_N)
         visible = (kpos[None, :] <= q_pos[:, None]) & t_mask[None, :]
         s = tl.where(visible, s, float("-inf"))

@@ -251,6 +251,43 @@ def case_dispatch_without_host_read():
     assert ic.rel_err(out, ref) < ic.tolerance(torch.float32)
 
 
+def case_stale_slots_never_reach_the_outputs():
+    """Keys are gathered by whole blocks (paged_common.load_k_tile): the slots past each
+    context's end in its last block are read too. Filled with NaN there (and in the
+    values, gathered per token), they must not reach any output: decode with and without
+    splits, block sizes 8-32 against key tiles of 16-64, prefill with a split."""
+    import torch
+
+    from edge_llm.kernels.paged_attention import (
+        DecodeConfig,
+        PrefillConfig,
+        paged_attention_ref,
+        paged_decode,
+        paged_prefill,
+    )
+
+    for nq, ctx, bs, block_n, splits in (([1, 1, 1], [37, 5, 70], 16, 64, 1),
+                                         ([1, 1], [45, 20], 32, 16, 3),
+                                         ([1, 1], [13, 30], 8, 32, 2),
+                                         ([3, 9], [29, 9], 16, 16, 0),
+                                         ([6, 1], [90, 41], 32, 16, 2)):
+        q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 2, 32, bs, torch.float32)
+        ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.2)
+        for b, n in enumerate(ctx):  # past the context: NaN in the blocks it owns
+            blocks = table[b, :-(-n // bs)].long()
+            last = blocks[-1]
+            kc[last, n - (len(blocks) - 1) * bs:] = float("nan")
+            vc[last, n - (len(blocks) - 1) * bs:] = float("nan")
+        if all(x == 1 for x in nq):
+            out = paged_decode(q, kc, vc, table, sl, 0.2, max(ctx),
+                               DecodeConfig(block_n=block_n, num_splits=splits))
+        else:
+            out = paged_prefill(q, kc, vc, table, qsl, sl, 0.2,
+                                PrefillConfig(block_n=block_n, num_splits=splits))
+        assert bool(torch.isfinite(out).all()), (nq, ctx, bs, block_n)
+        assert ic.rel_err(out, ref) < ic.tolerance(torch.float32), (nq, ctx, bs, block_n)
+
+
 def case_write_kv():
     import torch
 
