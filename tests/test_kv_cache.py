@@ -109,6 +109,10 @@ def test_scratch_prefill_splits_a_step_into_sequences_of_max_seq_len():
     assert meta.max_query_len == meta.max_seq_len == 6
     _, one = scratch_prefill(lm, 10, 4, torch.float16, torch.device("cpu"))
     assert one.seq_lens.tolist() == [10] and one.block_tables.tolist() == [[0, 1, 2]]
+    # an fp8 scratch cache holds its values as the engine's does, so that the start-up
+    # warm-ups compile the attention variants serving will launch
+    (k8, v8), = scratch_prefill(lm, 10, 4, torch.uint8, torch.device("cpu"))[0]
+    assert k8.is_contiguous() and values_token_minor(v8)
 
 
 def test_dequant_buffer_released_on_sleep_comes_back_at_its_size(monkeypatch):
