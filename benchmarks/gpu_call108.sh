@@ -5,17 +5,12 @@
 # 1. The attention GPU tests (decode, prefill, graphs' layouts) on the new gather.
 # 2. e2e decode b1/b4/b16 (fp16 cache) against session 31's last commit, interleaved;
 #    carry old108.tar (git archive -o old108.tar d075d66).
-# 3. The offline scenario (fp16 cache) once each, new then old.
-# ~9 min. If 2 or 3 loses beyond noise, go back to per-token keys for fp16 (the fp8
+# The offline scenario new / old is gpu_call109.sh.
+# ~7 min. If 2 or 3 loses beyond noise, go back to per-token keys for fp16 (the fp8
 # token-minor gains stay apart: gpu_call107.sh).
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1
 unset PYTORCH_CUDA_ALLOC_CONF
 (cd /tmp/checks && timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gpu.py tests/test_prefill_graphs_gpu.py -k "decode or prefill or write_kv or graph" > $OUT/tests.log 2>&1; tail -1 $OUT/tests.log; grep -E "^FAILED|Error" $OUT/tests.log | head -5)
 decode_interleaved old108.tar
-for run in new old; do
-  if [[ $run == old ]]; then pp=/tmp/oldsite:$PYTHONPATH; b=/tmp/old/benchmarks; else pp=$PYTHONPATH; b=$PWD/benchmarks; fi
-  (cd /tmp && PYTHONPATH=$pp timeout 110 python3 $b/e2e.py --shapes llama2-7b --scenarios offline --out $OUT/off_$run > $OUT/off_$run.log 2>&1)
-  echo "$run $(grep -E 'INFO e2e: offline' $OUT/off_$run.log | sed 's/^.*INFO e2e: //' | cut -c1-160)"
-done
 find $OUT -name '*.png' -delete
