@@ -7,8 +7,9 @@ the fp16 cache's default launch in the same run.
 
     python benchmarks/decode_probe.py [--out probe.json] [--cases 0,1,2,5] [--fp8 0]
 
-"fp8 ..., token-minor" rows store the values as the engine does since session 32
-(paged_common.value_cache: each block's tokens contiguous); the other fp8 rows token-major.
+"..., token-minor" rows store the values as the engine does for fp8 since session 32
+(paged_common.value_cache: each block's tokens contiguous; for fp16 with
+EDGE_LLM_V_TOKEN_MINOR=1); the other rows token-major.
 
 Session 16 asked two questions with it: why the default launch at 32 x 2,048 with GQA 4 fell
 from 0.89 of copy bandwidth (session 13) to 0.67 (session 16, call 1), and whether the
@@ -84,8 +85,10 @@ def main() -> None:
     from edge_llm.kernels.paged_attention import DecodeConfig, paged_attention_ref, paged_decode
     pc = importlib.import_module("edge_llm.kernels.paged_common")
 
-    def token_minor(v):
-        out = pc.value_cache(tuple(v.shape), v.dtype, v.device)
+    def token_minor(v):  # value_cache's token-minor layout, whatever the switch says
+        n, bs, hkv, d = v.shape
+        out = torch.zeros((n, hkv, d, bs), dtype=v.dtype, device=v.device).permute(0, 3, 1, 2)
+        assert pc.values_token_minor(out)
         return out.copy_(v)
     kernel = importlib.import_module("edge_llm.kernels.paged_decode")._paged_decode_kernel
     has_cvt = pc.has_fp8_cvt
@@ -108,6 +111,8 @@ def main() -> None:
         scale = d ** -0.5
         base_us = None
         runs = [("fp16", sets, None, v) for v in variants()]
+        sets_tm = [(k, token_minor(v), t) for k, v, t in sets]
+        runs += [("fp16, token-minor", sets_tm, None, v) for v in variants()[:3]]
         runs += [(f"fp8 {mode}", sets8, cvt, v) for mode, cvt in (("int", False), ("cvt", True))
                  for v in variants()[:3]] if args.fp8 else []
         picked = [variants()[i] for i in (0, 1, 2, 9, 10, 11)]
@@ -128,7 +133,7 @@ def main() -> None:
             err = rel_err(run(0), ref)
             regs = [v for k, v in compiled_regs(kernel).items() if k not in seen]
             us = time_op(run, n_rot, False)
-            nbytes = fp16_bytes if storage == "fp16" else fp16_bytes // 2
+            nbytes = fp16_bytes if storage.startswith("fp16") else fp16_bytes // 2
             if storage == "fp16" and base_us is None:
                 base_us = us
             row = dict(b=b, ctx=ctx, h=h, hkv=hkv, storage=storage, variant=vname,
@@ -139,7 +144,7 @@ def main() -> None:
                   f"{row['bw_frac']:.2f} | {row['vs_fp16']:.2f} | {err:.1e} | "
                   f"{regs or 'cached'}", flush=True)
         pc.has_fp8_cvt = has_cvt
-        del sets, sets8
+        del sets, sets8, sets8tm, sets_tm
         torch.cuda.empty_cache()
     if args.out:
         Path(args.out).write_text(json.dumps(dict(copy_bw=bw, rows=results), indent=1))

@@ -1,5 +1,5 @@
 # Session 32 (written without a device; NOT run). The fp8 KV cache's values stored
-# token-minor (kernels/paged_common.value_cache, default on; EDGE_LLM_FP8_V_TOKEN_MINOR=0 goes
+# token-minor (kernels/paged_common.value_cache, default on; EDGE_LLM_V_TOKEN_MINOR=0 goes
 # back): each block's tokens contiguous, so decode / prefill attention read the p @ v tile
 # in 16-byte runs instead of one shared-memory byte load per code (no 8-bit ldmatrix.trans;
 # Triton 3.6 sm_89 decode: 166 -> 108 registers, 1,448 -> 1,216 SASS instructions).
@@ -17,7 +17,7 @@ unset PYTORCH_CUDA_ALLOC_CONF
 (cd /tmp/checks && timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kv_fp8_gpu.py tests/test_warmup_gpu.py -k "fp8 or first_requests" > $OUT/tests.log 2>&1; tail -1 $OUT/tests.log; grep -E "^FAILED|Error" $OUT/tests.log | head -5)
 (cd /tmp && timeout 100 python3 $OLDPWD/benchmarks/decode_probe.py --cases 5,0 --out $OUT/probe.json > $OUT/probe.log 2>&1; grep -E "copy|auto \||1 split \||Error" $OUT/probe.log | grep -v "fp8 int |" | cut -c1-120)
 for v in 1 0; do
-  (cd /tmp && EDGE_LLM_FP8_V_TOKEN_MINOR=$v timeout 150 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios offline --kv-cache-dtype fp8 --out $OUT/off$v > $OUT/off$v.log 2>&1)
+  (cd /tmp && EDGE_LLM_V_TOKEN_MINOR=$v timeout 150 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios offline --kv-cache-dtype fp8 --out $OUT/off$v > $OUT/off$v.log 2>&1)
   echo "token-minor=$v $(grep -E 'INFO e2e: offline' $OUT/off$v.log | sed 's/^.*INFO e2e: //' | cut -c1-160)"
 done
 find $OUT -name '*.png' -delete

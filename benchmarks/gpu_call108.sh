@@ -6,7 +6,7 @@
 # 2. e2e decode b1/b4/b16 (fp16 cache) against session 31's last commit, interleaved;
 #    carry old108.tar (git archive -o old108.tar d075d66).
 # The offline scenario new / old is gpu_call109.sh.
-# ~7 min. If 2 or 3 loses beyond noise, go back to per-token keys for fp16 (the fp8
+# ~7 min. If 2 (or gpu_call109.sh) loses beyond noise, go back to per-token keys for fp16 (the fp8
 # token-minor gains stay apart: gpu_call107.sh).
 set -u
 source benchmarks/gpu_setup.sh > /dev/null 2>&1

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from .grid import next_pow2
 from .kv_fp8 import from_cache_ref, to_cache, to_cache_ref
+from .paged_common import values_token_minor
 from .paged_decode import DecodeConfig, decode_split_plan, paged_decode
 from .paged_prefill import PrefillConfig, paged_prefill
 from .pdl import pdl_enter, pdl_kwargs
@@ -53,6 +54,8 @@ def write_kv_ref(
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
     for cache, x in ((k_cache, k), (v_cache, v)):
+        if cache is v_cache and values_finite(cache):
+            x = finite_ref(x, cache.dtype)
         x = to_cache_ref(x, cache.dtype)
         if cache.is_contiguous():
             cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping, x)
@@ -144,16 +147,45 @@ def _decode_ref(
 @triton.jit
 def copy_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, keep,
                NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-               D_PAD: tl.constexpr, stride_dst_d=1):
+               D_PAD: tl.constexpr, stride_dst_d=1, FINITE: tl.constexpr = False):
     """One token's heads [NUM_HEADS, HEAD_DIM] from src to dst (cast to dst's dtype, or fp8
     codes for a uint8 cache) where ``keep`` ([1, D_PAD] bools) holds; ``stride_dst_d``: the
-    block size in a token-minor value cache (paged_common.value_cache)."""
+    block size in a token-minor value cache (paged_common.value_cache). ``FINITE``: NaN
+    stored as 0 and infinities as the dtype's largest finite values, as a token-minor cache
+    of a float dtype needs (``finite_ref``; fp8 codes saturate anyway)."""
     h = tl.arange(0, H_PAD)
     d = tl.arange(0, D_PAD)
     mask = (h[:, None] < NUM_HEADS) & (d[None, :] < HEAD_DIM) & keep
     x = tl.load(src_ptr + h[:, None] * stride_src_h + d[None, :], mask=mask)
+    if FINITE:
+        x = _finite(x.to(tl.float32), dst_ptr.dtype.element_ty)
     tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :] * stride_dst_d,
              to_cache(x, dst_ptr.dtype.element_ty, src_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _finite(x, dst_ty: tl.constexpr):
+    """fp32 ``x`` with NaN as 0, then clamped to the finite range of ``dst_ty``."""
+    if dst_ty == tl.float16:
+        big: tl.constexpr = 65504.0
+    elif dst_ty == tl.bfloat16:
+        big: tl.constexpr = 3.3895313892515355e38
+    else:
+        big: tl.constexpr = 3.4028234663852886e38
+    x = tl.where(x == x, x, 0.0)
+    return tl.minimum(tl.maximum(x, -big), big)
+
+
+def finite_ref(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` in fp32 with NaN as 0, clamped to ``dtype``'s finite range (``_finite``)."""
+    big = torch.finfo(dtype).max
+    return torch.nan_to_num(x.float(), nan=0.0).clamp(-big, big)
+
+
+def values_finite(v_cache: torch.Tensor) -> bool:
+    """Whether writes into ``v_cache`` must keep it finite: a token-minor cache of a float
+    dtype (the attention kernels read its blocks whole; fp8 codes never encode NaN)."""
+    return values_token_minor(v_cache) and v_cache.dtype != torch.uint8
 
 
 @triton.jit
@@ -163,7 +195,7 @@ def _write_kv_kernel(
     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, stride_vcd,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, H_PAD: tl.constexpr,
     D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, V_FINITE: tl.constexpr = False,
 ):
     """Copy token t's K and V (Hkv, D) into cache slot slot_mapping[t]; slot < 0 is skipped."""
     pdl_enter(PDL)
@@ -176,7 +208,7 @@ def _write_kv_kernel(
     copy_heads(k_ptr + t * stride_kt, kc_ptr + blk * stride_kcb + off * stride_kcs, stride_kh,
                stride_kch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD)
     copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs, stride_vh,
-               stride_vch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD, stride_vcd)
+               stride_vch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD, stride_vcd, V_FINITE)
 
 
 def paged_attention_triton(
@@ -243,5 +275,5 @@ def write_kv(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         NUM_KV_HEADS=hkv, HEAD_DIM=d, H_PAD=next_pow2(hkv),
-        D_PAD=next_pow2(d), BLOCK_SIZE=k_cache.shape[1], num_warps=1,
-        **pdl_kwargs(k_cache.device))
+        D_PAD=next_pow2(d), BLOCK_SIZE=k_cache.shape[1], V_FINITE=values_finite(v_cache),
+        num_warps=1, **pdl_kwargs(k_cache.device))

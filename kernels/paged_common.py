@@ -15,10 +15,10 @@ from .pdl import prefetch_l2
 
 __all__ = ["LOG2E", "check_cache", "context_partition", "fp8_cvt", "kv_line", "load_k_tile",
            "load_kv_tile", "load_v_tile", "merge_partials", "num_sms", "prefetch_kv_lines",
-           "value_cache", "values_token_minor"]
+           "value_cache", "values_token_minor", "values_token_minor_for"]
 
 LOG2E = 1.4426950408889634
-TOKEN_MINOR_ENV = "EDGE_LLM_FP8_V_TOKEN_MINOR"
+TOKEN_MINOR_ENV = "EDGE_LLM_V_TOKEN_MINOR"
 
 
 @triton.jit
@@ -87,8 +87,9 @@ def load_v_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b
 
     Whole blocks are read: slots past ``end`` inside a block that starts before it are
     loaded too (a softmax weight of exactly 0 meets them), so every slot of an allocated
-    block must hold a finite value: ``value_cache`` zero-fills, and the writes store fp8
-    codes saturated at +-448, never a NaN code."""
+    block must hold a finite value: ``value_cache`` zero-fills, the writes store fp8 codes
+    saturated at +-448 (never the NaN code), and other dtypes with NaN as 0 and infinities
+    clamped (paged_attention.copy_heads ``FINITE``)."""
     SLOTS: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
     NB: tl.constexpr = BLOCK_N // SLOTS
     first = n0 + tl.arange(0, NB) * SLOTS  # each run's first token
@@ -170,20 +171,26 @@ def values_token_minor(v_cache: torch.Tensor) -> bool:
 
 def value_cache(shape: tuple[int, int, int, int], dtype: torch.dtype, device=None,
                 pin_memory: bool = False, zero: bool = True) -> torch.Tensor:
-    """A value cache of logical ``shape`` (num_blocks, block_size, Hkv, D). fp8 codes
-    (uint8) are stored token-minor (``load_v_tile``: the attention kernels read them without
-    byte-wide shared-memory loads), zero-filled unless ``zero`` is False (every slot a block
-    may expose must be finite); other dtypes token-major, like the keys.
-    ``EDGE_LLM_FP8_V_TOKEN_MINOR=0`` keeps fp8 values token-major too."""
+    """A value cache of logical ``shape`` (num_blocks, block_size, Hkv, D): token-minor
+    (``load_v_tile``) for fp8 codes (uint8), which the attention kernels otherwise read one
+    byte per shared-memory load, token-major like the keys for other dtypes.
+    ``EDGE_LLM_V_TOKEN_MINOR``: ``auto`` (default) that choice, ``1`` token-minor for every
+    dtype, ``0`` for none. A token-minor cache is zero-filled unless ``zero`` is False (the
+    kernels read whole blocks, so every slot must be finite; the writes keep it so)."""
     n, bs, hkv, d = shape
-    switch = os.environ.get(TOKEN_MINOR_ENV, "1")
-    if switch not in ("0", "1"):
-        raise ValueError(f"{TOKEN_MINOR_ENV} must be 0 or 1, got {switch!r}.")
-    if dtype != torch.uint8 or switch == "0":
+    if not values_token_minor_for(dtype):
         return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin_memory)
     make = torch.zeros if zero else torch.empty
     return make((n, hkv, d, bs), dtype=dtype, device=device,
                 pin_memory=pin_memory).permute(0, 3, 1, 2)
+
+
+def values_token_minor_for(dtype: torch.dtype) -> bool:
+    """Whether ``value_cache`` stores values of ``dtype`` token-minor."""
+    switch = os.environ.get(TOKEN_MINOR_ENV, "auto")
+    if switch not in ("auto", "0", "1"):
+        raise ValueError(f"{TOKEN_MINOR_ENV} must be auto, 0 or 1, got {switch!r}.")
+    return switch == "1" or (switch == "auto" and dtype == torch.uint8)
 
 
 def check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:

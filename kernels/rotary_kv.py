@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .grid import next_pow2
-from .paged_attention import check_kv_write, copy_heads
+from .paged_attention import check_kv_write, copy_heads, values_finite
 from .pdl import pdl_enter, pdl_kwargs
 from .rotary import _cos_sin, _rotate_heads, check_rotary
 
@@ -27,7 +27,7 @@ def _rotary_write_kv_kernel(
     NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, V_FINITE: tl.constexpr = False,
 ):
     """One program per token: q rotated into qo; k rotated and v copied into cache slot
     slot_mapping[t] (slot < 0: padding, nothing stored)."""
@@ -48,7 +48,7 @@ def _rotary_write_kv_kernel(
     keep_v = tl.arange(0, D_PAD)[None, :] * 0 + slot >= 0
     copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs,
                stride_vh, stride_vch, keep_v, NUM_KV_HEADS, HK_PAD, HEAD_DIM, D_PAD,
-               stride_vcd)
+               stride_vcd, V_FINITE)
 
 
 def rotary_write_kv(
@@ -84,6 +84,7 @@ def rotary_write_kv(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=d // 2, HALF_PAD=half_pad, HQ_PAD=hq_pad,
         HK_PAD=hk_pad, HEAD_DIM=d, D_PAD=next_pow2(d),
-        BLOCK_SIZE=k_cache.shape[1], num_warps=max(1, min(8, hq_pad * half_pad // 512)),
+        BLOCK_SIZE=k_cache.shape[1], V_FINITE=values_finite(v_cache),
+        num_warps=max(1, min(8, hq_pad * half_pad // 512)),
         **pdl_kwargs(q.device))
     return q_out

@@ -319,6 +319,24 @@ def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
     assert same > 0.5 * 10 * 30
 
 
+def test_token_minor_values_change_no_output(tiny_dir, tiny_llm, monkeypatch):  # noqa: F811
+    """EDGE_LLM_V_TOKEN_MINOR=1 stores fp32 values token-minor too (the layout the attention
+    kernels read fastest, opt-in for float caches): greedy outputs as with the default
+    layout, under swapping preemption as well."""
+    from edge_llm.kernels.paged_common import TOKEN_MINOR_ENV, values_token_minor
+
+    prompts = _prompts(8, seed=11, lo=10, hi=40)
+    params = SamplingParams(max_tokens=24, **GREEDY)
+    ref = tiny_llm.generate(prompts, params, use_tqdm=False)
+    monkeypatch.setenv(TOKEN_MINOR_ENV, "1")
+    small = LLM(str(tiny_dir), device="cpu", block_size=8, num_gpu_blocks_override=24,
+                swap_space=1.0, max_num_batched_tokens=128, max_num_seqs=16,
+                max_model_len=160, growth_reserve=0, preemption_mode="swap")
+    assert values_token_minor(small.engine.runner.kv.layers[0][1])
+    assert _texts(small.generate(prompts, params, use_tqdm=False)) == _texts(ref)
+    assert small.engine.scheduler.stats()["num_preemptions"] > 0
+
+
 def test_kv_cache_dtype_is_checked(tiny_dir):  # noqa: F811
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         LLM(str(tiny_dir), device="cpu", kv_cache_dtype="int8")

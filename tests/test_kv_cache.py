@@ -51,11 +51,16 @@ def test_swap_out_and_in_through_fragmented_slots(dtype):
         assert not k[untouched].any() and not v[untouched].any()
 
 
-def test_fp8_values_token_major_when_switched_off(monkeypatch):
+def test_value_layout_switch(monkeypatch):
+    """EDGE_LLM_V_TOKEN_MINOR: auto (fp8 values token-minor, others token-major), 1 (every
+    dtype token-minor, zero-filled), 0 (none); anything else is refused."""
     from edge_llm.kernels.paged_common import TOKEN_MINOR_ENV, value_cache
 
     assert values_token_minor(value_cache((3, 16, 2, 8), torch.uint8))
     assert value_cache((3, 16, 2, 8), torch.float16).is_contiguous()
+    monkeypatch.setenv(TOKEN_MINOR_ENV, "1")
+    half = value_cache((3, 16, 2, 8), torch.float16)
+    assert values_token_minor(half) and not half.any()
     monkeypatch.setenv(TOKEN_MINOR_ENV, "0")
     assert value_cache((3, 16, 2, 8), torch.uint8).is_contiguous()
     monkeypatch.setenv(TOKEN_MINOR_ENV, "yes")

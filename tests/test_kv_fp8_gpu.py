@@ -114,4 +114,4 @@ def test_engine_fp8_graphs_equal_eager(tmp_path):
     graphs = LLM(str(ckpt), **kw).generate(prompts, sp, use_tqdm=False)
     eager = LLM(str(ckpt), enforce_eager=True, **kw).generate(prompts, sp, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in graphs] == [o.outputs[0].token_ids for o in eager]
-    # the engine's values are token-minor unless EDGE_LLM_FP8_V_TOKEN_MINOR=0
+    # the engine's values are token-minor unless EDGE_LLM_V_TOKEN_MINOR=0

@@ -139,13 +139,80 @@ def case_attention_over_fp8_cache():
 
 
 def _token_minor(vc):
-    """A copy of value cache ``vc`` in the token-minor layout (paged_common.value_cache)."""
-    from edge_llm.kernels.paged_common import value_cache, values_token_minor
+    """A copy of value cache ``vc`` in the token-minor layout (paged_common.value_cache; any
+    dtype: EDGE_LLM_V_TOKEN_MINOR=1)."""
+    import os
 
-    out = value_cache(tuple(vc.shape), vc.dtype)
+    from edge_llm.kernels.paged_common import TOKEN_MINOR_ENV, value_cache, values_token_minor
+
+    before = os.environ.get(TOKEN_MINOR_ENV)
+    os.environ[TOKEN_MINOR_ENV] = "1"
+    try:
+        out = value_cache(tuple(vc.shape), vc.dtype)
+    finally:
+        if before is None:
+            del os.environ[TOKEN_MINOR_ENV]
+        else:
+            os.environ[TOKEN_MINOR_ENV] = before
     out.copy_(vc)
     assert values_token_minor(out) and not out.is_contiguous()
     return out
+
+
+def case_float_values_token_minor():
+    """fp16 / fp32 values stored token-minor (EDGE_LLM_V_TOKEN_MINOR=1): the writes (Triton
+    and reference alike) store NaN as 0 and infinities as the dtype's largest values, since
+    attention reads the blocks whole; decode and prefill over them match the reference."""
+    import torch
+
+    from edge_llm.kernels.paged_attention import (
+        DecodeConfig,
+        PrefillConfig,
+        paged_attention_ref,
+        paged_decode,
+        paged_prefill,
+        write_kv,
+        write_kv_ref,
+    )
+    from edge_llm.kernels.rotary_kv import rotary_write_kv
+
+    for dtype in (torch.float16, torch.float32):
+        big = torch.finfo(dtype).max
+        kc = torch.randn(5, 16, 2, 32).to(dtype)
+        vc = torch.randn(5, 16, 2, 32).to(dtype)
+        slots = torch.randperm(80)[:6]
+        k, v = torch.randn(6, 2, 32).to(dtype), torch.randn(6, 2, 32).to(dtype)
+        v[0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")]).to(dtype)
+        v[1, 1, 0] = 1e30 if dtype == torch.float32 else 6e4
+        ref_k, ref_v = kc.clone(), _token_minor(vc)
+        write_kv_ref(k, v, ref_k, ref_v, slots)
+        assert bool(torch.isfinite(ref_v).all())
+        assert ref_v[slots[0] // 16, slots[0] % 16, 0, :3].tolist() == [0.0, big, -big]
+        assert torch.equal(ref_v[slots[2:] // 16, slots[2:] % 16], v[2:])  # others as given
+        for write in ("triton", "rotary"):
+            kt, vt = kc.clone(), _token_minor(vc)
+            if write == "triton":
+                write_kv(k, v, kt, vt, slots)
+            else:
+                freqs = torch.outer(torch.arange(64.0), torch.rand(16))
+                rotary_write_kv(torch.randn(6, 4, 32).to(dtype), k, v, freqs.cos(),
+                                freqs.sin(), torch.randint(0, 64, (6,)), kt, vt, slots)
+            assert torch.equal(vt, ref_v), (dtype, write)
+    for nq, ctx, bs, block_n, splits in (([1, 1, 1], [37, 5, 70], 16, 64, 2),
+                                         ([1, 1], [45, 64], 32, 16, 3),
+                                         ([4, 9], [20, 9], 8, 16, 0),
+                                         ([5, 1, 30], [90, 40, 30], 16, 32, 2)):
+        q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 6, 3, 24, bs, torch.float16)
+        ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.2)
+        vt = _token_minor(vc)
+        if all(n == 1 for n in nq):
+            out = paged_decode(q, kc, vt, table, sl, 0.2, max(ctx),
+                               DecodeConfig(block_n=block_n, num_splits=splits))
+        else:
+            out = paged_prefill(q, kc, vt, table, qsl, sl, 0.2,
+                                config=PrefillConfig(block_n=block_n, num_splits=splits))
+        err = float((out.float() - ref.float()).norm() / ref.float().norm())
+        assert err < 1e-2, f"nq={nq} ctx={ctx} bs={bs}: rel err {err:.2e}"
 
 
 def case_writes_into_token_minor_values():
