@@ -99,6 +99,14 @@ def test_w4a16_group_sizes_and_splits(gs):
         assert err < 1e-2, f"gs={gs} M={m} {cfg}: rel err {err:.2e}"
 
 
+def _token_minor(vc):
+    """A copy of ``vc`` with each block's tokens contiguous (paged_common.value_cache's
+    token-minor layout, as EDGE_LLM_V_TOKEN_MINOR=1 gives float caches)."""
+    n, bs, hkv, d = vc.shape
+    out = torch.empty((n, hkv, d, bs), device=vc.device, dtype=vc.dtype).permute(0, 3, 1, 2)
+    return out.copy_(vc)
+
+
 def _paged(b, ctx_lens, hkv, d, bs, dtype):
     nblk = [-(-c // bs) for c in ctx_lens]
     total = sum(nblk) + 7
@@ -113,12 +121,14 @@ def _paged(b, ctx_lens, hkv, d, bs, dtype):
     return kc, vc, table
 
 
+@pytest.mark.parametrize("token_minor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("hkv", [8, 4])  # 32 query heads: GQA 4 and 8
-def test_decode_32x2048(hkv, dtype):
+def test_decode_32x2048(hkv, dtype, token_minor):
     b, ctx, h, d, bs = 32, 2048, 32, 128, 16
     lens = [ctx - (i * 37) % 50 for i in range(b)]  # partial last blocks
     kc, vc, table = _paged(b, lens, hkv, d, bs, dtype)
+    vc = _token_minor(vc) if token_minor else vc
     q = torch.randn(b, h, d, device=DEV, dtype=dtype)
     seq_lens = torch.tensor(lens, device=DEV, dtype=torch.int32)
     qsl = torch.arange(b + 1, dtype=torch.int32)
@@ -130,12 +140,14 @@ def test_decode_32x2048(hkv, dtype):
     assert rel_err(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("token_minor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_chunked_prefill_and_mixed_batch(dtype):
+def test_chunked_prefill_and_mixed_batch(dtype, token_minor):
     hkv, h, d, bs = 4, 28, 128, 16
     nq = [700, 1, 1, 130, 1024, 3]
     ctx = [2000, 61, 3000, 130, 1024, 900]
     kc, vc, table = _paged(len(nq), ctx, hkv, d, bs, dtype)
+    vc = _token_minor(vc) if token_minor else vc
     t = sum(nq)
     q = torch.randn(t, h, d, device=DEV, dtype=dtype)
     qsl = torch.tensor([0] + nq).cumsum(0).to(torch.int32)
