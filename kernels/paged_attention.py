@@ -5,8 +5,9 @@ KV cache layout, one pair of tensors per layer (vLLM's "flash" layout):
     k_cache, v_cache: (num_blocks, block_size, num_kv_heads, head_dim)
     slot = block_id * block_size + offset_in_block
 
-An fp8 cache's v_cache is that shape's token-minor view (paged_common.value_cache: memory
-(num_blocks, num_kv_heads, head_dim, block_size)); every function here takes either layout.
+An fp8 cache's v_cache (any cache's with EDGE_LLM_V_TOKEN_MINOR=1) is that shape's
+token-minor view (paged_common.value_cache: memory (num_blocks, num_kv_heads, head_dim,
+block_size)); every function here takes either layout.
 
 A step's batch is flat: the query tokens of all sequences are concatenated.
 

@@ -1,9 +1,9 @@
 """KV cache tensors: sizing from a memory budget, allocation, swaps and block copies.
 
 Per layer: k and v of shape (num_blocks, block_size, num_kv_heads, head_dim), allocated once;
-an fp8 cache's values are the token-minor view of that shape (kernels/paged_common.py
-``value_cache``), zero-filled. The CPU swap space mirrors that layout in host memory (pinned
-on CUDA).
+an fp8 cache's values (any cache's with EDGE_LLM_V_TOKEN_MINOR=1) are the token-minor view
+of that shape (kernels/paged_common.py ``value_cache``), zero-filled. The CPU swap space
+mirrors that layout in host memory (pinned on CUDA).
 """
 
 from __future__ import annotations
