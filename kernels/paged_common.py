@@ -14,8 +14,8 @@ from .kv_fp8 import fp8_decode
 from .pdl import prefetch_l2
 
 __all__ = ["LOG2E", "check_cache", "context_partition", "fp8_cvt", "kv_line", "load_k_tile",
-           "load_kv_tile", "load_v_tile", "merge_partials", "num_sms", "prefetch_kv_lines",
-           "value_cache", "values_token_minor", "values_token_minor_for"]
+           "load_kv_tile", "load_v_tile", "load_values", "merge_partials", "num_sms",
+           "prefetch_kv_lines", "value_cache", "values_token_minor", "values_token_minor_for"]
 
 LOG2E = 1.4426950408889634
 TOKEN_MINOR_ENV = "EDGE_LLM_V_TOKEN_MINOR"
@@ -47,6 +47,21 @@ def load_kv_tile(cache_ptr, table_row_ptr, tok, t_mask, kvh, offs_d, d_mask,
 
 
 @triton.jit
+def _tile_blocks(table_row_ptr, n0, end, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The blocks holding context tokens n0 .. n0 + BLOCK_N (n0 a multiple of min(BLOCK_N,
+    BLOCK_SIZE)): their ids from the table row (0 for those from ``end`` on), which of them
+    start before ``end``, and the tile's slots in each (a whole block, or the tile's part of
+    a block longer than the tile)."""
+    SLOTS: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+    NB: tl.constexpr = BLOCK_N // SLOTS
+    first = n0 + tl.arange(0, NB) * SLOTS  # each block's first token in the tile
+    b_mask = first < end
+    blk = tl.load(table_row_ptr + first // BLOCK_SIZE, mask=b_mask, other=0).to(tl.int64)
+    slot = n0 % BLOCK_SIZE if NB == 1 else 0
+    return blk, b_mask, slot + tl.arange(0, SLOTS)
+
+
+@triton.jit
 def load_k_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b, stride_s,
                 stride_h, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
                 OUT_TY: tl.constexpr, FP8_CVT: tl.constexpr):
@@ -58,15 +73,9 @@ def load_k_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b
     the slots past ``end`` of a block that starts before it are read as they are, whatever
     they hold: the caller masks those scores. (Values gathered so, with a mask per token,
     lost the 16-byte asynchronous copies: Triton loaded them into registers first.)"""
-    SLOTS: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
-    NB: tl.constexpr = BLOCK_N // SLOTS
-    first = n0 + tl.arange(0, NB) * SLOTS  # each block's first token in the tile
-    b_mask = first < end
-    blk = tl.load(table_row_ptr + first // BLOCK_SIZE, mask=b_mask, other=0).to(tl.int64)
-    slot = n0 % BLOCK_SIZE if NB == 1 else 0  # a block of more tokens than the tile
-    offs_s = tl.arange(0, SLOTS)
+    blk, b_mask, slots = _tile_blocks(table_row_ptr, n0, end, BLOCK_SIZE, BLOCK_N)
     ptrs = cache_ptr + blk[:, None, None] * stride_b + kvh * stride_h \
-        + (slot + offs_s)[None, :, None] * stride_s + offs_d[None, None, :]
+        + slots[None, :, None] * stride_s + offs_d[None, None, :]
     x = tl.load(ptrs, mask=b_mask[:, None, None] & d_mask[None, None, :], other=0)
     x = tl.reshape(x, (BLOCK_N, offs_d.shape[0]))
     if cache_ptr.dtype.element_ty == tl.uint8:
@@ -90,20 +99,30 @@ def load_v_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b
     block must hold a finite value: ``value_cache`` zero-fills, the writes store fp8 codes
     saturated at +-448 (never the NaN code), and other dtypes with NaN as 0 and infinities
     clamped (paged_attention.copy_heads ``FINITE``)."""
-    SLOTS: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
-    NB: tl.constexpr = BLOCK_N // SLOTS
-    first = n0 + tl.arange(0, NB) * SLOTS  # each run's first token
-    b_mask = first < end
-    blk = tl.load(table_row_ptr + first // BLOCK_SIZE, mask=b_mask, other=0).to(tl.int64)
-    slot = n0 % BLOCK_SIZE if NB == 1 else 0  # a block of more tokens than the tile
-    offs_s = tl.arange(0, SLOTS)
+    blk, b_mask, slots = _tile_blocks(table_row_ptr, n0, end, BLOCK_SIZE, BLOCK_N)
     ptrs = cache_ptr + blk[None, :, None] * stride_b + kvh * stride_h \
-        + offs_d[:, None, None] * stride_d + (slot + offs_s)[None, None, :]
+        + offs_d[:, None, None] * stride_d + slots[None, None, :]
     x = tl.load(ptrs, mask=d_mask[:, None, None] & b_mask[None, :, None], other=0)
     x = tl.reshape(x, (offs_d.shape[0], BLOCK_N))
     if cache_ptr.dtype.element_ty == tl.uint8:
         x = fp8_decode(x, FP8_CVT).to(OUT_TY)
     return tl.trans(x)
+
+
+@triton.jit
+def load_values(cache_ptr, table_row_ptr, n0, end, tok, t_mask, kvh, offs_d, d_mask, stride_b,
+                stride_s, stride_h, stride_d, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                OUT_TY: tl.constexpr, FP8_CVT: tl.constexpr, TOKEN_MINOR: tl.constexpr):
+    """[BLOCK_N, D_PAD] values of context tokens ``tok`` = n0 .. n0 + BLOCK_N (``t_mask``:
+    before ``end``): by blocks from a token-minor cache (``load_v_tile``), else per token
+    (``load_kv_tile``)."""
+    if TOKEN_MINOR:
+        v = load_v_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b,
+                        stride_h, stride_d, BLOCK_SIZE, BLOCK_N, OUT_TY, FP8_CVT)
+    else:
+        v = load_kv_tile(cache_ptr, table_row_ptr, tok, t_mask, kvh, offs_d, d_mask, stride_b,
+                         stride_s, stride_h, BLOCK_SIZE, OUT_TY, FP8_CVT)
+    return v
 
 
 @triton.jit

@@ -30,8 +30,7 @@ from .paged_common import (
     fp8_cvt,
     kv_line,
     load_k_tile,
-    load_kv_tile,
-    load_v_tile,
+    load_values,
     merge_partials,
     num_sms,
     prefetch_kv_lines,
@@ -125,12 +124,9 @@ def _paged_decode_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if V_TOKEN_MINOR:
-            v = load_v_tile(v_ptr, table_row, n0, end, kvh, offs_d, d_mask, stride_vb,
-                            stride_vh, stride_vd, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT)
-        else:
-            v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask,
-                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
+        v = load_values(v_ptr, table_row, n0, end, tok, t_mask, kvh, offs_d, d_mask, stride_vb,
+                        stride_vs, stride_vh, stride_vd, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT,
+                        V_TOKEN_MINOR)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros

@@ -100,14 +100,13 @@ def test_w4a16_group_sizes_and_splits(gs):
 
 
 def _token_minor(vc):
-    """A copy of ``vc`` with each block's tokens contiguous (paged_common.value_cache's
-    token-minor layout, as EDGE_LLM_V_TOKEN_MINOR=1 gives float caches)."""
+    """A copy of ``vc`` in paged_common.value_cache's token-minor layout (any dtype)."""
     n, bs, hkv, d = vc.shape
-    out = torch.empty((n, hkv, d, bs), device=vc.device, dtype=vc.dtype).permute(0, 3, 1, 2)
-    return out.copy_(vc)
+    return torch.empty((n, hkv, d, bs), device=vc.device, dtype=vc.dtype).permute(
+        0, 3, 1, 2).copy_(vc)
 
 
-def _paged(b, ctx_lens, hkv, d, bs, dtype):
+def _paged(b, ctx_lens, hkv, d, bs, dtype, token_minor=False):
     nblk = [-(-c // bs) for c in ctx_lens]
     total = sum(nblk) + 7
     perm = torch.randperm(total, device=DEV).to(torch.int32)
@@ -118,7 +117,7 @@ def _paged(b, ctx_lens, hkv, d, bs, dtype):
         start += used
     kc = torch.randn(total, bs, hkv, d, device=DEV, dtype=dtype)
     vc = torch.randn_like(kc)
-    return kc, vc, table
+    return kc, _token_minor(vc) if token_minor else vc, table
 
 
 @pytest.mark.parametrize("token_minor", [False, True])
@@ -127,8 +126,7 @@ def _paged(b, ctx_lens, hkv, d, bs, dtype):
 def test_decode_32x2048(hkv, dtype, token_minor):
     b, ctx, h, d, bs = 32, 2048, 32, 128, 16
     lens = [ctx - (i * 37) % 50 for i in range(b)]  # partial last blocks
-    kc, vc, table = _paged(b, lens, hkv, d, bs, dtype)
-    vc = _token_minor(vc) if token_minor else vc
+    kc, vc, table = _paged(b, lens, hkv, d, bs, dtype, token_minor)
     q = torch.randn(b, h, d, device=DEV, dtype=dtype)
     seq_lens = torch.tensor(lens, device=DEV, dtype=torch.int32)
     qsl = torch.arange(b + 1, dtype=torch.int32)
@@ -146,8 +144,7 @@ def test_chunked_prefill_and_mixed_batch(dtype, token_minor):
     hkv, h, d, bs = 4, 28, 128, 16
     nq = [700, 1, 1, 130, 1024, 3]
     ctx = [2000, 61, 3000, 130, 1024, 900]
-    kc, vc, table = _paged(len(nq), ctx, hkv, d, bs, dtype)
-    vc = _token_minor(vc) if token_minor else vc
+    kc, vc, table = _paged(len(nq), ctx, hkv, d, bs, dtype, token_minor)
     t = sum(nq)
     q = torch.randn(t, h, d, device=DEV, dtype=dtype)
     qsl = torch.tensor([0] + nq).cumsum(0).to(torch.int32)

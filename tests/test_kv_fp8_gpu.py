@@ -16,7 +16,7 @@ if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
 import importlib  # noqa: E402
 
 from edge_llm.kernels.kv_fp8 import fp8_decode_ref, fp8_encode_ref  # noqa: E402
-from tests.test_kernels_gpu import _paged  # noqa: E402
+from tests.test_kernels_gpu import _paged, _token_minor  # noqa: E402
 
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 pc = importlib.import_module("edge_llm.kernels.paged_common")
@@ -31,13 +31,8 @@ def _rel(out, ref) -> float:
 
 
 def _layout(vc, token_minor: bool):
-    """``vc`` itself, or a copy in the token-minor layout the engine allocates
-    (paged_common.value_cache)."""
-    if not token_minor:
-        return vc
-    out = pc.value_cache(tuple(vc.shape), vc.dtype, vc.device)
-    assert pc.values_token_minor(out)
-    return out.copy_(vc)
+    """``vc`` itself, or a copy in the token-minor layout the engine allocates for fp8."""
+    return _token_minor(vc) if token_minor else vc
 
 
 @pytest.mark.parametrize("token_minor", [False, True])
