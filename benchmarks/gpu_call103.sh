@@ -9,4 +9,8 @@ unset PYTORCH_CUDA_ALLOC_CONF
 (cd /tmp && timeout 400 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios decode,offline,baseline --baseline-batches 64 --out $OUT/e2e > $OUT/e2e.log 2>&1)
 grep -E "INFO e2e: (decode|offline|baseline|transformers)" $OUT/e2e.log | cut -c1-220
 sed -n '/headline/,$p' $OUT/e2e.log | head -20
+# Session 32: the fp8 cache's offline run beside it (values token-minor by default since
+# session 32), against the same call's baseline above
+(cd /tmp && timeout 140 python3 $OLDPWD/benchmarks/e2e.py --shapes llama2-7b --scenarios offline --kv-cache-dtype fp8 --out $OUT/e2e_fp8 > $OUT/e2e_fp8.log 2>&1)
+grep -E "INFO e2e: offline" $OUT/e2e_fp8.log | sed 's/^.*INFO e2e: /fp8: /' | cut -c1-200
 find $OUT -name '*.png' -delete
