@@ -54,9 +54,9 @@ def write_kv_ref(
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    if values_finite(v_cache):
+        v = finite_ref(v, v_cache.dtype)
     for cache, x in ((k_cache, k), (v_cache, v)):
-        if cache is v_cache and values_finite(cache):
-            x = finite_ref(x, cache.dtype)
         x = to_cache_ref(x, cache.dtype)
         if cache.is_contiguous():
             cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping, x)
