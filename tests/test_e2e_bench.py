@@ -116,23 +116,6 @@ def test_offline_floor_counts_kv_positions_and_flops():
         offline_floor(Tiny, [(3, 4)], 0.0, 1.0, 2)
 
 
-def test_serving_segments_lists_what_serving_added():
-    """benchmarks/serving_memory.py: the segments allocated at or after the marker, largest
-    first, each named by its innermost engine frame (graph_memory.allocating_call)."""
-    from serving_memory import serving_segments
-
-    frames = [{"filename": "/site/torch/nn/functional.py", "line": 9, "name": "linear"},
-              {"filename": "/site/edge_llm/kernels/w4a16.py", "line": 138, "name": "mm"}]
-    trace = [{"action": "segment_alloc", "size": 8, "stream": 0, "frames": frames},
-             {"action": "alloc", "size": 3},
-             {"action": "segment_alloc", "size": 2, "stream": 7, "frames": []},
-             {"action": "segment_alloc", "size": 5, "stream": 0, "frames": frames}]
-    got = serving_segments({"device_traces": [trace]}, since=1)
-    assert got == [(5, 0, "kernels/w4a16.py:138 mm"), (2, 7, "?")]
-    assert serving_segments({"device_traces": [trace]}, since=4) == []
-    assert serving_segments({}, since=0) == []
-
-
 def test_headline_table_from_results():
     results = {"shapes": {"s": {
         "decode": {"b1": {"bandwidth_fraction": 0.6, "e2e_tok_s": 300.0}},
