@@ -10,11 +10,8 @@ from typing import TYPE_CHECKING
 # Takes effect when edge_llm is imported before torch; the user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .checkout_path import unshadow
 from .outputs import CompletionOutput, RequestOutput
 from .sampling_params import SamplingParams
-
-unshadow()  # a checkout's kernels/ and quant/ must not pass for the `kernels` distribution
 
 __version__ = "0.1.0"
 __all__ = ["LLM", "AsyncEngine", "SamplingParams", "RequestOutput", "CompletionOutput"]

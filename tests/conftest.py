@@ -6,10 +6,7 @@ import os
 
 # before anything imports torch (see edge_llm/__init__.py): no spinning OpenMP waiters
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# before anything imports transformers: pytest puts the checkout's root on sys.path, and its
-# kernels/ folder must not pass for the `kernels` distribution (edge_llm/checkout_path.py)
-import edge_llm  # noqa: E402, F401, I001
-import socket
+import socket  # noqa: E402, I001
 import subprocess
 import sys
 import time

@@ -32,7 +32,7 @@ from tests.helpers import rel_err  # noqa: E402
 from tests.test_cuda_graphs_gpu import assert_same_or_near_tie  # noqa: E402
 from tests.test_fuse_gpu import VOCAB, awq_dirs  # noqa: E402,F401  (fixture)
 
-kernels = importlib.import_module("edge_llm.kernels")
+kernels = importlib.import_module("edge_llm.kernels.dispatch")
 w4 = importlib.import_module("edge_llm.kernels.w4a16")
 num_sms = importlib.import_module("edge_llm.kernels.device").num_sms
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=32, logprobs=2)

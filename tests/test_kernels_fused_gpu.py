@@ -18,7 +18,7 @@ if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
 
 import importlib  # noqa: E402
 
-from edge_llm import kernels  # noqa: E402
+from edge_llm.kernels import dispatch as kernels  # noqa: E402
 
 fu = importlib.import_module("edge_llm.kernels.fused")
 rot = importlib.import_module("edge_llm.kernels.rotary")
