@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import pkgutil
 import re
 import sys
@@ -25,10 +24,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from edge_llm import envs
 from edge_llm.flags import (  # re-exported: recipes and plugins import them from here
     SERVE_OPTIONS,
     UsageError,
     add_options,
+    option_env,
     resolve_options,
 )
 
@@ -119,12 +120,11 @@ def build_lifecycle(args: argparse.Namespace, environ: dict[str, str] | None = N
     UsageError naming the flag or file on bad values."""
     from edge_llm.server.hooks import LifecycleConfig, read_warmup_prompts
 
-    environ = os.environ if environ is None else environ
-    sagemaker = args.sagemaker or bool(environ.get("SAGEMAKER_BIND_TO_PORT")
-                                       or environ.get("SM_MODEL_DIR"))
+    sagemaker = args.sagemaker or envs.SAGEMAKER_BIND_TO_PORT.is_set(environ) or \
+        envs.SM_MODEL_DIR.is_set(environ)
     if sagemaker and not args.port_given:
         try:
-            args.port = int(environ.get("SAGEMAKER_BIND_TO_PORT") or 8080)
+            args.port = envs.SAGEMAKER_BIND_TO_PORT.get(environ) or 8080
         except ValueError:
             raise UsageError("environment variable SAGEMAKER_BIND_TO_PORT: not a port") from None
         args.host = "0.0.0.0" if args.host == "127.0.0.1" else args.host
@@ -156,28 +156,26 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT: then new requests get 503 (or a refused connection), those
     in flight get ``--drain-timeout`` seconds to finish, and the exit code is 0."""
     started = time.time()
-    from edge_llm.engine.probe_cache import probe_cache_wanted
     from edge_llm.model.prefetch import prefetch_method, start_prefetch
     from edge_llm.server.hooks import set_compile_cache_env
 
     set_compile_cache_env()  # before torch/triton load: a second cold start reuses kernels
-    args.port_given = args.port is not None or any(os.environ.get(e) for e in
-                                                   ("EDGE_LLM_PORT", "PORT"))
+    args.port_given = args.port is not None or option_env("--port") is not None
     resolve_options(args, SERVE_OPTIONS)
-    args.model = args.model or os.environ.get("EDGE_LLM_MODEL") or None
+    args.model = args.model or envs.MODEL.get()
     engine_cfg, server_cfg = build_configs(args)
     lifecycle = build_lifecycle(args)
     server_cfg = replace(server_cfg, host=args.host, port=args.port)
     setup_logging(args.log_level)
     check_model_path(args.model)
     try:
+        envs.check_all()  # every declared variable's value, before anything loads
         method = prefetch_method()
-        probe_cache_wanted()  # checked here: the engine reads it on CUDA only
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if method:  # the checkpoint into the page cache while torch is imported
         start_prefetch(args.model, engine_cfg.model.revision,
-                       compile_cache=Path(os.environ["TRITON_CACHE_DIR"]), method=method)
+                       compile_cache=envs.TRITON_CACHE_DIR.get(), method=method)
     failures: list[BaseException] = []
     server: Any = None
 
@@ -230,7 +228,7 @@ def run_chat(args: argparse.Namespace) -> int:
     from edge_llm.server.terminal_chat import ChatSettings, chat_in_process, chat_with_url
 
     settings = ChatSettings(
-        api_key=args.api_key or os.environ.get("EDGE_LLM_API_KEY") or None,
+        api_key=args.api_key or option_env("--api-key"),
         system=args.system, temperature=args.temperature, max_tokens=args.max_tokens,
     )
     if args.max_tokens < 1:
@@ -246,7 +244,8 @@ def run_chat(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Serve 4-bit LLMs behind an OpenAI-compatible API.")
+    parser = _Parser(prog=PROG, description="Serve 4-bit LLMs behind an OpenAI-compatible API.",
+                     epilog=envs.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version())
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     serve = subs.add_parser("serve", help="run the OpenAI-compatible HTTP server")

@@ -80,16 +80,16 @@ class SchedulerConfig:
     # How a preempted sequence gives up its blocks: "recompute" (freed; prompt + outputs are
     # prefilled again) or "swap" (copied to the CPU swap space while it has room). None:
     # vLLM's rule, swap for a sequence that shares its request with siblings (n > 1), else
-    # recompute (measured: recompute-only ran the 256-request offline workload 32% faster
-    # than swapping on the H200 under memory pressure, BENCHMARKS.md session 15).
+    # recompute: under memory pressure a recompute costs less than copying blocks out and back
+    # over PCIe (BENCHMARKS.md, "Scheduler").
     preemption_mode: str | None = None
     # The token budget of a step that has running decodes (theirs included), when prefills are
     # chunked: a prompt joining them is cut to fit. "auto": the engine takes the largest
     # short-step CUDA graph's token count (engine/prefill_graphs.py), so that such a step
     # replays a graph instead of running eagerly for tens of milliseconds while every stream
     # waits; no cap when there are no such graphs. None or 0 (the default): no cap
-    # (``max_num_batched_tokens``). On the H200 "auto" halved the inter-token p99 at 64
-    # streams but cost 10-14% of throughput at 32-64 (BENCHMARKS.md, session 30).
+    # (``max_num_batched_tokens``): "auto" trades throughput for inter-token p99 under load
+    # (BENCHMARKS.md, "Serving under load").
     max_tokens_with_decodes: int | str | None = None
 
     def __post_init__(self) -> None:

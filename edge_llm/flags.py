@@ -34,15 +34,6 @@ class Option:
         return ("EDGE_LLM_" + self.dest.upper(),) + self.env
 
 
-def env_on(name: str, default: str) -> bool:
-    """An engine switch read from the environment variable ``name``: "1" on, "0" off
-    (``default`` where unset); any other value is a ValueError naming it."""
-    value = os.environ.get(name, default)
-    if value not in ("0", "1"):
-        raise ValueError(f"{name} must be 0 or 1, got {value!r}.")
-    return value == "1"
-
-
 def parse_bool(text: str) -> bool:
     low = text.strip().lower()
     if low in ("1", "true", "yes", "on"):
@@ -150,6 +141,13 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     _bool_flag("--sagemaker", False, "SageMaker mode: POST /invocations, port 8080 (also on "
                "when $SAGEMAKER_BIND_TO_PORT or $SM_MODEL_DIR is set)"),
 )
+
+
+def option_env(flag: str, environ: dict[str, str] | None = None) -> str | None:
+    """The text of the first set environment variable of serve option ``flag`` (None: none)."""
+    environ = os.environ if environ is None else environ
+    (opt,) = (o for o in SERVE_OPTIONS if o.flag == flag)
+    return next((environ[n] for n in opt.envs if environ.get(n)), None)
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:

@@ -4,9 +4,9 @@ fp16/bf16, and its plain-torch reference otherwise (CPU, fp32). Re-exported by t
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from edge_llm import envs
 
 from . import fused as _fused
 from . import gather as _gather
@@ -49,23 +49,26 @@ __all__ = [
 ]
 
 _HALF = (torch.float16, torch.bfloat16)
-# EDGE_LLM_KERNELS=torch forces the references on CUDA too (to compare the two paths end to end)
-_TRITON = os.environ.get("EDGE_LLM_KERNELS", "triton").lower() != "torch"
-# the fused norm/rotary/SiLU kernels (kernels/fused.py): on by default since they passed the
-# GPU tests (tests/test_kernels_fused_gpu.py) and made a graph-replayed 7B decode step 1.5x
-# faster on the H200 (BENCHMARKS.md); EDGE_LLM_FUSED_KERNELS=0 keeps the torch ops
-_FUSED = os.environ.get("EDGE_LLM_FUSED_KERNELS", "1") != "0"
-# up to how many rows silu(gate) * up runs in the one-row GEMV's epilogue (w4a16_silu_mul):
-# one; decode batch 1 1.008x faster on the H200 (BENCHMARKS.md, session 30). The kernel
-# serves 2 rows too, but that was 0.97x. EDGE_LLM_GEMV_SILU=0 turns it off.
-_GEMV_SILU_ROWS = 0 if os.environ.get("EDGE_LLM_GEMV_SILU", "1") == "0" else 1
+# most rows for which silu(gate) * up runs in the one-row GEMV's epilogue (w4a16_silu_mul);
+# the kernel serves two rows too, but there the second kernel is faster (BENCHMARKS.md)
+GEMV_SILU_MAX_ROWS = 1
+
+
+def _triton() -> bool:
+    """False under ``EDGE_LLM_KERNELS=torch``: the references on CUDA too (comparisons)."""
+    return envs.KERNELS.get() == "triton"
+
+
+def _fused_on() -> bool:
+    """The fused norm / rotary / SiLU kernels (fused.py, rotary*.py) rather than torch ops."""
+    return envs.FUSED_KERNELS.get()
 
 
 def triton_enabled(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the dispatchers below run the Triton kernels for tensors on ``device`` in
     ``dtype``. Only then is a decode forward free of host syncs (the references read sequence
     lengths on the host), so only then can it be captured in a CUDA graph."""
-    return device.type == "cuda" and dtype in _HALF and _TRITON
+    return device.type == "cuda" and dtype in _HALF and _triton()
 
 
 def write_kv(
@@ -76,7 +79,7 @@ def write_kv(
     slot_mapping: torch.Tensor,  # (T,) int64, < 0 = skip
 ) -> None:
     """Store new K/V at their cache slots (see ``paged_attention`` for the layout)."""
-    if k_cache.is_cuda and _TRITON:
+    if k_cache.is_cuda and _triton():
         _pa.write_kv(k, v, k_cache, v_cache, slot_mapping)
     else:
         write_kv_ref(k, v, k_cache, v_cache, slot_mapping)
@@ -104,7 +107,7 @@ def paged_attention(
     kernel keeps its tile table for the next layers. ``split_seqs``: the sequences the
     prefill key split is planned for (``AttentionMetadata.split_seqs``).
     """
-    if q.is_cuda and q.dtype in _HALF and _TRITON:
+    if q.is_cuda and q.dtype in _HALF and _triton():
         return _pa.paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc,
                                           seq_lens, scale, max_query_len, max_seq_len,
                                           scratch, split_seqs)
@@ -123,7 +126,7 @@ def w4a16_matmul(
     """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype.
     ``integer_zeros``: the caller vouches that every zero point is an integer.
     ``planes_packed``: qweight in the plane-packed word order (``pack_planes_ref``)."""
-    if x.is_cuda and x.dtype in _HALF and _TRITON:
+    if x.is_cuda and x.dtype in _HALF and _triton():
         return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size,
                                 integer_zeros=integer_zeros, planes_packed=planes_packed)
     return w4a16_matmul_ref(x, qweight, scales, zeros, group_size,
@@ -143,8 +146,8 @@ def w4a16_silu_mul(
     GEMV computes it in its epilogue where it serves the shape in one split
     (kernels/w4a16.py ``gemv16_silu``: a 7B-sized MLP): one kernel and no (..., 2 I)
     intermediate. ``EDGE_LLM_GEMV_SILU=0`` keeps two kernels."""
-    if (x.is_cuda and x.dtype in _HALF and _TRITON and _FUSED
-            and x.numel() <= _GEMV_SILU_ROWS * x.shape[-1]):
+    if (x.is_cuda and x.dtype in _HALF and x.numel() <= GEMV_SILU_MAX_ROWS * x.shape[-1]
+            and _triton() and _fused_on() and envs.GEMV_SILU.get()):
         return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size,
                                 integer_zeros=integer_zeros, planes_packed=planes_packed,
                                 silu_mul=True)
@@ -154,7 +157,7 @@ def w4a16_silu_mul(
 
 def gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     """x[..., perm] (perm int64 on x's device): kernels/gather.py on CUDA fp16/bf16."""
-    if x.is_cuda and x.dtype in _HALF and _TRITON:
+    if x.is_cuda and x.dtype in _HALF and _triton():
         return _gather.gather_columns(x, perm)
     return gather_columns_ref(x, perm)
 
@@ -163,7 +166,7 @@ def _fused_ok(*tensors: torch.Tensor) -> bool:
     """Triton for the fused ops: CUDA tensors of one fp16/bf16 dtype (anything else, e.g. an
     fp32 norm weight beside fp16 activations, keeps the reference's type promotion)."""
     first = tensors[0]
-    return (_TRITON and _FUSED and first.is_cuda and first.dtype in _HALF
+    return (first.is_cuda and _triton() and _fused_on() and first.dtype in _HALF
             and all(t.dtype == first.dtype for t in tensors))
 
 

@@ -24,13 +24,14 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from edge_llm import envs
 from edge_llm.config import EngineConfig
 from edge_llm.model.loader import load_model, resolve_device
 from edge_llm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
 from .detokenizer import IncrementalDetokenizer
-from .kv_cache import EXPANDABLE_ENV, use_expandable_segments
+from .kv_cache import use_expandable_segments
 from .request_state import Choice, RequestState, TokenNames, checked_request, finish_reason
 from .runner import ModelRunner, RunnerOutput
 from .scheduler import Scheduler
@@ -66,14 +67,14 @@ class LLMEngine:
             model = str(ensure_demo_model())
         if use_expandable_segments(resolve_device(mc.device)):  # before any CUDA memory
             logger.info("CUDA allocator: expandable segments (%s=0 keeps the default)",
-                        EXPANDABLE_ENV)
+                        envs.EXPANDABLE_SEGMENTS.name)
         self.loaded = self._load(model)
         arch = self.loaded.arch
         self.max_model_len = self._resolve_max_model_len()
         self.config = config = replace(config, scheduler=replace(
             config.scheduler, max_model_len=self.max_model_len))
-        # after the weights, not beside them: on a thread its imports held the GIL against the
-        # loader's many small GPU ops (weight load 8.4 s instead of ~5 s on the H200)
+        # after the weights, not beside them: on a thread its imports hold the GIL against the
+        # loader's many small GPU ops and slow the weight load down
         self.tokenizer = load_tokenizer(self.loaded.path, mc.chat_template)
         gen_file = self.loaded.path / "generation_config.json"
         gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}

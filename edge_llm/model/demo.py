@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,8 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+
+from edge_llm import envs
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,8 @@ DEMO_NAME = "SmolLM2-135M-Instruct-AWQ"
 # 576 (the hidden size) is not a multiple of 128; 32 divides every K of this model (576 = 18 x 32).
 # Calibration: 64 windows of 128 tokens; GPTQ in act-order with static (sequential) groups, so
 # the result is still plain AWQ GEMM; each group's range from AutoGPTQ's MSE clipping search;
-# AutoGPTQ's default damping. Perplexity +4% on the tuning text, +6% on the held-out one
-# (BENCHMARKS.md "Demo model quality"; benchmarks/demo.py).
+# AutoGPTQ's default damping: the lowest perplexity of the recipes tried on both texts
+# (BENCHMARKS.md, "Quantization quality").
 DEMO_GROUP_SIZE = 32
 DEMO_METHOD = "gptq"
 DEMO_NSAMPLES = 64
@@ -39,7 +40,7 @@ _DONE = "edge_llm_demo.json"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("EDGE_LLM_CACHE_DIR", "~/.cache/edge-llm")).expanduser()
+    return envs.CACHE_DIR.get()
 
 
 def demo_model_dir() -> Path:

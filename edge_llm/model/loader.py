@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from edge_llm import envs
+
 from .arch import ArchConfig, parse_arch_config
 from .fuse import fold_act_order, fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
@@ -26,7 +27,6 @@ from .staged_read import fits_staged, iter_tensors_staged
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
 
 logger = logging.getLogger(__name__)
-STAGED_ENV = "EDGE_LLM_STAGED_LOAD"
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -150,12 +150,10 @@ def load_model(
 
 def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int,
                    largest_file: int = 0) -> bool:
-    """The ``staged`` argument, else ``EDGE_LLM_STAGED_LOAD`` ("0"/"1"), else: on CUDA when
+    """The ``staged`` argument, else ``EDGE_LLM_STAGED_LOAD`` (0 or 1), else: on CUDA when
     the GPU can hold the largest file beside the model (``fits_staged``)."""
     if staged is None:
-        flag = os.environ.get(STAGED_ENV, "").strip()
-        if flag in ("0", "1"):
-            staged = flag == "1"
+        staged = envs.STAGED_LOAD.get()
     if staged is not None:
         return staged
     if device.type != "cuda":

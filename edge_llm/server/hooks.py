@@ -20,10 +20,12 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from edge_llm import envs
 
 logger = logging.getLogger("edge_llm.server")
 
@@ -44,9 +46,9 @@ class LifecycleConfig:
     ``sagemaker``: also serve ``POST /invocations``.
     ``freeze_gc``: once ready, ``gc.collect()`` then ``gc.freeze()`` (as vLLM's server
     does). The start-up objects (model, tokenizer, compiled kernels: about 190,000 with the
-    demo model) then leave the cyclic GC's full passes. Those passes had output processing
-    at 256 streamed rows take 5.6-6.4 ms a step, against 1.8-1.9 ms frozen
-    (benchmarks/host_overhead.py, session 16). ``edge-llm serve`` turns it on. It is off by
+    demo model) then leave the cyclic GC's full passes, which otherwise make output
+    processing at a few hundred streamed rows about three times slower. ``edge-llm serve``
+    turns it on. It is off by
     default because a process that builds many engines (the tests) would keep any cycle
     among frozen objects forever.
     """
@@ -78,24 +80,14 @@ class LifecycleConfig:
 # ---- persistent compile caches ------------------------------------------------------------
 
 
-def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``EDGE_LLM_CACHE_DIR``, default ``~/.cache/edge-llm`` (the demo model lives there too)."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get("EDGE_LLM_CACHE_DIR") or "~/.cache/edge-llm"
-    return Path(raw).expanduser()
-
-
 def set_compile_cache_env(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Point Triton's kernel/autotune cache and TorchInductor's cache under the edge-llm cache
     dir, unless the user set them; returns the variables it set. Call before torch loads."""
-    environ = os.environ if environ is None else environ
-    root = cache_dir(environ)
-    wanted = {"TRITON_CACHE_DIR": root / "triton", "TORCHINDUCTOR_CACHE_DIR": root / "inductor"}
-    done = {}
-    for name, path in wanted.items():
-        if not environ.get(name):
-            environ[name] = done[name] = str(path)
-    return done
+    root = envs.CACHE_DIR.get(environ)
+    wanted = {envs.TRITON_CACHE_DIR: root / "triton",
+              envs.TORCHINDUCTOR_CACHE_DIR: root / "inductor"}
+    return {var.name: str(path) for var, path in wanted.items()
+            if envs.set_default(var, str(path), environ)}
 
 
 # ---- user hooks -----------------------------------------------------------------------------
