@@ -11,8 +11,9 @@ rest, in groups (``edge-llm --help`` lists them from ``REGISTRY``):
 * ``foreign``: variables of other programs whose values change what edge-llm does.
 
 Values are read lazily, on each ``get()``, so a test's ``monkeypatch.setenv`` takes effect at
-once and nothing is read at import time. A read is one dict lookup: the parsed value is kept
-beside the text it came from and parsed again only when the text changes. An empty value
+once and nothing is read at import time. A read is one dict lookup (kernel launches read some):
+the parsed value is kept beside the stored text it came from and parsed again only when that
+changes. An empty value
 means unset. A value the type does not accept is a ``ValueError`` naming the variable.
 
 Usage::
@@ -44,10 +45,19 @@ _TRUE = ("1", "true", "on", "yes")  # how other programs spell "on" (parse_truth
 _FALSE = ("0", "false", "off", "no")
 
 
+# ``os.environ.get`` encodes the name and decodes the value in Python on every call, which is
+# too slow for reads on every kernel launch; CPython's mapping keeps its items in ``_data``
+# (encoded keys and values, updated by every ``os.environ`` write, monkeypatch's included), so a
+# read there is one dict lookup. Other Pythons take the plain path.
+_DATA: dict | None = getattr(os.environ, "_data", None)
+_ENCODE: Callable[[str], object] | None = getattr(os.environ, "encodekey", None)
+_FAST = isinstance(_DATA, dict) and _ENCODE is not None
+
+
 class EnvVar(Generic[T]):
     """One declared variable. ``get()`` is its parsed value (the default's when unset)."""
 
-    __slots__ = ("name", "parse", "default", "doc", "group", "kind", "_memo")
+    __slots__ = ("name", "parse", "default", "doc", "group", "kind", "_key", "_memo")
 
     def __init__(self, name: str, parse: Callable[[str], T], default: str | None, doc: str,
                  group: str, kind: str) -> None:
@@ -57,7 +67,9 @@ class EnvVar(Generic[T]):
         self.doc = doc
         self.group = group
         self.kind = kind  # what values it takes, for --help
-        self._memo: tuple[str | None, T] | None = None
+        self._key = _ENCODE(name) if _FAST else name
+        # (the process environment's stored value it was parsed from, the value)
+        self._memo: tuple[object, T] | None = None
 
     def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The variable's text, None when unset or empty."""
@@ -69,22 +81,24 @@ class EnvVar(Generic[T]):
 
     def get(self, environ: Mapping[str, str] | None = None) -> T:
         """The value now (``environ``: read that mapping instead of the process's)."""
-        text = self.raw(environ)
-        if text is None:
-            text = self.default
+        if environ is not None:
+            return self._parse(self.raw(environ))
+        stored = _DATA.get(self._key) if _FAST else os.environ.get(self.name)
         memo = self._memo
-        if memo is not None and memo[0] == text:
+        if memo is not None and memo[0] == stored:
             return memo[1]
-        if text is None:
-            value = None
-        else:
-            try:
-                value = self.parse(text)
-            except ValueError as exc:
-                raise ValueError(f"{self.name} must be {self.kind}, got {text!r}.") from exc
-        if environ is None:
-            self._memo = (text, value)
+        value = self._parse(self.raw())
+        self._memo = (stored, value)
         return value
+
+    def _parse(self, text: str | None) -> T:
+        text = self.default if text is None else text
+        if text is None:
+            return None  # type: ignore[return-value]
+        try:
+            return self.parse(text)
+        except ValueError as exc:
+            raise ValueError(f"{self.name} must be {self.kind}, got {text!r}.") from exc
 
     def __repr__(self) -> str:
         return f"EnvVar({self.name}={self.raw()!r}, default={self.default!r})"
