@@ -6,7 +6,7 @@ The wrappers run on CPU tensors while Triton's launch is replaced by a compile f
 target; each kernel's metadata must show at most 99 KB of shared memory per block (the limit
 of these consumer cards) and its PTX no Hopper-only instruction (wgmma, TMA bulk tensor
 copies). On CPU tensors the dispatch takes its mma.sync choices, as on these cards
-(kernels/device.py dots_from_registers); notes/kernels.md.
+(kernels/device.py dots_from_registers).
 """
 
 from __future__ import annotations
