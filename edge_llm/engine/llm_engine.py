@@ -142,7 +142,7 @@ class LLMEngine:
         ``final_only`` (vLLM's ``RequestOutputKind.FINAL_ONLY``, what ``LLM.generate`` uses):
         ``step()`` returns no output for this request until it finishes. Building a
         RequestOutput copies every token so far, for every running request, every step: about
-        0.5 of the 1.1 ms of output processing per step at 160 rows (benchmarks/host_overhead.py).
+        half of the output processing of a large batch.
         """
         if self.is_sleeping:
             raise RuntimeError("The engine is asleep: call wake_up() first.")
