@@ -195,7 +195,24 @@ def test_integrity_lost_blocks(rng: random.Random) -> None:
     message = broken(pool)
     assert "blocks with ref 0 missing from the free queue: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" \
         in message
-    assert "; " in message  # the count check fails too: problems are joined, not dropped
+    # the count check fails too: every broken invariant is listed, not just the first
+    assert message == ("BlockPool integrity: free 4 + cached 0 + used 0 != total 16; "
+                       "blocks with ref 0 missing from the free queue: "
+                       "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]")
+
+
+def test_integrity_counts_cached_blocks_once(rng: random.Random) -> None:
+    pool = healthy_pool(rng)  # 2 used, 3 cached, 11 plain free
+    b = next(b for b in pool._free if pool._hash[b] is None)
+    del pool._free[b]  # lost: ref 0 but not queued
+    assert "free 10 + cached 3 + used 2 != total 16" in broken(pool)
+
+
+def test_integrity_lists_ten_unknown_ids(rng: random.Random) -> None:
+    pool = BlockPool(4, BS, enable_prefix_caching=True)
+    for b in range(100, 112):
+        pool._free[b] = None
+    assert broken(pool).endswith(f"unknown block ids: {list(range(100, 110))}")
 
 
 def test_integrity_index_mismatches(rng: random.Random) -> None:
