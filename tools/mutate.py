@@ -62,6 +62,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
+# what the tests import besides the mutated files (mutmut copies only what it is told)
+ALSO_COPY = ["edge_llm", "kernels", "quant", "tests", "benchmarks"]
+
+
 def _toml_list(items: list[str]) -> str:
     return "[" + ", ".join(f'"{i}"' for i in items) + "]"
 
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             f.write(
                 "\n[tool.mutmut]\n"
                 f"source_paths = {_toml_list(sources)}\n"
-                f"also_copy = {_toml_list(['edge_llm', 'kernels', 'quant', 'tests'])}\n"
+                f"also_copy = {_toml_list(ALSO_COPY)}\n"
                 f"pytest_add_cli_args = {_toml_list(['-p', 'no:cacheprovider', '-x', '-q'])}\n"
                 f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
             )
