@@ -132,13 +132,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "in the output of a failing test)")
 
 
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> random.Random:
-    """A random.Random with a fresh seed (or ``--rng-seed``), printed: a failing test shows it
-    under "Captured stdout setup", and ``pytest --rng-seed=N <test id>`` replays the test."""
+def _replayable_rng(request: pytest.FixtureRequest) -> random.Random:
     seed = request.config.getoption("--rng-seed")
     if seed is None:
         seed = random.randrange(2**32)
     print(f"random seed {seed} (replay: pytest --rng-seed={seed} {request.node.nodeid})")
     return random.Random(seed)
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    """A random.Random with a fresh seed (or ``--rng-seed``), printed: a failing test shows it
+    under "Captured stdout setup", and ``pytest --rng-seed=N <test id>`` replays the test."""
+    return _replayable_rng(request)
+
+
+@pytest.fixture(scope="module")
+def module_rng(request: pytest.FixtureRequest) -> random.Random:
+    """``rng`` for module-scoped fixtures (the seed shows with the module's first test)."""
+    return _replayable_rng(request)
 
