@@ -118,8 +118,8 @@ def anyio_backend() -> str:
 
 # ---- seeds: every random draw of a test can be replayed -----------------------------------
 # Hypothesis: the "ci" profile (the default) is derandomized (the same examples every run) and
-# bounded; `--hypothesis-profile=long` draws fresh, many more examples (a failure prints the
-# seed and a @reproduce_failure blob; replay with `--hypothesis-seed=N`).
+# bounded; `--hypothesis-profile=long` draws fresh, many more examples (a failure prints a
+# @reproduce_failure blob and is saved in .hypothesis/; docs/testing.md).
 settings.register_profile("ci", max_examples=60, derandomize=True, database=None,
                           deadline=None, print_blob=True)
 settings.register_profile("long", max_examples=2000, deadline=None, print_blob=True)
