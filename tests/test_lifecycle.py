@@ -151,8 +151,7 @@ async def test_idle_sleep_and_hooks_see_every_event(fake_tokenizer, token_script
 
 
 async def test_warmup_runs_builtin_shapes_and_user_bodies_before_ready(
-        fake_tokenizer, token_scripts, tmp_path):
-    rng = random.Random()
+        fake_tokenizer, token_scripts, tmp_path, rng):
     words = ["lamp", "orbit", "seven", "north"]
     prompt = " ".join(rng.choice(words) for _ in range(5))
     chat = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 2}

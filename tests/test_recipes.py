@@ -34,9 +34,9 @@ def load(path: str):
 
 
 @pytest.fixture(scope="module")
-def served(fake_tokenizer):
+def served(fake_tokenizer, module_rng):
     """(url, engine, scripts): the fake engine behind a real socket, SageMaker routes on."""
-    rng = random.Random()
+    rng = module_rng
     scripts = [fake_tokenizer.encode(" ".join(rng.choice(WORDS) for _ in range(10)))
                for _ in range(2)]
     engine = SleepyEngine(fake_tokenizer, scripts)
