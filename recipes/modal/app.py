@@ -40,7 +40,7 @@ class EdgeLLM:
         import subprocess
 
         self.proc = subprocess.Popen(["edge-llm", "serve", "--host", "127.0.0.1",
-                                      "--port", str(PORT)])
+                                      "--port", str(PORT), "--enable-sleep-endpoints"])
         snapshot.before_snapshot(f"http://127.0.0.1:{PORT}")
 
     @modal.enter(snap=False)
