@@ -16,12 +16,13 @@ cache would evict what it read first), or on a system without ``posix_fadvise``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
 from pathlib import Path
+
+from .shards import indexed_shards
 
 logger = logging.getLogger(__name__)
 ENV = "EDGE_LLM_PREFETCH"
@@ -47,14 +48,11 @@ def checkpoint_files(model: str | None, revision: str | None = None) -> list[Pat
     folder = _local_folder(model, revision)
     if folder is None:
         return []
-    index = folder / "model.safetensors.index.json"
     try:
-        if index.is_file():
-            names = set(json.loads(index.read_text())["weight_map"].values())
-            files = [folder / name for name in sorted(names)]
-        else:
+        files = indexed_shards(folder)
+        if files is None:
             files = sorted(folder.glob("*.safetensors"))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):  # CheckpointIndexError: a shard outside the folder too
         return []  # the loader reports a broken checkpoint properly
     return [f for f in files if f.is_file()]
 

@@ -10,8 +10,8 @@ each answered with an OpenAI error object before any route runs:
   (same scheme-less host:port as Host) nor in ``allowed_origins`` gets 403. Browsers send
   Origin on every cross-origin POST, also on the "simple" ones that CORS never preflights.
 - **Content-Type**: a request with a body must say ``application/json`` (or ``*+json``);
-  anything else gets 415 (SageMaker's ``/invocations`` excepted). A page can send ``text/plain``, form or typeless (Blob) bodies
-  without a preflight, never ``application/json``.
+  anything else gets 415 (SageMaker's ``/invocations`` excepted). A page can send
+  ``text/plain``, form or typeless (Blob) bodies without a preflight, never JSON.
 
 Slow clients: the whole body must arrive within ``body_read_timeout`` seconds (else 408); the
 header deadline is the HTTP protocol's (``slow_clients.py``).
