@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import time
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import OpenAIError
+from .protocol import to_json
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # SageMaker's runtime forwards whatever ContentType its caller set (often none); the route
@@ -158,8 +158,7 @@ def _deadline(receive: Receive, seconds: float) -> Receive:
 
 
 async def _send_error(send: Send, err: OpenAIError) -> None:
-    body = json.dumps({"error": {"message": err.message, "type": err.body().error.type,
-                                 "param": err.param, "code": err.code}}).encode()
+    body = to_json(err.body())
     await send({"type": "http.response.start", "status": err.status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()),
