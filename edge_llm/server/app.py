@@ -22,6 +22,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from edge_llm.config import EngineConfig, ServerConfig
 
+from . import openapi
 from .context import USAGE_KEY, ServerContext
 from .errors import handle_exception
 from .guard import RequestGuard
@@ -89,7 +90,8 @@ def create_app(
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=server_config.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="edge-llm", version=__version__),
+        openapi_config=OpenAPIConfig(title="edge-llm", version=__version__,
+                                     render_plugins=openapi.render_plugins()),
         logging_config=None,
     )
     app.state.ctx = ctx
