@@ -108,7 +108,19 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
         server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
                               served_model_name=args.served_model_name,
                               max_queue=args.max_queue, chat_template=args.chat_template,
-                              log_requests=args.log_requests, ready_timeout=args.ready_timeout)
+                              log_requests=args.log_requests, ready_timeout=args.ready_timeout,
+                              allowed_origins=args.allowed_origins,
+                              allowed_methods=args.allowed_methods,
+                              allowed_headers=args.allowed_headers,
+                              allow_credentials=args.allow_credentials,
+                              allowed_hosts=args.allowed_hosts,
+                              enable_sleep_endpoints=args.enable_sleep_endpoints,
+                              max_prompts_per_request=args.max_prompts_per_request,
+                              max_messages=args.max_messages,
+                              max_prompt_chars=args.max_prompt_chars,
+                              header_read_timeout=args.header_read_timeout,
+                              body_read_timeout=args.body_read_timeout,
+                              timeout_keep_alive=args.timeout_keep_alive)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return engine, server
@@ -188,6 +200,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from edge_llm.server import create_app
     from edge_llm.server.draining import DrainingServer
+    from edge_llm.server.slow_clients import header_deadline_protocol
 
     try:
         app = create_app(engine_cfg, server_cfg, on_load_failure=stop, lifecycle=lifecycle)
@@ -198,8 +211,9 @@ def run_serve(args: argparse.Namespace) -> int:
         time.time() - started, time.time() - app.state.ctx.holder.phases.process_start)
     config = uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
                             log_level=args.log_level, access_log=False, log_config=None,
-                            timeout_graceful_shutdown=lifecycle.drain_timeout)
-    server = DrainingServer(config, app.state.ctx.holder)
+                            http=header_deadline_protocol(server_cfg.header_read_timeout),
+                            timeout_keep_alive=server_cfg.timeout_keep_alive)
+    server = DrainingServer(config, app.state.ctx.holder, lifecycle.drain_timeout)
     server.run()
     if failures:
         raise RunError(f"the model failed to load: {failures[0]}")

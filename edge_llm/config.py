@@ -147,14 +147,38 @@ class ServerConfig:
     port: int = 8000
     api_key: str | None = None  # when set, every /v1 route needs "Authorization: Bearer <key>"
     served_model_name: str | None = None  # None: the engine's model_name
-    max_queue: int | None = None  # requests allowed to wait beyond max_num_seqs; None: no limit
+    max_queue: int | None = None  # sequences allowed to wait beyond max_num_seqs; None: none
     chat_template: str | None = None  # a file or an inline Jinja template; None: the tokenizer's
     max_body_bytes: int = 16 * 1024 * 1024
     log_requests: bool = True  # one info line per request
     ready_timeout: float = 600.0  # seconds a /v1 request waits for the model to finish loading
     retry_after: int = 1  # seconds, sent in Retry-After with 429 and 503
+    # cross-site defences (edge_llm/server/guard.py): CORS is off unless origins are listed
+    allowed_origins: tuple[str, ...] = ()  # "*" allows any origin
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False
+    # Host names accepted when bound to a loopback address (empty: loopback names only;
+    # "*": any); the DNS-rebinding defence
+    allowed_hosts: tuple[str, ...] = ()
+    enable_sleep_endpoints: bool = False  # POST /sleep, POST /wake_up, GET /is_sleeping
+    # what one request may ask for, checked before tokenizing (None: no limit)
+    max_prompts_per_request: int | None = 256
+    max_messages: int | None = 1024
+    max_prompt_chars: int | None = 1_000_000
+    # slow clients: seconds for a request's headers, then for its whole body; idle keep-alive
+    header_read_timeout: float = 15.0
+    body_read_timeout: float = 60.0
+    timeout_keep_alive: float = 5.0
 
     def __post_init__(self) -> None:
+        for name in ("max_prompts_per_request", "max_messages", "max_prompt_chars"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}.")
+        for name in ("header_read_timeout", "body_read_timeout", "timeout_keep_alive"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}.")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}.")
         if self.max_queue is not None and self.max_queue < 0:

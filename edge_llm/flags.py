@@ -6,6 +6,7 @@ the default)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -61,6 +62,35 @@ def parse_bytes(text: str) -> int:
     return int(float(m.group(1)) * scale)
 
 
+def parse_str_list(text: str) -> tuple[str, ...]:
+    """A JSON list (vLLM's form, ``'["http://a.com"]'``) or comma-separated values."""
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected a JSON list of strings, got {text!r}: {exc.msg}"
+                             ) from None
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"expected a JSON list of strings, got {text!r}")
+    else:
+        values = text.split(",")
+    return tuple(v.strip() for v in values if v.strip())
+
+
+def parse_limit(text: str) -> int | None:
+    """A count >= 1, or ``none`` (no limit)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"expected a count >= 1 or none, got {text!r}")
+    return value
+
+
 def parse_token_cap(text: str) -> int | str:
     """``auto``, a token count, or ``0`` / ``none`` (no cap: 0)."""
     low = text.strip().lower()
@@ -81,6 +111,8 @@ def parse_token_cap(text: str) -> int | str:
 parse_int_list.__name__ = "integer list"
 parse_bytes.__name__ = "size"
 parse_token_cap.__name__ = "token count"
+parse_str_list.__name__ = "list"
+parse_limit.__name__ = "limit"
 
 
 def _bool_flag(flag: str, default: bool, help: str) -> Option:
@@ -124,8 +156,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),
     Option("--served-model-name", str, None, "model name in the API (default: the model's)"),
     Option("--api-key", str, None, "require 'Authorization: Bearer KEY' on /v1"),
-    Option("--max-queue", int, None, "requests that may wait beyond --max-num-seqs; more get "
-           "429 (default: no limit)"),
+    Option("--max-queue", int, None, "sequences (prompts times n) that may wait beyond "
+           "--max-num-seqs; a request that would pass it gets 429 (default: no limit)"),
     Option("--ready-timeout", float, 600.0, "seconds a request waits for the model to load"),
     Option("--log-level", str, "info", "debug, info, warning or error"),
     _bool_flag("--log-requests", True, "one log line per request"),
@@ -138,6 +170,34 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--hook", str, None, "lifecycle hook(s) 'module:function', comma-separated; called "
            "with (event, app state) at on_load/on_ready/on_sleep/on_wake"),
     Option("--drain-timeout", float, 30.0, "seconds in-flight requests get after SIGTERM"),
+    Option("--allowed-origins", parse_str_list, (), "origins that may call the API from a "
+           "browser (CORS), as a JSON list or comma-separated; '*' for any (default: none, "
+           "no CORS headers, and POSTs from other origins are refused)"),
+    Option("--allowed-methods", parse_str_list, ("*",), "CORS: methods allowed from "
+           "--allowed-origins"),
+    Option("--allowed-headers", parse_str_list, ("*",), "CORS: request headers allowed from "
+           "--allowed-origins"),
+    _bool_flag("--allow-credentials", False, "CORS: allow credentials (cookies, "
+               "Authorization) from --allowed-origins"),
+    Option("--allowed-hosts", parse_str_list, (), "Host header values accepted when bound "
+           "to a loopback address, beyond the loopback names (the DNS-rebinding defence); '*' "
+           "for any, e.g. behind a local reverse proxy that passes the public Host"),
+    _bool_flag("--enable-sleep-endpoints", False, "serve POST /sleep, POST /wake_up and GET "
+               "/is_sleeping (protected by --api-key when set); --idle-sleep-s works "
+               "without them"),
+    Option("--max-prompts-per-request", parse_limit, 256, "prompts one completions request "
+           "may hold (none: no limit)"),
+    Option("--max-messages", parse_limit, 1024, "messages one chat request may hold (none: no "
+           "limit)"),
+    Option("--max-prompt-chars", parse_limit, 1_000_000, "characters of prompt text one "
+           "request may hold (all its prompts or messages), checked before tokenizing (none: "
+           "no limit)"),
+    Option("--header-read-timeout", float, 15.0, "seconds a client gets to send a request's "
+           "headers before the connection is closed"),
+    Option("--body-read-timeout", float, 60.0, "seconds a client gets to send a request's "
+           "whole body (408 after that)"),
+    Option("--timeout-keep-alive", float, 5.0, "seconds an idle kept-alive connection stays "
+           "open"),
     _bool_flag("--sagemaker", False, "SageMaker mode: POST /invocations, port 8080 (also on "
                "when $SAGEMAKER_BIND_TO_PORT or $SM_MODEL_DIR is set)"),
 )

@@ -48,7 +48,7 @@ def server(tmp_path_factory, module_rng):
     cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
            "--max-model-len", "256", "--max-num-seqs", "4", "--idle-sleep-s", "4",
            "--warmup-prompts", str(tmp / "warm.txt"), "--hook", "lifecycle_hook_mod:record",
-           "--drain-timeout", "300"]
+           "--drain-timeout", "300", "--enable-sleep-endpoints"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"

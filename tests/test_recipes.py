@@ -41,7 +41,8 @@ def served(fake_tokenizer, module_rng):
                for _ in range(2)]
     engine = SleepyEngine(fake_tokenizer, scripts)
     app = create_app(EngineConfig(scheduler=SchedulerConfig(max_num_seqs=8)),
-                     ServerConfig(log_requests=False), engine_factory=lambda: engine,
+                     ServerConfig(log_requests=False, enable_sleep_endpoints=True),
+                     engine_factory=lambda: engine,
                      lifecycle=LifecycleConfig(sagemaker=True, warmup=False))
     server = ThreadedServer(app)
     server.start()

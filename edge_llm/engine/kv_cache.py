@@ -103,8 +103,11 @@ class HostSwap:
             except BaseException as exc:  # re-raised on first use
                 self._error = exc
 
+        # Not a daemon: the interpreter joins it before finalizing. A daemon thread still
+        # inside torch at exit is ended by a forced unwind through noexcept C++ frames, which
+        # aborted short runs ("terminate called without an active exception", SIGABRT).
         self._thread = threading.Thread(target=allocate, name="edge-llm-swap-alloc",
-                                        daemon=True)
+                                        daemon=False)
         self._thread.start()
 
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:

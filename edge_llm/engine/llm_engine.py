@@ -27,6 +27,7 @@ from pathlib import Path
 from edge_llm import envs
 from edge_llm.config import EngineConfig
 from edge_llm.model.loader import load_model, resolve_device
+from edge_llm.model.weights import resolve_model_path
 from edge_llm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
@@ -38,6 +39,7 @@ from .scheduler import Scheduler
 from .scheduler_ahead import ahead_matches, plan_ahead
 from .sequence import Sequence, SequenceStatus
 from .tokenizer import eos_token_ids, load_tokenizer
+from .tokenizer_files import check_tokenizer_files
 
 logger = logging.getLogger(__name__)
 PromptInput = str | list[int] | dict
@@ -105,7 +107,9 @@ class LLMEngine:
 
     def _load(self, model: str, progress: bool = True):
         mc = self.config.model
-        return load_model(model, revision=mc.revision, dtype=mc.dtype, device=mc.device,
+        path = resolve_model_path(model, mc.revision)
+        check_tokenizer_files(path)  # the tokenizer loads after the weights: refuse first
+        return load_model(str(path), revision=mc.revision, dtype=mc.dtype, device=mc.device,
                           progress=progress)
 
     def _resolve_max_model_len(self) -> int:

@@ -16,7 +16,6 @@ cache would evict what it read first), or on a system without ``posix_fadvise``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -24,6 +23,8 @@ import time
 from pathlib import Path
 
 from edge_llm import envs
+
+from .shards import indexed_shards
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +47,11 @@ def checkpoint_files(model: str | None, revision: str | None = None) -> list[Pat
     folder = _local_folder(model, revision)
     if folder is None:
         return []
-    index = folder / "model.safetensors.index.json"
     try:
-        if index.is_file():
-            names = set(json.loads(index.read_text())["weight_map"].values())
-            files = [folder / name for name in sorted(names)]
-        else:
+        files = indexed_shards(folder)
+        if files is None:
             files = sorted(folder.glob("*.safetensors"))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):  # CheckpointIndexError: a shard outside the folder too
         return []  # the loader reports a broken checkpoint properly
     return [f for f in files if f.is_file()]
 

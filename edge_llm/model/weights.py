@@ -16,6 +16,8 @@ from safetensors import safe_open
 
 from edge_llm import envs
 
+from .shards import indexed_shards
+
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"]
 _DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -62,11 +64,8 @@ def _download(repo_id: str, revision: str | None) -> Path:
 
 
 def checkpoint_files(path: Path) -> list[Path]:
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        files = sorted({path / name for name in weight_map.values()})
-    else:
+    files = indexed_shards(path)
+    if files is None:
         files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelNotFoundError(

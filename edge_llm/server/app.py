@@ -16,18 +16,21 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from edge_llm.config import EngineConfig, ServerConfig
 
+from . import openapi
 from .context import USAGE_KEY, ServerContext
 from .errors import handle_exception
+from .guard import RequestGuard
 from .hooks import Hooks, LifecycleConfig, StartupPhases, builtin_warmup, user_warmup
 from .lifecycle import EngineHolder
 from .metrics import ServerMetrics, engine_stats
 from .preprocess import read_chat_template
-from .routes import ROUTES, SAGEMAKER_ROUTES
+from .routes import ROUTES, SAGEMAKER_ROUTES, SLEEP_ROUTES
 
 logger = logging.getLogger("edge_llm.server")
 
@@ -75,22 +78,42 @@ def create_app(
             yield
         finally:
             await holder.shutdown()
+            ctx.preprocess_executor.shutdown(wait=False, cancel_futures=True)
 
     from edge_llm import __version__
 
+    routes = ROUTES + (SLEEP_ROUTES if server_config.enable_sleep_endpoints else []) + (
+        SAGEMAKER_ROUTES if lifecycle.sagemaker else [])
     app = Litestar(
-        route_handlers=ROUTES + (SAGEMAKER_ROUTES if lifecycle.sagemaker else []),
+        route_handlers=routes,
+        cors_config=_cors(server_config),
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=server_config.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="edge-llm", version=__version__),
+        openapi_config=OpenAPIConfig(title="edge-llm", version=__version__,
+                                     render_plugins=openapi.render_plugins()),
         logging_config=None,
     )
     app.state.ctx = ctx
     hooks.state = app.state
-    # Wrapped outside Litestar's router so that unmatched routes (404/405) are logged too.
-    app.asgi_handler = RequestLog(app.asgi_handler, enabled=server_config.log_requests)
+    guarded = RequestGuard(app.asgi_handler, bind_host=server_config.host,
+                           allowed_hosts=server_config.allowed_hosts,
+                           allowed_origins=server_config.allowed_origins,
+                           body_read_timeout=server_config.body_read_timeout)
+    # Wrapped outside Litestar's router so that unmatched routes (404/405) and the guard's
+    # refusals are logged too.
+    app.asgi_handler = RequestLog(guarded, enabled=server_config.log_requests)
     return app
+
+
+def _cors(config: ServerConfig) -> CORSConfig | None:
+    """CORS headers only for the origins the operator listed (vLLM's flags)."""
+    if not config.allowed_origins:
+        return None
+    return CORSConfig(allow_origins=list(config.allowed_origins),
+                      allow_methods=list(config.allowed_methods),  # type: ignore[arg-type]
+                      allow_headers=list(config.allowed_headers),
+                      allow_credentials=config.allow_credentials)
 
 
 def _holder(factory: Callable[[], Any], engine_config: EngineConfig,

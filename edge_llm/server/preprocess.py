@@ -17,7 +17,7 @@ from edge_llm.sampling_params import SamplingParams
 from .errors import OpenAIError, bad_request, param_from_value_error
 from .protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 
-_ROLES = ("system", "developer", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
 
 
@@ -45,9 +45,9 @@ def messages_to_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
     out = []
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
-        if msg.role not in _ROLES:
+        if msg.role not in ROLES:
             raise bad_request(
-                f"{where}.role must be one of {', '.join(_ROLES)}, got {msg.role!r}.",
+                f"{where}.role must be one of {', '.join(ROLES)}, got {msg.role!r}.",
                 f"{where}.role",
             )
         content = msg.content

@@ -197,5 +197,6 @@ async def index() -> Response:
     return Response(_page(), media_type="text/html; charset=utf-8")
 
 
-ROUTES = [v1_router, health, ping, sleep, wake_up, is_sleeping, version, metrics, index]
+ROUTES = [v1_router, health, ping, version, metrics, index]
+SLEEP_ROUTES = [sleep, wake_up, is_sleeping]  # ServerConfig.enable_sleep_endpoints
 SAGEMAKER_ROUTES = [invocations]
