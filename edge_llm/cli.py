@@ -29,6 +29,7 @@ from edge_llm.flags import (  # re-exported: recipes and plugins import them fro
     SERVE_OPTIONS,
     UsageError,
     add_options,
+    environment_help,
     resolve_options,
 )
 
@@ -107,10 +108,27 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
         server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
                               served_model_name=args.served_model_name,
                               max_queue=args.max_queue, chat_template=args.chat_template,
-                              log_requests=args.log_requests, ready_timeout=args.ready_timeout)
+                              log_requests=args.log_requests, ready_timeout=args.ready_timeout,
+                              default_max_tokens=args.default_max_tokens,
+                              generation_config=args.generation_config)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return engine, server
+
+
+def check_generation_config(spec: str) -> None:
+    """``--generation-config PATH``: the file exists and holds valid defaults (``auto`` is read
+    once the model is found). UsageError naming the file otherwise."""
+    if spec in ("auto", "vllm"):
+        return
+    from edge_llm.server.request_defaults import generation_config_file, read_generation_config
+
+    try:
+        path = generation_config_file(spec, None)
+        if path is not None:
+            read_generation_config(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def build_lifecycle(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Any:
@@ -168,6 +186,7 @@ def run_serve(args: argparse.Namespace) -> int:
     engine_cfg, server_cfg = build_configs(args)
     lifecycle = build_lifecycle(args)
     server_cfg = replace(server_cfg, host=args.host, port=args.port)
+    check_generation_config(args.generation_config)
     setup_logging(args.log_level)
     check_model_path(args.model)
     try:
@@ -245,8 +264,22 @@ def run_chat(args: argparse.Namespace) -> int:
 # ---- main ---------------------------------------------------------------------------------
 
 
+def _epilog() -> str:
+    """The environment variables: each serve flag's, then those without a flag."""
+    return (
+        "environment variables of `edge-llm serve` (a flag given on the command line wins; "
+        "`edge-llm serve --help` shows each default):\n"
+        f"{environment_help(SERVE_OPTIONS)}\n"
+        f"  {'EDGE_LLM_MODEL':<44} the MODEL argument of serve\n"
+        f"  {'EDGE_LLM_CACHE_DIR':<44} demo model, compiled kernels and probes "
+        "(default ~/.cache/edge-llm)\n"
+        f"  {'EDGE_LLM_API_KEY':<44} also the key of `edge-llm chat --url`\n"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Serve 4-bit LLMs behind an OpenAI-compatible API.")
+    parser = _Parser(prog=PROG, description="Serve 4-bit LLMs behind an OpenAI-compatible API.",
+                     epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version())
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     serve = subs.add_parser("serve", help="run the OpenAI-compatible HTTP server")

@@ -40,7 +40,7 @@ async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
                            request: Request) -> Response:
     engine = await until_disconnect(request, ctx.holder.wait_ready())
     check_model(req.model, ctx.served_names())
-    prompt, params = chat_inputs(req, engine, ctx.chat_template)
+    prompt, params = chat_inputs(req, engine, ctx.chat_template, ctx.defaults)
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     model = ctx.model_name()
     created = int(time.time())
@@ -49,7 +49,7 @@ async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
     streaming = False  # from here on the stream's end releases the ticket
     try:
         stream = generate_one(engine, prompt.token_ids, params, request_id,
-                              ctx.metrics.tracker(), prompt_param="messages")
+                              ctx.metrics.tracker(request), prompt_param="messages")
         if not req.stream:
             (final,) = await until_disconnect(request, collect([stream]))
             usage = usage_of([final])

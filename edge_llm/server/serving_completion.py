@@ -25,7 +25,7 @@ from .sse import prime, sse_events, sse_response
 async def completions(ctx: ServerContext, req: CompletionRequest, request: Request) -> Response:
     engine = await until_disconnect(request, ctx.holder.wait_ready())
     check_model(req.model, ctx.served_names())
-    prompts, params = completion_inputs(req, engine)
+    prompts, params = completion_inputs(req, engine, ctx.defaults)
     base_id = f"cmpl-{uuid.uuid4().hex}"
     model, created, texts = ctx.model_name(), int(time.time()), ctx.token_texts(engine)
     view = _View(req, prompts, texts)
@@ -33,7 +33,7 @@ async def completions(ctx: ServerContext, req: CompletionRequest, request: Reque
     streaming = False  # from here on the stream's end releases the ticket
     try:
         streams = [
-            generate_one(engine, p.token_ids, sp, f"{base_id}-{i}", ctx.metrics.tracker())
+            generate_one(engine, p.token_ids, sp, f"{base_id}-{i}", ctx.metrics.tracker(request))
             for i, (p, sp) in enumerate(zip(prompts, params, strict=True))
         ]
         if not req.stream:
