@@ -132,8 +132,8 @@ class EngineHolder:
             self.load_seconds = time.perf_counter() - start
             self.last_activity = time.monotonic()
             self.phases.record_ready()
-            logger.info("Model %s ready in %.1f s", getattr(engine, "model_name", "?"),
-                        self.load_seconds)
+            logger.info("READY: model %s answers requests (loaded in %.1f s)",
+                        getattr(engine, "model_name", "?"), self.load_seconds)
             if self.freeze_gc:
                 gc.collect()
                 gc.freeze()
