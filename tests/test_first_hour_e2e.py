@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -178,6 +179,43 @@ def test_client_leaving_a_stream_is_a_499_with_its_tokens(live_server):
         assert " 499 " in line and "POST /v1/chat/completions" in line, line
         produced = int(line.split("completion_tokens=")[1].split()[0])
         assert 5 <= produced < 400, line  # what it produced before the client left
+
+
+def log_line(server: LiveServer, request_id: str, deadline: float) -> str:
+    """The request's log line, once written (the server writes it when the request ends)."""
+    while time.monotonic() < deadline:
+        for line in server.log.read_text(errors="replace").splitlines():
+            if f"id={request_id}" in line:
+                return line
+        time.sleep(0.2)
+    pytest.fail(f"no log line for {request_id}")
+
+
+def test_client_leaving_before_the_reply_is_a_499_with_its_tokens(live_server):
+    """A non-streaming request whose client hangs up once tokens are being generated."""
+    if live_server.log is None:
+        pytest.skip("a server started outside the tests: its log is not readable here")
+    url = live_server.url
+    host, port = url.removeprefix("http://").split(":")
+    request_id = f"hangup-{uuid.uuid4().hex[:10]}"
+    body = json.dumps({"messages": CHAT, "max_tokens": 400, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    before = samples(url)
+    tokens = "vllm:generation_tokens_total"
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: " + host.encode()
+                     + b"\r\nContent-Type: application/json\r\nX-Request-Id: "
+                     + request_id.encode() + b"\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.monotonic() + 120
+        while count(samples(url), tokens) - count(before, tokens) < 3:
+            assert time.monotonic() < deadline, "no tokens generated"
+            time.sleep(0.1)
+    line = log_line(live_server, request_id, time.monotonic() + 30)
+    assert " 499 " in line and "POST /v1/chat/completions" in line, line
+    produced = int(line.split("completion_tokens=")[1].split()[0])
+    assert 3 <= produced < 400, line
+    assert int(line.split("prompt_tokens=")[1].split()[0]) > 10, line
 
 
 # ---- defaults and the start-up log of a server with flags -----------------------------------
