@@ -47,3 +47,33 @@ def test_demo_generation_defaults_are_written_once(tmp_path):
     write_generation_defaults(tmp_path)  # already there: left alone
     assert path.stat().st_mtime_ns == stamp
     assert [p.name for p in tmp_path.iterdir()] == ["generation_config.json"]
+
+
+class _SlowEngine:
+    model_name = "slow"
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+@pytest.mark.anyio
+async def test_holder_says_not_ready_while_loading(caplog):
+    import asyncio
+    import time
+
+    from edge_llm.server.lifecycle import EngineHolder
+
+    holder = EngineHolder(lambda: time.sleep(0.5) or _SlowEngine(), ready_timeout=10,
+                          max_num_seqs=1, max_queue=None)
+    holder.notice_every_s = 0.1
+    with caplog.at_level("INFO", logger="edge_llm.server"):
+        await holder.start_loading()
+        await holder.wait_ready()
+        notices = caplog.text.count("Still loading, NOT READY")
+        await asyncio.sleep(0.3)  # ready: no more notices
+        assert caplog.text.count("Still loading, NOT READY") == notices >= 2
+        assert "READY: model slow answers requests" in caplog.text
+        await holder.shutdown()
