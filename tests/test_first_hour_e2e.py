@@ -125,6 +125,10 @@ def test_metrics_count_routes_statuses_and_finish_reasons(live_server):
     ok = httpx.post(url + "/v1/chat/completions", timeout=120, json={
         "messages": CHAT, "max_tokens": 2, "temperature": 0, "ignore_eos": True})
     assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "length"
+    with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json={
+            "messages": CHAT, "max_tokens": 2, "temperature": 0, "ignore_eos": True,
+            "stream": True}) as r:
+        assert r.status_code == 200 and r.read().endswith(b"data: [DONE]\n\n")
     assert httpx.get(url + f"/v1/models/{MODEL}").status_code == 200
     after = samples(url)
 
@@ -134,11 +138,12 @@ def test_metrics_count_routes_statuses_and_finish_reasons(live_server):
     assert delta("http_requests_total", handler="none", method="GET", status="404") == 1
     chat = "/v1/chat/completions"
     assert delta("http_requests_total", handler=chat, method="POST", status="400") == 1
-    assert delta("http_requests_total", handler=chat, method="POST", status="200") == 1
+    assert delta("http_requests_total", handler=chat, method="POST", status="200") == 2
+    assert delta("http_requests_total", status="499") == 0  # a stream read to its end
     # a path parameter is counted under its template, not the raw path
     assert delta("http_requests_total", handler="/v1/models/{model_id}",
                  status="200") == 1
-    assert delta("vllm:request_success_total", finished_reason="length") == 1
+    assert delta("vllm:request_success_total", finished_reason="length") == 2
     assert delta("vllm:request_success_total", finished_reason="stop") == 0
 
 

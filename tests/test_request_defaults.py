@@ -105,6 +105,12 @@ def test_reader_refusals_name_the_file_and_key(tmp_path):
         read_generation_config(tmp_path / "generation_config.json")
 
 
+def test_values_sampling_refuses_are_refused_at_load(tmp_path):
+    folder = gen_dir(tmp_path, top_p=1.5)
+    with pytest.raises(ValueError, match=r"generation_config.json: top_p"):
+        resolve_request_defaults("auto", folder, None)
+
+
 def test_resolution_logs_what_applies(tmp_path, caplog):
     folder = gen_dir(tmp_path, temperature=0.2, top_p=0.9)
     with caplog.at_level("INFO", logger="edge_llm.server"):

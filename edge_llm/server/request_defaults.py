@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_llm.config import DEFAULT_MAX_TOKENS
+from edge_llm.sampling_params import SamplingParams
 
 logger = logging.getLogger("edge_llm.server")
 
@@ -97,6 +98,10 @@ def resolve_request_defaults(spec: str, model_path: Path | None,
     else:
         max_tokens, source = DEFAULT_MAX_TOKENS, "--default-max-tokens default"
     sampling = {k: v for k, v in found.items() if k in SAMPLING_KEYS}
+    try:  # refused here, naming the file, rather than in every request that omits them
+        SamplingParams(**sampling)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     bound = (f"at most {max_tokens} tokens" if max_tokens else "up to the rest of the context")
     logger.info("Chat requests without max_tokens generate %s (%s)", bound, source)
     if sampling:
