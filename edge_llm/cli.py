@@ -237,12 +237,15 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=None,
                         help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     parser.add_argument("--api-key", default=None, help="API key [env $EDGE_LLM_API_KEY]")
-    parser.add_argument("--system", default=None, help="system prompt")
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--system", default=None, help="system prompt (default: none)")
+    parser.add_argument("--temperature", type=float, default=0.7,
+                        help="sampling temperature (default: 0.7)")
+    parser.add_argument("--max-tokens", type=int, default=512,
+                        help="most tokens per reply (default: 512)")
     parser.add_argument("--max-model-len", type=int, default=None,
-                        help="context length of the in-process model")
-    parser.add_argument("--device", default="auto", help="device of the in-process model")
+                        help="context length of the in-process model (default: the model's)")
+    parser.add_argument("--device", default="auto",
+                        help="device of the in-process model: cuda, cpu or auto (default: auto)")
 
 
 def run_chat(args: argparse.Namespace) -> int:

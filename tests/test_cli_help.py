@@ -66,6 +66,14 @@ def test_quantize_help_explains_every_flag_with_its_default():
     assert "(default: None)" not in text
 
 
+def test_chat_help_explains_every_flag():
+    parser = subparser("chat")
+    for action in parser._actions:
+        assert action.help, action.dest
+        if action.option_strings and action.default not in (None, argparse.SUPPRESS):
+            assert f"(default: {action.default})" in action.help, action.dest
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["quantize", "--help"]])
 def test_help_exits_zero(argv, capsys):
     with pytest.raises(SystemExit) as stop:
