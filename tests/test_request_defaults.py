@@ -26,9 +26,14 @@ def gen_dir(tmp_path, **values):
     return tmp_path
 
 
+# every word of the fake's scripts holds one of these: a reply ends at its first token, however
+# many tokens it was allowed
+STOP_AT_ONCE = ["a", "e", "i", "u"]
+
+
 async def sent_params(engine, body, path="/v1/chat/completions", **server_kw):
     async with AsyncTestClient(make_app(engine, **server_kw)) as c:
-        r = await c.post(path, json=body)
+        r = await c.post(path, json={"stop": STOP_AT_ONCE, **body})
         assert r.status_code == 200, r.text
     return engine.requests[-1][1]
 
