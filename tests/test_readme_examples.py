@@ -78,7 +78,7 @@ CLIENT = [b for b in RUNNABLE if not serve_command(b) and not is_test_command(b)
 
 
 def test_readme_has_the_examples_this_file_expects():
-    assert SERVE == ["edge-llm serve"], SERVE  # the set-up and "Use it" start the demo
+    assert "edge-llm serve" in SERVE, SERVE  # the set-up and "Use it" start the demo
     assert any(b.gpu_only for b in BLOCKS)
     assert len(CLIENT) >= 3, [b.name for b in CLIENT]
     assert all(b.lang in (*SHELL, "python", "text") for b in BLOCKS), [b.lang for b in BLOCKS]
@@ -95,24 +95,46 @@ def child_env() -> dict[str, str]:
             if (not k.startswith("EDGE_LLM_") or k == "EDGE_LLM_CACHE_DIR") and k != "PORT"}
 
 
-@pytest.fixture(scope="module")
-def readme_server(tmp_path_factory):
-    """The README's serve command on a free port (it names none: 8000 is its default)."""
+def start_server(command: str, log: Path) -> LiveServer:
+    """A README serve command on a free port (8000, its default, may be taken here)."""
     port = free_port()
-    cli = f"{sys.executable} -m edge_llm.cli"
-    cmd = SERVE[0].replace("edge-llm", cli, 1) + f" --port {port}"
-    log = tmp_path_factory.mktemp("readme") / "serve.log"
+    cmd = command.replace("edge-llm", f"{sys.executable} -m edge_llm.cli", 1)
+    argv = [*cmd.split(), "--port", str(port)]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd.split(), stdout=out, stderr=subprocess.STDOUT,
-                                env=child_env(), cwd=ROOT)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=child_env(),
+                                cwd=ROOT)
     server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
     try:
         wait_healthy(server, SERVER_START_TIMEOUT)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return server
+
+
+def answers_and_stops(server: LiveServer) -> None:
+    """/health, one chat reply, then SIGTERM and a clean exit."""
+    assert httpx.get(server.url + "/health").status_code == 200
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=EXAMPLE_SECONDS, json={
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
+    log = server.log.read_text(errors="replace")
+    assert "NOT READY yet" in log and "READY: model " in log
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=60) == 0
+
+
+@pytest.fixture(scope="module")
+def readme_server(tmp_path_factory):
+    """The README's plain ``edge-llm serve`` (the demo model): the clients' server."""
+    server = start_server("edge-llm serve", tmp_path_factory.mktemp("readme") / "serve.log")
+    try:
         yield server
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
 
 
 def adapt(code: str, server: LiveServer) -> str:
@@ -141,14 +163,18 @@ def test_example_runs_against_the_demo(block, readme_server):
     assert seconds < EXAMPLE_SECONDS, f"{block.name} took {seconds:.0f} s"
 
 
+@pytest.mark.parametrize("command", [c for c in SERVE if c != "edge-llm serve"])
+def test_other_serve_commands_start(command, tmp_path):
+    server = start_server(command, tmp_path / "serve.log")
+    try:
+        answers_and_stops(server)
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
+
+
 def test_readme_serve_command_answers_and_stops_cleanly(readme_server):
     """Runs last in this file (pytest keeps definition order): it stops the server."""
-    url = readme_server.url
-    assert httpx.get(url + "/health").status_code == 200
-    r = httpx.post(url + "/v1/chat/completions", timeout=EXAMPLE_SECONDS, json={
-        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})
-    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
-    log = readme_server.log.read_text(errors="replace")
-    assert "NOT READY yet" in log and "READY: model SmolLM2-135M-Instruct-AWQ" in log
-    readme_server.process.send_signal(signal.SIGTERM)
-    assert readme_server.process.wait(timeout=60) == 0
+    answers_and_stops(readme_server)
+    assert "READY: model SmolLM2-135M-Instruct-AWQ" in readme_server.log.read_text()
