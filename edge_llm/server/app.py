@@ -61,7 +61,9 @@ def create_app(
     chat_template = read_chat_template(server_config.chat_template)
     factory = engine_factory
 
-    def load_engine() -> Any:  # then the request defaults of the model it loaded
+    def load_engine() -> Any:
+        """The engine, then the defaults of the model it loaded (``ctx`` exists by then: the
+        holder calls this once the app runs)."""
         engine = factory()
         ctx.defaults = resolve_request_defaults(server_config.generation_config,
                                                 getattr(engine, "model_path", None),
