@@ -29,6 +29,7 @@ from edge_llm.flags import (  # re-exported: recipes and plugins import them fro
     SERVE_OPTIONS,
     UsageError,
     add_options,
+    environment_help,
     option_env,
     resolve_options,
 )
@@ -120,10 +121,27 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
                               max_prompt_chars=args.max_prompt_chars,
                               header_read_timeout=args.header_read_timeout,
                               body_read_timeout=args.body_read_timeout,
-                              timeout_keep_alive=args.timeout_keep_alive)
+                              timeout_keep_alive=args.timeout_keep_alive,
+                              default_max_tokens=args.default_max_tokens,
+                              generation_config=args.generation_config)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return engine, server
+
+
+def check_generation_config(spec: str) -> None:
+    """``--generation-config PATH``: the file exists and holds valid defaults (``auto`` is read
+    once the model is found). UsageError naming the file otherwise."""
+    if spec in ("auto", "vllm"):
+        return
+    from edge_llm.server.request_defaults import generation_config_file, read_generation_config
+
+    try:
+        path = generation_config_file(spec, None)
+        if path is not None:
+            read_generation_config(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def build_lifecycle(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Any:
@@ -178,6 +196,7 @@ def run_serve(args: argparse.Namespace) -> int:
     engine_cfg, server_cfg = build_configs(args)
     lifecycle = build_lifecycle(args)
     server_cfg = replace(server_cfg, host=args.host, port=args.port)
+    check_generation_config(args.generation_config)
     setup_logging(args.log_level)
     check_model_path(args.model)
     try:
@@ -230,12 +249,15 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=None,
                         help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     parser.add_argument("--api-key", default=None, help="API key [env $EDGE_LLM_API_KEY]")
-    parser.add_argument("--system", default=None, help="system prompt")
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--system", default=None, help="system prompt (default: none)")
+    parser.add_argument("--temperature", type=float, default=0.7,
+                        help="sampling temperature (default: 0.7)")
+    parser.add_argument("--max-tokens", type=int, default=512,
+                        help="most tokens per reply (default: 512)")
     parser.add_argument("--max-model-len", type=int, default=None,
-                        help="context length of the in-process model")
-    parser.add_argument("--device", default="auto", help="device of the in-process model")
+                        help="context length of the in-process model (default: the model's)")
+    parser.add_argument("--device", default="auto",
+                        help="device of the in-process model: cuda, cpu or auto (default: auto)")
 
 
 def run_chat(args: argparse.Namespace) -> int:
@@ -257,9 +279,20 @@ def run_chat(args: argparse.Namespace) -> int:
 # ---- main ---------------------------------------------------------------------------------
 
 
+def _epilog() -> str:
+    """The environment variables: each serve flag's, then those without a flag."""
+    return (
+        "environment variables of `edge-llm serve` (a flag given on the command line wins; "
+        "`edge-llm serve --help` shows each default):\n"
+        f"{environment_help(SERVE_OPTIONS)}\n"
+        f"  {'EDGE_LLM_API_KEY':<44} also the key of `edge-llm chat --url`\n\n"
+        f"{envs.help_text()}\n"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Serve 4-bit LLMs behind an OpenAI-compatible API.",
-                     epilog=envs.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                     epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version())
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     serve = subs.add_parser("serve", help="run the OpenAI-compatible HTTP server")

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 SUPPORTED_DTYPES = ("auto", "float32", "float16", "bfloat16")
 SUPPORTED_BLOCK_SIZES = (8, 16, 32)
 MAX_CUDA_GRAPH_SIZE = 512  # vLLM's largest default capture size
+# Tokens a chat reply sent without max_tokens may generate when neither the operator
+# (--default-max-tokens) nor the model's generation_config.json (max_new_tokens) says: vLLM's
+# default, the rest of the context, let the demo model ramble for minutes on a CPU.
+DEFAULT_MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,11 @@ class ServerConfig:
     header_read_timeout: float = 15.0
     body_read_timeout: float = 60.0
     timeout_keep_alive: float = 5.0
+    # tokens a chat reply without max_tokens may generate; None: the model's
+    # generation_config.json max_new_tokens, else DEFAULT_MAX_TOKENS; 0: the rest of the context
+    default_max_tokens: int | None = None
+    # vLLM's --generation-config: "auto" (the model's generation_config.json), "vllm" or a folder
+    generation_config: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("max_prompts_per_request", "max_messages", "max_prompt_chars"):
@@ -189,3 +198,5 @@ class ServerConfig:
             raise ValueError(f"ready_timeout must be >= 0 seconds, got {self.ready_timeout}.")
         if self.retry_after < 0:
             raise ValueError(f"retry_after must be >= 0 seconds, got {self.retry_after}.")
+        if self.default_max_tokens is not None and self.default_max_tokens < 0:
+            raise ValueError(f"default_max_tokens must be >= 0, got {self.default_max_tokens}.")

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from edge_llm.config import DEFAULT_MAX_TOKENS
+
 
 class UsageError(Exception):
     """A bad flag or value: one line on stderr, exit code 2."""
@@ -107,12 +109,27 @@ def parse_token_cap(text: str) -> int | str:
     return value
 
 
+def parse_max_tokens(text: str) -> int:
+    """A token count >= 0; ``none`` is 0 (no bound)."""
+    low = text.strip().lower()
+    if low == "none":
+        return 0
+    try:
+        value = int(low)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"expected a token count >= 0 or none, got {text!r}")
+    return value
+
+
 # argparse names a parser in its error ("invalid <name> value: 'x'")
 parse_int_list.__name__ = "integer list"
 parse_bytes.__name__ = "size"
 parse_token_cap.__name__ = "token count"
 parse_str_list.__name__ = "list"
 parse_limit.__name__ = "limit"
+parse_max_tokens.__name__ = "token count"
 
 
 def _bool_flag(flag: str, default: bool, help: str) -> Option:
@@ -128,7 +145,7 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--block-size", int, 16, "KV-cache block size in tokens: 8, 16 or 32"),
     Option("--gpu-memory-utilization", float, 0.9, "fraction of GPU memory to use"),
     Option("--kv-cache-memory", parse_bytes, None, "KV-cache size (e.g. 2GiB); overrides "
-           "--gpu-memory-utilization"),
+           "--gpu-memory-utilization (default: sized by --gpu-memory-utilization)"),
     Option("--swap-space", float, 4.0, "GiB of host memory for swapped-out KV blocks"),
     Option("--kv-cache-dtype", str, "auto", "auto (the activations' dtype) or fp8 (e4m3, "
            "unscaled: half the bytes per token)"),
@@ -153,9 +170,19 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     _bool_flag("--disable-decode-run-ahead", False, "launch a decode step only after the one "
                "before it has returned its tokens (default on a GPU: launched before, fed "
                "on the device)"),
-    Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),
+    Option("--chat-template", str, None, "a Jinja chat template file overriding the model's "
+           "(default: the tokenizer's own)"),
     Option("--served-model-name", str, None, "model name in the API (default: the model's)"),
-    Option("--api-key", str, None, "require 'Authorization: Bearer KEY' on /v1"),
+    Option("--default-max-tokens", parse_max_tokens, None, "most tokens a chat completion "
+           "generates when the request sends no max_tokens / max_completion_tokens (default: "
+           f"the model's generation_config.json max_new_tokens, else {DEFAULT_MAX_TOKENS}; "
+           "0 or none: the rest of the context, as vLLM; /v1/completions keeps OpenAI's 16)"),
+    Option("--generation-config", str, "auto", "default sampling settings for fields a request "
+           "leaves out, as vLLM: auto (the model's generation_config.json: temperature, top_p, "
+           "top_k, min_p, repetition_penalty, max_new_tokens), vllm (ignore it: vLLM's "
+           "defaults) or a folder holding a generation_config.json"),
+    Option("--api-key", str, None, "require 'Authorization: Bearer KEY' on /v1, the tokenizer "
+           "routes and the sleep routes (default: no key)"),
     Option("--max-queue", int, None, "sequences (prompts times n) that may wait beyond "
            "--max-num-seqs; a request that would pass it gets 429 (default: no limit)"),
     Option("--ready-timeout", float, 600.0, "seconds a request waits for the model to load"),
@@ -166,9 +193,9 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--sleep-level", int, 1, "1: weights to host memory while asleep, 2: dropped"),
     _bool_flag("--warmup", True, "run a prefill/decode warm-up pass before ready"),
     Option("--warmup-prompts", str, None, "file of warm-up requests run before ready: one "
-           "prompt per line, or JSONL of OpenAI bodies"),
+           "prompt per line, or JSONL of OpenAI bodies (default: none)"),
     Option("--hook", str, None, "lifecycle hook(s) 'module:function', comma-separated; called "
-           "with (event, app state) at on_load/on_ready/on_sleep/on_wake"),
+           "with (event, app state) at on_load/on_ready/on_sleep/on_wake (default: none)"),
     Option("--drain-timeout", float, 30.0, "seconds in-flight requests get after SIGTERM"),
     Option("--allowed-origins", parse_str_list, (), "origins that may call the API from a "
            "browser (CORS), as a JSON list or comma-separated; '*' for any (default: none, "
@@ -213,13 +240,29 @@ def option_env(flag: str, environ: dict[str, str] | None = None) -> str | None:
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
     for opt in options:
         envs = " or ".join("$" + e for e in opt.envs)
-        text = f"{opt.help} [env {envs}; default {opt.default}]"
+        # a default of None is described in the help text itself ("default: the model's")
+        default = "" if opt.default is None else f"; default {_shown(opt.default)}"
+        text = f"{opt.help} [env {envs}{default}]"
         if opt.type is parse_bool:
             parser.add_argument(opt.flag, action=argparse.BooleanOptionalAction, default=None,
                                 help=text)
         else:
             parser.add_argument(opt.flag, type=opt.type, default=None, help=text,
                                 metavar=opt.dest.upper())
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def environment_help(options: Sequence[Option]) -> str:
+    """The environment variables of ``options``, one line each, for a help epilog."""
+    lines = []
+    for opt in options:
+        lines.append(f"  {' or '.join(opt.envs):<44} {opt.flag}")
+    return "\n".join(lines)
 
 
 def resolve_options(args: argparse.Namespace, options: Sequence[Option],

@@ -38,6 +38,7 @@ class AsyncEngine:
         self.tokenizer = engine.tokenizer
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
+        self.model_path = engine.loaded.path  # the checkpoint folder (generation_config.json)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-llm-engine")
         self._queues: dict[str, asyncio.Queue] = {}
         self._wakeup: asyncio.Event | None = None

@@ -63,10 +63,15 @@ class LLMEngine:
         self.config = config
         mc = config.model
         model = mc.model
+        self.demo_build_seconds = 0.0  # the demo model's first-start build (start-up phases)
         if model is None:
-            from edge_llm.model.demo import ensure_demo_model
+            from edge_llm.model.demo import prepare_demo_model
 
-            model = str(ensure_demo_model())
+            began = time.perf_counter()
+            folder, built = prepare_demo_model()
+            model = str(folder)
+            if built:
+                self.demo_build_seconds = time.perf_counter() - began
         if use_expandable_segments(resolve_device(mc.device)):  # before any CUDA memory
             logger.info("CUDA allocator: expandable segments (%s=0 keeps the default)",
                         envs.EXPANDABLE_SEGMENTS.name)

@@ -18,6 +18,7 @@ from .errors import ClientDisconnected
 from .lifecycle import EngineHolder
 from .logprobs import TokenTexts
 from .metrics import ServerMetrics
+from .request_defaults import RequestDefaults
 
 T = TypeVar("T")
 
@@ -31,6 +32,8 @@ class ServerContext:
     metrics: ServerMetrics
     chat_template: str | None  # the override's text; None: the tokenizer's own
     created: int = field(default_factory=lambda: int(time.time()))
+    # fields a request leaves out; set once the model is loaded (its generation_config.json)
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)
     _texts: TokenTexts | None = None
     # chat-template rendering and tokenizing run here, off the event loop, one at a time (a
     # tokenizer object is not safe to use from several threads at once)

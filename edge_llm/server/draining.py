@@ -31,6 +31,14 @@ class DrainingServer(uvicorn.Server):
         self.holder = holder  # an EngineHolder: begin_drain() closes admission
         self.drain_timeout = drain_timeout
 
+    async def startup(self, sockets: Any = None) -> None:
+        """uvicorn's start-up; its "Application startup complete" means the port is open, not
+        that the model answers: while it loads, say so plainly."""
+        await super().startup(sockets=sockets)
+        if self.started and self.holder.state in ("loading", "warming"):
+            logger.info("Listening, NOT READY yet: the model is loading (GET /health answers "
+                        "503 and requests wait until the line 'READY' below)")
+
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.holder.begin_drain()
         super().handle_exit(sig, frame)

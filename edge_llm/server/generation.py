@@ -53,6 +53,7 @@ async def generate_one(
         with anyio.CancelScope(shield=True):
             await stream.aclose()
             if not finished:
+                tracker.aborted()
                 await engine.abort(request_id)
 
 

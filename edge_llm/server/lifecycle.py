@@ -79,6 +79,8 @@ class EngineHolder:
         self._done: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._idle_task: asyncio.Task | None = None
+        self._notice_task: asyncio.Task | None = None
+        self.notice_every_s = 30.0  # a "still loading" line this often while not ready
         self._sleep_lock: asyncio.Lock | None = None
 
     @property
@@ -100,6 +102,8 @@ class EngineHolder:
         self._done = asyncio.Event()
         self._sleep_lock = asyncio.Lock()
         self._task = asyncio.create_task(self._load(), name="edge-llm-load")
+        self._notice_task = asyncio.create_task(self._loading_notices(),
+                                                name="edge-llm-loading-notice")
         if self.idle_sleep_s is not None:
             self._idle_task = asyncio.create_task(self._idle_loop(), name="edge-llm-idle")
 
@@ -132,8 +136,8 @@ class EngineHolder:
             self.load_seconds = time.perf_counter() - start
             self.last_activity = time.monotonic()
             self.phases.record_ready()
-            logger.info("Model %s ready in %.1f s", getattr(engine, "model_name", "?"),
-                        self.load_seconds)
+            logger.info("READY: model %s answers requests (loaded in %.1f s)",
+                        getattr(engine, "model_name", "?"), self.load_seconds)
             if self.freeze_gc:
                 gc.collect()
                 gc.freeze()
@@ -143,6 +147,16 @@ class EngineHolder:
         finally:
             self.warming = False
             self._done.set()
+
+    async def _loading_notices(self) -> None:
+        """While loading (a long phase may log nothing for a minute), say so plainly."""
+        began = time.monotonic()
+        while True:
+            await asyncio.sleep(self.notice_every_s)
+            if self.state not in ("loading", "warming"):
+                return
+            logger.info("Still %s, NOT READY: %.0f s so far (the last lines say which phase)",
+                        self.state, time.monotonic() - began)
 
     def begin_drain(self) -> None:
         """Stop admitting requests (503); those in flight go on. Called on SIGTERM."""
@@ -164,7 +178,7 @@ class EngineHolder:
 
     async def shutdown(self) -> None:
         self.draining = True
-        for task in (self._idle_task, self._task):
+        for task in (self._idle_task, self._notice_task, self._task):
             if task is not None and not task.done():
                 task.cancel()  # the loading thread is a daemon: it dies with the process
                 try:

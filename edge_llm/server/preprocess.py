@@ -16,6 +16,9 @@ from edge_llm.sampling_params import SamplingParams
 
 from .errors import OpenAIError, bad_request, param_from_value_error
 from .protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from .request_defaults import RequestDefaults
+
+_NO_DEFAULTS = RequestDefaults(max_tokens=None)  # vLLM without a generation config
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
@@ -166,8 +169,10 @@ def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int,
 
 
 def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
-                    logprobs: int | None, prompt_logprobs: int | None = None) -> SamplingParams:
-    """Build and validate; a bad value is a 400 naming the request field."""
+                    logprobs: int | None, prompt_logprobs: int | None = None,
+                    defaults: RequestDefaults = _NO_DEFAULTS) -> SamplingParams:
+    """Build and validate; a bad value is a 400 naming the request field. Sampling fields
+    the request leaves out come from ``defaults.sampling`` (the model's generation config)."""
     vocab = len(tokenizer)
     bias = None
     if req.logit_bias:
@@ -197,6 +202,8 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
     )
     for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
         value = getattr(req, name)
+        if value is None:
+            value = defaults.sampling.get(name)
         if value is not None:
             kw[name] = value
     try:
@@ -244,8 +251,10 @@ def check_chat_features(req: ChatCompletionRequest) -> None:
                               f"calls (set {choice_field} to 'none' for a plain reply).", field)
 
 
-def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
-                ) -> tuple[Prompt, SamplingParams]:
+def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None,
+                defaults: RequestDefaults = _NO_DEFAULTS) -> tuple[Prompt, SamplingParams]:
+    """``defaults``: what the request leaves out (sampling fields; max_tokens, capped at the
+    room the context leaves)."""
     check_chat_features(req)
     messages = messages_to_dicts(req.messages)
     extra: dict[str, Any] = dict(req.chat_template_kwargs or {})
@@ -272,12 +281,15 @@ def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
         raise bad_request(f"{param} must be at least 1, got 0.", param)
     max_tokens = check_context(len(prompt.token_ids), asked, engine.max_model_len, "messages",
                                param)
+    if asked is None and defaults.max_tokens is not None:
+        max_tokens = min(max_tokens, defaults.max_tokens)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     return prompt, sampling_params(req, engine.tokenizer, max_tokens=max_tokens,
-                                   logprobs=logprobs)
+                                   logprobs=logprobs, defaults=defaults)
 
 
-def completion_inputs(req: CompletionRequest, engine: Any
+def completion_inputs(req: CompletionRequest, engine: Any,
+                      defaults: RequestDefaults = _NO_DEFAULTS
                       ) -> tuple[list[Prompt], list[SamplingParams]]:
     """One (prompt, params) per prompt; params differ only in the ``max_tokens`` left.
     ``echo`` with ``max_tokens`` 0 scores the prompt (vLLM's echo without generation): one
@@ -301,7 +313,8 @@ def completion_inputs(req: CompletionRequest, engine: Any
     for p in prompts:
         mt = check_context(len(p.token_ids), max_tokens, engine.max_model_len, "prompt")
         params.append(sampling_params(req, engine.tokenizer, max_tokens=mt,
-                                      logprobs=req.logprobs, prompt_logprobs=prompt_lp))
+                                      logprobs=req.logprobs, prompt_logprobs=prompt_lp,
+                                      defaults=defaults))
     return prompts, params
 
 

@@ -44,13 +44,14 @@ async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
     streaming = False  # from here on the stream's end releases the ticket
     try:
         check_model(req.model, ctx.served_names())
-        prompt, params = await ctx.off_loop(chat_inputs, req, engine, ctx.chat_template)
+        prompt, params = await ctx.off_loop(chat_inputs, req, engine, ctx.chat_template,
+                                              ctx.defaults)
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         model = ctx.model_name()
         created = int(time.time())
         top = params.logprobs if params.logprobs is not None else None
         stream = generate_one(engine, prompt.token_ids, params, request_id,
-                              ctx.metrics.tracker(), prompt_param="messages")
+                              ctx.metrics.tracker(request), prompt_param="messages")
         if not req.stream:
             (final,) = await until_disconnect(request, collect([stream]))
             usage = usage_of([final])

@@ -30,12 +30,12 @@ async def completions(ctx: ServerContext, req: CompletionRequest, request: Reque
     streaming = False  # from here on the stream's end releases the ticket
     try:
         check_model(req.model, ctx.served_names())
-        prompts, params = await ctx.off_loop(completion_inputs, req, engine)
+        prompts, params = await ctx.off_loop(completion_inputs, req, engine, ctx.defaults)
         base_id = f"cmpl-{uuid.uuid4().hex}"
         model, created, texts = ctx.model_name(), int(time.time()), ctx.token_texts(engine)
         view = _View(req, prompts, texts)
         streams = [
-            generate_one(engine, p.token_ids, sp, f"{base_id}-{i}", ctx.metrics.tracker())
+            generate_one(engine, p.token_ids, sp, f"{base_id}-{i}", ctx.metrics.tracker(request))
             for i, (p, sp) in enumerate(zip(prompts, params, strict=True))
         ]
         if not req.stream:
