@@ -276,10 +276,11 @@ def test_queue_full_counts_sequences(guarded):
         with c.stream("POST", "/v1/completions", json=running) as stream:
             assert stream.status_code == 200
             queued = pool.submit(c.post, "/v1/completions", json=waiting)
-            for _ in range(200):
+            for _ in range(400):
                 if _gauge(c, "vllm:num_requests_waiting") >= 1:
                     break
                 time.sleep(0.05)
+            assert _gauge(c, "vllm:num_requests_waiting") >= 1, "the n=4 request never queued"
             r = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
             err = check_error(r, 429, "queue_full")
             assert "max_queue=4" in err["message"] and r.headers["retry-after"]
@@ -368,7 +369,7 @@ def test_drain_timeout_closes_every_stream_with_an_error_and_done(guarded):
         guarded.process.send_signal(signal.SIGTERM)
         for f in readers:
             f.result()
-        assert time.perf_counter() - began < 2 + 4
+        assert time.perf_counter() - began < 2 + 6  # the drain timeout, then the cut
     assert guarded.process.wait(timeout=30) == 0
     for lines in events:
         assert lines[-1] == "data: [DONE]", lines[-3:]
