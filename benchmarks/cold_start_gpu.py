@@ -221,7 +221,7 @@ def one(model: Path, args, cache_dir: Path, use_server: bool,
     if use_server:
         from cold_start import one_start
 
-        extra = ["--device", args.device, *args.serve_arg]
+        extra = ["--device", args.device, "--enable-sleep-endpoints", *args.serve_arg]
         return one_start(str(model), extra, args.timeout, after=sleep_and_wake,
                          keep_log=keep_log)
     return engine_start(model, args.device, args.timeout)
