@@ -159,9 +159,9 @@ def _p99(values: list[float]) -> float:
 
 
 def test_health_stays_fast_while_hostile_requests_are_processed(live_server):
-    """/health p99 stays within 50 ms plus the idle baseline's own p99 (this shared 2-core
-    machine's noise) while big requests are read, checked, rendered and tokenized. Before
-    the fix, one tokenization on the event loop stalled /health for seconds."""
+    """/health p99 stays within 50 ms plus twice the idle baseline's own p99 (the noise of
+    a loaded 2-core machine) while big requests are read, checked, rendered and tokenized.
+    Tokenizing on the event loop stalls /health for seconds: this test fails then."""
     baseline = _p99(_health_latencies(live_server.url, None, 150))
     # within the caps, so each is rendered and tokenized in full: ~1 M characters each,
     # refused only afterwards (longer than the context)
@@ -195,7 +195,7 @@ def test_health_stays_fast_while_hostile_requests_are_processed(live_server):
     p99 = _p99(loaded)
     print(f"/health p99: idle {baseline * 1e3:.1f} ms, under hostile requests "
           f"{p99 * 1e3:.1f} ms (max {max(loaded) * 1e3:.1f} ms, {len(loaded)} probes)")
-    assert p99 < 0.05 + baseline, (p99, baseline)
+    assert p99 < 0.05 + 2 * baseline, (p99, baseline)
 
 
 # ---- a server with the optional routes and tight limits ----------------------------------
