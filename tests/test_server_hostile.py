@@ -159,9 +159,9 @@ def _p99(values: list[float]) -> float:
 
 
 def test_health_stays_fast_while_hostile_requests_are_processed(live_server):
-    """/health p99 stays within 50 ms plus the idle baseline's own p99 (this shared 2-core
-    machine's noise) while big requests are read, checked, rendered and tokenized. Before
-    the fix, one tokenization on the event loop stalled /health for seconds."""
+    """/health p99 stays within 50 ms plus twice the idle baseline's own p99 (the noise of
+    a loaded 2-core machine) while big requests are read, checked, rendered and tokenized.
+    Tokenizing on the event loop stalls /health for seconds: this test fails then."""
     baseline = _p99(_health_latencies(live_server.url, None, 150))
     # within the caps, so each is rendered and tokenized in full: ~1 M characters each,
     # refused only afterwards (longer than the context)
@@ -195,7 +195,7 @@ def test_health_stays_fast_while_hostile_requests_are_processed(live_server):
     p99 = _p99(loaded)
     print(f"/health p99: idle {baseline * 1e3:.1f} ms, under hostile requests "
           f"{p99 * 1e3:.1f} ms (max {max(loaded) * 1e3:.1f} ms, {len(loaded)} probes)")
-    assert p99 < 0.05 + baseline, (p99, baseline)
+    assert p99 < 0.05 + 2 * baseline, (p99, baseline)
 
 
 # ---- a server with the optional routes and tight limits ----------------------------------
@@ -276,10 +276,11 @@ def test_queue_full_counts_sequences(guarded):
         with c.stream("POST", "/v1/completions", json=running) as stream:
             assert stream.status_code == 200
             queued = pool.submit(c.post, "/v1/completions", json=waiting)
-            for _ in range(200):
+            for _ in range(400):
                 if _gauge(c, "vllm:num_requests_waiting") >= 1:
                     break
                 time.sleep(0.05)
+            assert _gauge(c, "vllm:num_requests_waiting") >= 1, "the n=4 request never queued"
             r = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
             err = check_error(r, 429, "queue_full")
             assert "max_queue=4" in err["message"] and r.headers["retry-after"]
@@ -368,7 +369,7 @@ def test_drain_timeout_closes_every_stream_with_an_error_and_done(guarded):
         guarded.process.send_signal(signal.SIGTERM)
         for f in readers:
             f.result()
-        assert time.perf_counter() - began < 2 + 4
+        assert time.perf_counter() - began < 2 + 6  # the drain timeout, then the cut
     assert guarded.process.wait(timeout=30) == 0
     for lines in events:
         assert lines[-1] == "data: [DONE]", lines[-3:]

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
+import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
-
-schemathesis = pytest.importorskip("schemathesis")
-from schemathesis import GenerationMode, checks  # noqa: E402
+from schemathesis import GenerationMode, checks
 
 BUDGET_S = 70.0  # the whole run, every operation and both modes
 CHECKS = [checks.not_a_server_error, checks.status_code_conformance,

@@ -161,7 +161,7 @@ class EngineHolder:
     def begin_drain(self) -> None:
         """Stop admitting requests (503); those in flight go on. Called on SIGTERM."""
         if not self.draining:
-            logger.info("Draining: %d requests in flight; new requests get 503", self.in_flight)
+            logger.info("Draining: %d sequences in flight; new requests get 503", self.in_flight)
         self.draining = True
 
     def interrupt_requests(self, drain_timeout: float) -> int:
@@ -204,7 +204,7 @@ class EngineHolder:
             if self.asleep:
                 return False
             if self.in_flight:
-                raise self._busy(f"{self.in_flight} requests are in flight")
+                raise self._busy(f"{self.in_flight} sequences are in flight")
             try:
                 await engine.sleep(level)
             except ValueError as exc:  # the engine's own in-flight check
