@@ -30,7 +30,7 @@ from .linear import (
     make_linear,
     quant_tensor_suffixes,
 )
-from .linear_concat import concat_mismatch
+from .linear_concat import concat_linears, concat_mismatch
 from .packing import QuantizedWeight, pack_int4, unpack_int4
 from .perplexity import perplexity
 from .quantize import quantize_model
@@ -43,6 +43,7 @@ __all__ = [
     "QuantSpec",
     "QuantizedWeight",
     "UnsupportedQuantizationError",
+    "concat_linears",
     "concat_mismatch",
     "dequantize_runtime",
     "detect_quant_spec",

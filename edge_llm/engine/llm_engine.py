@@ -29,6 +29,7 @@ from edge_llm.model.loader import load_model, resolve_device
 from edge_llm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
+from .cpu_threads import set_cpu_threads
 from .detokenizer import IncrementalDetokenizer
 from .kv_cache import EXPANDABLE_ENV, use_expandable_segments
 from .request_state import Choice, RequestState, TokenNames, checked_request, finish_reason
@@ -64,9 +65,12 @@ class LLMEngine:
             from edge_llm.model.demo import ensure_demo_model
 
             model = str(ensure_demo_model())
-        if use_expandable_segments(resolve_device(mc.device)):  # before any CUDA memory
+        device = resolve_device(mc.device)
+        if use_expandable_segments(device):  # before any CUDA memory
             logger.info("CUDA allocator: expandable segments (%s=0 keeps the default)",
                         EXPANDABLE_ENV)
+        if device.type == "cpu":
+            set_cpu_threads()  # before the load: the CPU unpacking runs on them too
         self.loaded = self._load(model)
         arch = self.loaded.arch
         self.max_model_len = self._resolve_max_model_len()
