@@ -299,7 +299,7 @@ class QuantLinear(nn.Module):
             x = x.index_select(-1, self.perm)  # sorted row order, as the words are stored
         y = cpu_int4_matmul(x.reshape(-1, self.in_features), packed)  # (M, N)
         if self.bias is not None:
-            y = y + self.bias
+            y = y + self.bias.to(y.dtype)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def forward_silu_mul(self, x: torch.Tensor) -> torch.Tensor | None:
