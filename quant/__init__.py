@@ -35,7 +35,7 @@ else:
         make_linear,
         quant_tensor_suffixes,
     )
-    from .linear_concat import concat_mismatch
+    from .linear_concat import concat_linears, concat_mismatch
     from .packing import QuantizedWeight, pack_int4, unpack_int4
     from .perplexity import perplexity
     from .quantize import quantize_model
@@ -48,6 +48,7 @@ else:
         "QuantSpec",
         "QuantizedWeight",
         "UnsupportedQuantizationError",
+        "concat_linears",
         "concat_mismatch",
         "dequantize_runtime",
         "detect_quant_spec",

@@ -23,6 +23,7 @@ from torch import nn
 
 from .awq import awq_shapes, unpack_awq
 from .compressed import compressed_shapes, unpack_compressed
+from .cpu_int4 import CpuInt4Weight, cpu_int4_matmul, pack_for_cpu
 from .formats import QuantSpec
 from .gptq import gptq_shapes, unpack_gptq
 from .packing import (
@@ -105,8 +106,10 @@ class QuantLinear(nn.Module):
     """A 4-bit weight-only linear: ``y = x @ W + bias`` with W from the runtime layout.
 
     Built empty (the loader builds on the meta device); ``load_checkpoint_tensors`` fills it.
-    On CPU, forward is the torch reference: the dequantized fp32 weight is cached after the first
-    call because CPU is the reference/test path and re-dequantizing every step would dominate.
+    On CPU, bf16 inputs go through torch's int4 CPU kernel on words repacked once, at the first
+    call (quant/cpu_int4.py); other inputs, and shapes that kernel refuses, take the torch
+    reference: the dequantized fp32 weight, cached at the first call (4 bytes a weight) so no
+    step dequantizes. Every change of the tensors drops both caches (``drop_cpu_cache``).
     On CUDA it calls ``edge_llm.kernels.w4a16_matmul`` when that exists (fp32 accumulation there).
     """
 
@@ -138,6 +141,8 @@ class QuantLinear(nn.Module):
         self.input_permuted = False  # x arrives as x[..., perm] (see the module docstring)
         self.planes_packed = False  # qweight in the plane-packed word order (pack_planes)
         self._cpu_weight: torch.Tensor | None = None  # (K, N) fp32, in the input's row order
+        self._cpu_int4: CpuInt4Weight | None = None  # the words for the int4 CPU kernel
+        self._cpu_int4_built = False  # _cpu_int4 decided (None then means: not applicable)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -184,7 +189,7 @@ class QuantLinear(nn.Module):
         self.g_idx = None if g_idx is None else g_idx.to(device, copy=True)
         if "bias" in tensors:
             self.bias = tensors["bias"].to(device=device, dtype=self.dtype, copy=True)
-        self._cpu_weight = None
+        self.drop_cpu_cache()
 
     def _check_names(self, tensors: dict[str, torch.Tensor]) -> None:
         required, optional = quant_tensor_suffixes(self.spec, self.bias is not None)
@@ -258,6 +263,10 @@ class QuantLinear(nn.Module):
             if kernel is not None:
                 return self._forward_kernel(kernel, x)
         if x.device.type == "cpu":
+            if x.dtype == torch.bfloat16:
+                packed = self._cpu_int4_weight()
+                if packed is not None:
+                    return self._forward_cpu_int4(packed, x)
             if self._cpu_weight is None:
                 self._cpu_weight = self._weight_for_input().contiguous()
             w = self._cpu_weight
@@ -267,6 +276,31 @@ class QuantLinear(nn.Module):
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
         return y.to(x.dtype)
+
+    def drop_cpu_cache(self) -> None:
+        """Forget the CPU forms of the weight (dense fp32 and int4-packed): the next CPU call
+        builds them again from the current tensors. Called on every change of the tensors."""
+        self._cpu_weight = None
+        self._cpu_int4, self._cpu_int4_built = None, False
+
+    def _cpu_int4_weight(self) -> CpuInt4Weight | None:
+        """The words packed for the int4 CPU kernel, built at the first call; None where that
+        kernel does not apply (a general g_idx, plane-packed words, a shape it refuses)."""
+        if not self._cpu_int4_built:
+            usable = self.g_idx is None and not self.planes_packed
+            self._cpu_int4 = (pack_for_cpu(self.qweight, self.scales, self.zeros,
+                                           self.group_size) if usable else None)
+            self._cpu_int4_built = True
+        return self._cpu_int4
+
+    def _forward_cpu_int4(self, packed: CpuInt4Weight, x: torch.Tensor) -> torch.Tensor:
+        """y = x @ W + bias on the int4 CPU kernel; x bf16 (..., K) -> (..., N) bf16."""
+        if self.perm is not None and not self.input_permuted:
+            x = x.index_select(-1, self.perm)  # sorted row order, as the words are stored
+        y = cpu_int4_matmul(x.reshape(-1, self.in_features), packed)  # (M, N)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def forward_silu_mul(self, x: torch.Tensor) -> torch.Tensor | None:
         """silu(gate) * up for a merged [gate | up] linear (``out_features`` = 2 I), (..., I),
@@ -279,16 +313,6 @@ class QuantLinear(nn.Module):
         if _silu_fn is None:
             return None
         return self._forward_kernel(_silu_fn, x, self.out_features // 2)
-
-    @classmethod
-    def concat(cls, parts: list[QuantLinear]) -> QuantLinear:
-        """One QuantLinear whose output columns are ``parts``' outputs side by side:
-        ``concat([a, b])(x) == cat([a(x), b(x)], -1)``. Raises ValueError naming the reason
-        when ``concat_mismatch(parts)`` finds one. The parts keep their tensors (the caller
-        drops them); the result's are new (``torch.cat`` along N)."""
-        from .linear_concat import concat_linears
-
-        return concat_linears(cls, parts)
 
     def _weight_for_input(self) -> torch.Tensor:
         """W (K, N) fp32 with rows in the order x arrives: stored (sorted) order when
@@ -318,7 +342,7 @@ class QuantLinear(nn.Module):
                              "no general g_idx")
         self.qweight = pack_planes(self.qweight)
         self.planes_packed = True
-        self._cpu_weight = None
+        self.drop_cpu_cache()
 
     def take_permuted_input(self) -> None:
         """From now on x arrives as ``x[..., perm]`` (the caller gathers or writes it so):
@@ -326,7 +350,7 @@ class QuantLinear(nn.Module):
         if self.perm is None:
             raise ValueError("take_permuted_input: this linear has no act-order permutation")
         self.input_permuted = True
-        self._cpu_weight = None
+        self.drop_cpu_cache()
 
     def permute_outputs(self, cols: torch.Tensor) -> None:
         """Reorder the output columns: afterwards ``self(x) == old(x)[..., cols]`` (``cols``
@@ -340,7 +364,7 @@ class QuantLinear(nn.Module):
         self.zeros = self.zeros.index_select(1, cols)
         if self.bias is not None:
             self.bias = self.bias.index_select(0, cols)
-        self._cpu_weight = None
+        self.drop_cpu_cache()
 
     def _forward_kernel(self, kernel, x: torch.Tensor, width: int | None = None
                         ) -> torch.Tensor:

@@ -1,18 +1,17 @@
-"""Merging QuantLinears along their output columns (``QuantLinear.concat``; used by
-edge_llm/model/fuse.py for q/k/v and gate/up): when the parts allow it, and how."""
+"""Merging QuantLinears along their output columns (``concat_linears``; used by
+edge_llm/model/fuse.py for q/k/v and gate/up): when the parts allow it, and how.
+
+Imports ``linear``; ``linear`` does not import this module."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:
-    from .linear import QuantLinear
+from .linear import QuantLinear
 
 
 def concat_mismatch(parts: list[QuantLinear]) -> str | None:
-    """Why ``QuantLinear.concat(parts)`` would refuse ``parts`` (a sentence), or None.
+    """Why ``concat_linears(parts)`` would refuse ``parts`` (a sentence), or None.
 
     Output columns can be concatenated only when every part reads its input the same way:
     one spec, group size, activation dtype, device and in_features, no general ``g_idx`` and
@@ -44,15 +43,18 @@ def concat_mismatch(parts: list[QuantLinear]) -> str | None:
     return None
 
 
-def concat_linears(cls: type[QuantLinear], parts: list[QuantLinear]) -> QuantLinear:
-    """``QuantLinear.concat``: one linear whose output columns are ``parts``' side by side."""
+def concat_linears(parts: list[QuantLinear]) -> QuantLinear:
+    """One QuantLinear whose output columns are ``parts``' outputs side by side:
+    ``concat_linears([a, b])(x) == cat([a(x), b(x)], -1)``. Raises ValueError naming the
+    reason when ``concat_mismatch(parts)`` finds one. The parts keep their tensors (the caller
+    drops them); the result's are new (``torch.cat`` along N)."""
     reason = concat_mismatch(parts)
     if reason is not None:
-        raise ValueError(f"QuantLinear.concat: cannot merge these linears: {reason}.")
+        raise ValueError(f"concat_linears: cannot merge these linears: {reason}.")
     first = parts[0]
     n = sum(p.out_features for p in parts)
     with torch.device("meta"):  # buffers replaced below: no allocation here
-        merged = cls(first.in_features, n, first.bias is not None, first.spec, first.dtype)
+        merged = QuantLinear(first.in_features, n, first.bias is not None, first.spec, first.dtype)
     merged.qweight = torch.cat([p.qweight for p in parts], dim=1)  # (K/8, N1 + N2 + ...)
     merged.scales = torch.cat([p.scales for p in parts], dim=1)  # (G, N)
     merged.zeros = torch.cat([p.zeros for p in parts], dim=1)

@@ -15,6 +15,7 @@ from edge_llm.model.loader import load_model
 from edge_llm.quant import (
     QuantLinear,
     QuantSpec,
+    concat_linears,
     pack_awq,
     pack_gptq,
 )
@@ -42,6 +43,7 @@ def _layout(lm) -> list[tuple[bool, bool]]:
 
 
 def _load_both(path, **kw):
+    kw.setdefault("dtype", "float32")  # the fp32 reference: compared with transformers in fp32
     on = load_model(str(path), device="cpu", progress=False, merge_projections=True, **kw)
     off = load_model(str(path), device="cpu", progress=False, merge_projections=False, **kw)
     return on.model, off.model
@@ -190,7 +192,7 @@ def test_quantlinear_concat_and_refusals():
     gptq = QuantSpec("gptq", group_size=32, desc_act=True)
     g_idx = _random_qweight(64, 8, 32, False, True, gen).g_idx
     parts = [_quant_linear(64, n, gptq, gen, bias=True, g_idx=g_idx) for n in (32, 16, 16)]
-    merged = QuantLinear.concat(parts)
+    merged = concat_linears(parts)
     x = torch.randn(5, 64, generator=gen)
     assert merged.out_features == 64 and merged.perm is parts[0].perm
     assert torch.allclose(merged(x), torch.cat([p(x) for p in parts], -1), atol=1e-5)

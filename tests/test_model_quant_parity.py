@@ -1,5 +1,6 @@
 """Quantized checkpoints of every format load through our loader and match transformers run
-on the dequantized weights (fp32, CPU)."""
+on the dequantized weights (fp32, CPU: ``dtype="float32"``, the reference path; "auto" would
+take bf16 and the int4 CPU kernel, whose agreement tests/test_quant_linear.py checks)."""
 
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ def test_other_architectures_quantized(arch, tmp_path):
 
 def _check(hf, case, tmp_path):
     path = _quantized_checkpoint(hf, case, tmp_path / case[0])
-    loaded = load_model(str(path), device="cpu", progress=False)
+    loaded = load_model(str(path), device="cpu", dtype="float32", progress=False)
     assert loaded.quant_spec is not None and loaded.quant_spec.method == case[1]
     ids = torch.randint(0, hf.config.vocab_size, (40,))
     with torch.no_grad():
@@ -143,7 +144,7 @@ def _add_to_checkpoint(path, extra: dict) -> None:
 
 
 def _matches(hf, path) -> None:
-    loaded = load_model(str(path), device="cpu", progress=False)
+    loaded = load_model(str(path), device="cpu", dtype="float32", progress=False)
     ids = torch.randint(0, hf.config.vocab_size, (24,))
     with torch.no_grad():
         ref = hf(ids[None]).logits[0]

@@ -10,6 +10,7 @@ from edge_llm import envs
 from edge_llm.quant import (
     QuantLinear,
     QuantSpec,
+    concat_linears,
     is_quantized_module_name,
     make_linear,
     pack_awq,
@@ -108,7 +109,7 @@ def test_plane_packed_words_compute_the_same_function(kind, fields):
     other = QuantLinear(k, n, False, spec, torch.float32)
     other.load_checkpoint_tensors(_pack(spec, w), "cpu")
     with pytest.raises(ValueError, match="plane-packed"):
-        QuantLinear.concat([lin, other])
+        concat_linears([lin, other])
 
 
 def test_pack_planes_refuses_small_groups_and_counts_on_cuda_only(monkeypatch):

@@ -31,6 +31,7 @@ from edge_llm.model.weights import resolve_model_path
 from edge_llm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
+from .cpu_threads import set_cpu_threads
 from .detokenizer import IncrementalDetokenizer
 from .kv_cache import use_expandable_segments
 from .request_state import Choice, RequestState, TokenNames, checked_request, finish_reason
@@ -72,9 +73,12 @@ class LLMEngine:
             model = str(folder)
             if built:
                 self.demo_build_seconds = time.perf_counter() - began
-        if use_expandable_segments(resolve_device(mc.device)):  # before any CUDA memory
+        device = resolve_device(mc.device)
+        if use_expandable_segments(device):  # before any CUDA memory
             logger.info("CUDA allocator: expandable segments (%s=0 keeps the default)",
                         envs.EXPANDABLE_SEGMENTS.name)
+        if device.type == "cpu":
+            set_cpu_threads()  # before the load: the CPU unpacking runs on them too
         self.loaded = self._load(model)
         arch = self.loaded.arch
         self.max_model_len = self._resolve_max_model_len()

@@ -389,7 +389,8 @@ def _move_tensors(module: torch.nn.Module, device: torch.device, pin: bool) -> N
                     moved[id(t)] = (torch.nn.Parameter(data, requires_grad=False)
                                     if isinstance(t, torch.nn.Parameter) else data)
                 store[name] = moved[id(t)]
-        if hasattr(m, "_cpu_weight"):
-            m._cpu_weight = None
+        drop = getattr(m, "drop_cpu_cache", None)  # QuantLinear's CPU forms of the weight
+        if drop is not None:
+            drop()
     if device.type == "cuda":
         torch.cuda.synchronize(device)

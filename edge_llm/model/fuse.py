@@ -70,10 +70,10 @@ def merge_linears(parts: list[nn.Module]) -> nn.Module:
     reason = merge_mismatch(parts)
     if reason is not None:
         raise ValueError(f"cannot merge these linears: {reason}.")
-    from edge_llm.quant import QuantLinear
+    from edge_llm.quant import QuantLinear, concat_linears
 
     if isinstance(parts[0], QuantLinear):
-        return QuantLinear.concat(parts)
+        return concat_linears(parts)
     first = parts[0]
     with torch.device("meta"):  # parameters replaced below: no allocation here
         merged = nn.Linear(first.in_features, sum(p.out_features for p in parts),

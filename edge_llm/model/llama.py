@@ -180,4 +180,9 @@ class CausalLM(nn.Module):
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        w = self.lm_head.weight  # (vocab, hidden)
+        if hidden.shape[0] == 1 and hidden.device.type == "cpu" and w.dtype == torch.bfloat16:
+            # one bf16 row on the CPU (a batch-1 decode): torch.mv reads the weight as it is,
+            # linear's bf16 matmul took 1.8x its CPU time there (BENCHMARKS.md, "CPU decode")
+            return torch.mv(w, hidden[0]).float().unsqueeze(0)  # (1, vocab)
         return self.lm_head(hidden).float()  # (rows, vocab)

@@ -54,10 +54,12 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, arch: ArchConfig, quantized: bool, device: torch.device):
-    """The activations' dtype. "auto": fp32 on the CPU (the reference path), fp16 for 4-bit
-    checkpoints, else the checkpoint's bf16 or fp16. bf16 needs sm_80 or later (no bf16
-    tensor cores on the T4's sm_75): "auto" then takes fp16, as vLLM does, and an explicit
-    bfloat16 is refused."""
+    """The activations' dtype. "auto": on the CPU bf16 for 4-bit checkpoints (torch's int4 CPU
+    kernel is fast for bf16 only: quant/cpu_int4.py; vLLM's CPU backend also defaults to bf16)
+    and fp32 otherwise (the reference path; ``dtype="float32"`` gives it for 4-bit ones too);
+    on a GPU fp16 for 4-bit checkpoints, else the checkpoint's bf16 or fp16. bf16 needs sm_80
+    or later (no bf16 tensor cores on the T4's sm_75): "auto" then takes fp16, as vLLM does,
+    and an explicit bfloat16 is refused."""
     bf16_ok = device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 0)
     if dtype != "auto":
         if _DTYPES[dtype] == torch.bfloat16 and not bf16_ok:
@@ -67,7 +69,7 @@ def resolve_dtype(dtype: str, arch: ArchConfig, quantized: bool, device: torch.d
                              f"use --dtype float16.")
         return _DTYPES[dtype]
     if device.type == "cpu":
-        return torch.float32  # the CPU path is the fp32 reference
+        return torch.bfloat16 if quantized else torch.float32
     if quantized:
         return torch.float16
     if arch.torch_dtype == "bfloat16" and not bf16_ok:
