@@ -286,6 +286,10 @@ OMP_WAIT_POLICY = _declare(
     "set to PASSIVE when edge_llm is imported, unless given: OpenMP threads spinning while they "
     "wait slow every small CPU op down as soon as another process wants the cores",
     FOREIGN, "OpenMP's syntax")
+OMP_NUM_THREADS = _declare(
+    "OMP_NUM_THREADS", _text, None,
+    "when set, torch's CPU thread count is left as the user chose it; unset, edge-llm caps it "
+    "at the CPUs the process may use (affinity mask, cgroup quota)", FOREIGN, "a count")
 TRITON_CACHE_DIR = _declare(
     "TRITON_CACHE_DIR", parse_path, None,
     "compiled Triton kernels; edge-llm serve sets it under EDGE_LLM_CACHE_DIR unless given, so "

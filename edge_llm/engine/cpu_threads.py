@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from edge_llm import envs
+
 logger = logging.getLogger(__name__)
 
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max ..."
@@ -41,7 +43,7 @@ def set_cpu_threads() -> int:
     returns the thread count in use. Call once before the first CPU forward."""
     cpus = available_cpus()
     threads = torch.get_num_threads()
-    user_set = "OMP_NUM_THREADS" in os.environ  # the OpenMP runtime's own variable
+    user_set = envs.OMP_NUM_THREADS.is_set()  # the OpenMP runtime's own variable
     if not user_set and threads > cpus:
         torch.set_num_threads(cpus)
         threads = cpus
