@@ -61,26 +61,6 @@ def resolved_port(environ: dict[str, str]) -> argparse.Namespace:
     return args
 
 
-def test_runpod_handler_streams_openai_chunks(served, monkeypatch, fake_tokenizer):
-    url, _, scripts = served
-    monkeypatch.setenv("EDGE_LLM_URL", url)
-    handler = load("runpod/handler.py")
-    n = random.randint(2, 6)
-    chunks = list(handler.handler({"id": "job-1", "input": {
-        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": n, "stream": True}}))
-    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
-    assert text == fake_tokenizer.decode(scripts[0][:n])
-    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-    (whole,) = handler.handler({"id": "job-2", "input": {"prompt": "Hi", "max_tokens": n}})
-    assert whole["object"] == "text_completion"
-    assert whole["usage"]["completion_tokens"] == n
-    (err,) = handler.handler({"id": "job-3", "input": {"max_tokens": 2}})
-    assert "messages" in err["error"]
-    (err,) = handler.handler({"id": "job-4", "input": {"prompt": "Hi", "max_tokens": 0}})
-    assert err["error"]["param"] == "max_tokens"
-
-
 def test_modal_snapshot_hooks_sleep_then_wake(served):
     url, engine, _ = served
     snapshot = load("modal/snapshot.py")
