@@ -121,24 +121,6 @@ def test_kserve_inferenceservice_scales_to_zero_and_probes(served):
     _check_probes(url, _probes(container), port)
 
 
-def test_sagemaker_env_port_ping_and_invocations(served, fake_tokenizer):
-    url, _, scripts = served
-    deploy = load("sagemaker/deploy.py")
-    env = deploy.container_env(idle_sleep_s=60)
-    assert all(isinstance(v, str) for v in env.values())
-    args = resolved_port(env)
-    assert args.lifecycle.sagemaker and args.port == deploy.PORT == 8080
-    assert resolved_port({"SAGEMAKER_BIND_TO_PORT": "9001"}).port == 9001
-    assert httpx.get(url + "/ping").status_code == 200
-    n = random.randint(2, 5)
-    r = httpx.post(url + "/invocations", json={
-        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": n})
-    assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["message"]["content"] == fake_tokenizer.decode(scripts[0][:n])
-    r = httpx.post(url + "/invocations", content=json.dumps({"prompt": "Hi", "max_tokens": n}))
-    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == n
-
-
 def test_hf_endpoints_custom_image_settings(served):
     url = served[0]
     deploy = load("hf-endpoints/deploy.py")

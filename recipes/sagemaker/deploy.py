@@ -5,7 +5,8 @@
         [--model-data s3://bucket/model.tar.gz]
 
 What it creates, in order (``sagemaker.core.resources``, the SDK v3 resource API; boto3 for
-Application Auto Scaling and CloudWatch, which the SDK does not wrap):
+Application Auto Scaling and CloudWatch, which the SDK does not wrap, and for the endpoint
+config, whose zero minimum the SDK's serializer drops):
 
     Model               the image, its environment, the model data unpacked at /opt/ml/model
     EndpointConfig      one variant with managed instance scaling from 0 instances, least
@@ -54,22 +55,22 @@ def deploy(args: argparse.Namespace, session: Any) -> dict[str, str]:
     """Create the resources listed in the module docstring with a boto3 ``session``; returns
     their names. Each call is validated by botocore against the service's API model."""
     from sagemaker.core import shapes
-    from sagemaker.core.resources import Endpoint, EndpointConfig, InferenceComponent, Model
+    from sagemaker.core.resources import Endpoint, InferenceComponent, Model
 
     name, region = args.name, args.region
     container = shapes.ContainerDefinition(image=args.image, environment=container_env(
         args.idle_sleep_s), **({"model_data_url": args.model_data} if args.model_data else {}))
     Model.create(model_name=name, primary_container=container, execution_role_arn=args.role,
                  session=session, region=region)
-    variant = shapes.ProductionVariant(
-        variant_name="main", instance_type=args.instance_type, initial_instance_count=1,
-        inference_ami_version=INFERENCE_AMI,
-        managed_instance_scaling=shapes.ProductionVariantManagedInstanceScaling(
-            status="ENABLED", min_instance_count=0, max_instance_count=1),
-        routing_config=shapes.ProductionVariantRoutingConfig(
-            routing_strategy="LEAST_OUTSTANDING_REQUESTS"))
-    EndpointConfig.create(endpoint_config_name=name, production_variants=[variant],
-                          execution_role_arn=args.role, session=session, region=region)
+    # boto3 here: the SDK's serializer drops zero values, MinInstanceCount=0 among them (the
+    # endpoint would never scale to zero); tests/test_recipe_sagemaker.py checks the request
+    session.client("sagemaker", region_name=region).create_endpoint_config(
+        EndpointConfigName=name, ExecutionRoleArn=args.role, ProductionVariants=[{
+            "VariantName": "main", "InstanceType": args.instance_type,
+            "InitialInstanceCount": 1, "InferenceAmiVersion": INFERENCE_AMI,
+            "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0,
+                                       "MaxInstanceCount": 1},
+            "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}}])
     endpoint = Endpoint.create(endpoint_name=name, endpoint_config_name=name, session=session,
                                region=region)
     endpoint.wait_for_status("InService")
