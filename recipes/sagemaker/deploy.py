@@ -42,8 +42,7 @@ SCALE_DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
 
 def container_env(idle_sleep_s: float | None = None) -> dict[str, str]:
     """The container's environment (every value a string, as SageMaker wants). The compile
-    caches live under /opt/ml/model/.edge-llm-cache only if the model data ships them (see the
-    README: a warmed cache packed into model.tar.gz); otherwise under /cache, per instance."""
+    caches come with the image (``recipes/warm-cache``: EDGE_LLM_CACHE_DIR is set there)."""
     env = {"EDGE_LLM_SAGEMAKER": "true", "EDGE_LLM_MODEL": MODEL_DIR,
            "EDGE_LLM_DRAIN_TIMEOUT": "25"}  # SageMaker sends SIGKILL 30 s after SIGTERM
     if idle_sleep_s:
