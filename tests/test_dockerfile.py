@@ -151,3 +151,28 @@ def test_entrypoint_runs_with_the_image_env_and_healthcheck(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def build_arg_default(name: str) -> str:
+    (value,) = [rest.partition("=")[2].strip('"') for word, rest in instructions()
+                if word == "ARG" and rest.partition("=")[0] == name]
+    return value
+
+
+def test_torch_pin_is_built_for_cuda_12(tmp_path):
+    """The image's torch, as PyPI lists it for the base's Python (Ubuntu 24.04: 3.12), depends
+    on CUDA 12 libraries: CUDA 13 builds need driver >= 580, above Cloud Run's L4 (535). A
+    PyPI that cannot be reached skips (the answer is PyPI's metadata)."""
+    version = build_arg_default("TORCH_VERSION")
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "install",
+         "--dry-run", "--no-deps", "--target", str(tmp_path), "--only-binary", ":all:",
+         "--platform", "manylinux_2_28_x86_64",
+         "--python-version", "3.12", "--quiet", "--report", "-", f"torch=={version}"],
+        capture_output=True, text=True, timeout=180)
+    if r.returncode:
+        pytest.skip(f"PyPI's metadata for torch {version} is out of reach: {r.stderr[-300:]}")
+    (item,) = json.loads(r.stdout)["install"]
+    cuda = [d.split(";")[0] for d in item["metadata"].get("requires_dist", [])
+            if "nvidia-cuda-runtime" in d or "cuda-toolkit" in d]
+    assert cuda and all("cu12" in d for d in cuda), cuda

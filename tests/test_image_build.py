@@ -218,3 +218,29 @@ def test_a_code_change_rebuilds_only_the_source_layers(image, tmp_path):
     (copy,) = [s for s in cached if s.split(": ", 1)[1].startswith("COPY edge_llm")]
     assert not cached[copy]
     _run(["podman", "rmi", "localhost/edge-llm:test-rebuild"], 120)
+
+
+def test_warm_cache_image_bakes_the_caches_where_the_server_looks(image, tmp_path):
+    """``recipes/warm-cache/Dockerfile`` on top of the image: the server's cache directory is
+    the baked one, its files are there, and the image's user can add kernels to it."""
+    glob, cont = image
+    context = tmp_path / "warm-cache"
+    for sub in ("triton", "inductor", "probes"):
+        (context / sub).mkdir(parents=True)
+        (context / sub / f"{sub}.marker").write_text(sub)
+    tag = "localhost/edge-llm:test-warm"
+    r = _run(glob + ["build", *cont, "-t", tag, "--build-arg", f"IMAGE={IMAGE_TAG}", "-f",
+                     str(ROOT / "recipes" / "warm-cache" / "Dockerfile"), str(context)], 600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    probe = ("from edge_llm.server.hooks import cache_dir, set_compile_cache_env; "
+             "import os; env = set_compile_cache_env(); root = cache_dir(); "
+             "print(root, sorted(os.listdir(root)), env['TRITON_CACHE_DIR']); "
+             "open(os.path.join(env['TRITON_CACHE_DIR'], 'new'), 'w').write('x')")
+    try:
+        r = _run(glob + ["run", "--rm", "--network", "none", *cont, "--entrypoint", "python",
+                         tag, "-c", probe], 120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.split() == ["/opt/edge-llm-cache", "['inductor',", "'probes',",
+                                    "'triton']", "/opt/edge-llm-cache/triton"], r.stdout
+    finally:
+        _run(["podman", "rmi", "-f", tag], 120)
