@@ -127,7 +127,7 @@ def build_log(glob: list[str], cont: list[str], context: Path, tag: str = IMAGE_
 
     build_args, mounts = host_pip_sources()
     build_args |= {"BASE_IMAGE": BASE_TAG, "TORCH_VERSION": torch.__version__}
-    cmd = glob + ["build", "--network", "host", *cont, *mounts, "-t", tag, "-f",
+    cmd = glob + ["build", "--force-rm", "--network", "host", *cont, *mounts, "-t", tag, "-f",
                   str(ROOT / "Dockerfile")]
     for name, value in build_args.items():
         cmd += ["--build-arg", f"{name}={value}"]
@@ -140,9 +140,13 @@ def build_log(glob: list[str], cont: list[str], context: Path, tag: str = IMAGE_
 def image() -> tuple[list[str], list[str]]:
     ensure_base_image()
     glob, cont = podman_flags()
+    before = _run(["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE_TAG], 60).stdout
     started = time.monotonic()
     build_log(glob, cont, ROOT)
     seconds = time.monotonic() - started
+    after = _run(["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE_TAG], 60).stdout
+    if before.strip() and before != after:  # the previous build, now untagged: its disk back
+        _run(["podman", "rmi", before.strip()], 120)
     size = int(_run(["podman", "image", "inspect", "--format", "{{.Size}}", IMAGE_TAG],
                     60).stdout)
     print(f"\nimage {IMAGE_TAG}: {size / 2**30:.2f} GiB (CPU torch), built in {seconds:.0f} s")
@@ -229,8 +233,9 @@ def test_warm_cache_image_bakes_the_caches_where_the_server_looks(image, tmp_pat
         (context / sub).mkdir(parents=True)
         (context / sub / f"{sub}.marker").write_text(sub)
     tag = "localhost/edge-llm:test-warm"
-    r = _run(glob + ["build", *cont, "-t", tag, "--build-arg", f"IMAGE={IMAGE_TAG}", "-f",
-                     str(ROOT / "recipes" / "warm-cache" / "Dockerfile"), str(context)], 600)
+    r = _run(glob + ["build", "--force-rm", *cont, "-t", tag, "--build-arg",
+                     f"IMAGE={IMAGE_TAG}", "-f", str(ROOT / "recipes" / "warm-cache" / "Dockerfile"),
+                     str(context)], 600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     probe = ("from edge_llm.server.hooks import cache_dir, set_compile_cache_env; "
              "import os; env = set_compile_cache_env(); root = cache_dir(); "

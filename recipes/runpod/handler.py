@@ -18,11 +18,13 @@ import argparse
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 _server: Any = None  # the in-process server (edge_llm.server.terminal_chat.ThreadedServer)
+_server_lock = threading.Lock()  # concurrent first jobs start one server
 
 
 def serve_options() -> argparse.Namespace:
@@ -42,19 +44,26 @@ def server_url() -> str:
     url = os.environ.get("EDGE_LLM_URL")
     if url:
         return url.rstrip("/")
-    if _server is None:
-        from edge_llm.cli import build_configs, build_lifecycle
-        from edge_llm.server import create_app
-        from edge_llm.server.hooks import set_compile_cache_env
-        from edge_llm.server.terminal_chat import ThreadedServer
-
-        set_compile_cache_env()  # before torch loads: the network volume's kernels are reused
-        args = serve_options()
-        engine_cfg, server_cfg = build_configs(args)
-        app = create_app(engine_cfg, server_cfg, lifecycle=build_lifecycle(args))
-        _server = ThreadedServer(app, host="127.0.0.1")
-        _server.start()
+    with _server_lock:
+        if _server is None:
+            _server = start_server()
     return _server.url
+
+
+def start_server() -> Any:
+    """The server in this process, on a free loopback port; it loads in the background."""
+    from edge_llm.cli import build_configs, build_lifecycle
+    from edge_llm.server import create_app
+    from edge_llm.server.hooks import set_compile_cache_env
+    from edge_llm.server.terminal_chat import ThreadedServer
+
+    set_compile_cache_env()  # before torch loads: the network volume's kernels are reused
+    args = serve_options()
+    engine_cfg, server_cfg = build_configs(args)
+    app = create_app(engine_cfg, server_cfg, lifecycle=build_lifecycle(args))
+    server = ThreadedServer(app, host="127.0.0.1")
+    server.start()
+    return server
 
 
 def max_concurrency() -> int:
