@@ -233,9 +233,9 @@ def test_warm_cache_image_bakes_the_caches_where_the_server_looks(image, tmp_pat
         (context / sub).mkdir(parents=True)
         (context / sub / f"{sub}.marker").write_text(sub)
     tag = "localhost/edge-llm:test-warm"
+    dockerfile = ROOT / "recipes" / "warm-cache" / "Dockerfile"
     r = _run(glob + ["build", "--force-rm", *cont, "-t", tag, "--build-arg",
-                     f"IMAGE={IMAGE_TAG}", "-f", str(ROOT / "recipes" / "warm-cache" / "Dockerfile"),
-                     str(context)], 600)
+                     f"IMAGE={IMAGE_TAG}", "-f", str(dockerfile), str(context)], 600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     probe = ("from edge_llm.server.hooks import cache_dir, set_compile_cache_env; "
              "import os; env = set_compile_cache_env(); root = cache_dir(); "
