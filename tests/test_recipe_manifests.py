@@ -41,6 +41,7 @@ KNATIVE_DEFAULT_PROGRESS_DEADLINE_S = 600
 # the model download the deadline must leave room for beyond the readiness window (a 7B 4-bit
 # checkpoint is ~4 GiB: 10 minutes at ~7 MB/s)
 KSERVE_DOWNLOAD_BUDGET_S = 600
+IMAGE_UID = 1000  # the Dockerfile's `useradd --uid 1000 ... edge`
 
 
 def kserve_models():
@@ -188,6 +189,8 @@ def test_cloud_run_keeps_the_caches_on_a_bucket_volume():
     volume = cache_volume(template["spec"], container)
     assert volume["csi"]["driver"] == "gcsfuse.run.googleapis.com"
     assert volume["csi"].get("readOnly") is False
+    options = volume["csi"]["volumeAttributes"].get("mountOptions", "").split(",")
+    assert f"uid={IMAGE_UID}" in options  # the image's user may write it
     assert template["metadata"]["annotations"]["run.googleapis.com/execution-environment"] \
         == "gen2"
 
@@ -238,6 +241,7 @@ def test_kserve_scales_to_zero_and_keeps_the_caches_on_a_pvc(served):  # noqa: F
     (container,) = predictor["containers"]
     volume = cache_volume(predictor, container)
     assert volume["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    assert predictor["securityContext"]["fsGroup"] == IMAGE_UID  # the user may write it
     port = container["ports"][0]["containerPort"]
     env = image_env() | env_of(container)
     assert resolved(env).port == port and env["EDGE_LLM_MODEL"] == "/mnt/models"

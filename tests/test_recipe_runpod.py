@@ -182,3 +182,21 @@ def test_worker_image_installs_as_root_and_caches_on_the_network_volume():
     env = " ".join(rest for word, rest in steps if word == "ENV")
     assert "EDGE_LLM_CACHE_DIR=/runpod-volume/" in env
     assert json.loads(dict(steps)["ENTRYPOINT"]) == ["python", "/opt/edge-llm/handler.py"]
+
+
+def test_worker_runs_the_server_in_process(monkeypatch, fake_tokenizer):
+    """No EDGE_LLM_URL (the worker image): the handler starts the server in its own process
+    on the demo model, once, and serves a job through it."""
+    for name in [k for k in os.environ if k.startswith("EDGE_LLM_") and k != "EDGE_LLM_CACHE_DIR"]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("EDGE_LLM_MAX_MODEL_LEN", "256")
+    handler = load("runpod/handler.py")
+    try:
+        (answer,) = collect(handler, {"id": "job-1", "input": {
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}})
+        assert answer["usage"]["completion_tokens"] == 3, answer
+        first = handler._server
+        assert handler.server_url() == first.url and first.url.startswith("http://127.0.0.1:")
+    finally:
+        if handler._server is not None:
+            handler._server.stop()

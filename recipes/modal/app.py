@@ -28,7 +28,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 cache = modal.Volume.from_name("edge-llm-cache", create_if_missing=True)
 image = (
-    modal.Image.from_dockerfile(str(REPO / "Dockerfile"), context_dir=str(REPO))
+    # root: Modal installs its client into the image's Python (the venv belongs to root) and
+    # mounts the volume root-owned
+    modal.Image.from_dockerfile(str(REPO / "Dockerfile"), context_dir=str(REPO),
+                                build_args={"RUN_AS": "root"})
     .entrypoint([])
     .env({"EDGE_LLM_MODEL": os.environ.get("EDGE_LLM_MODEL", ""),  # empty: the demo model
           "EDGE_LLM_CACHE_DIR": CACHE_DIR})
