@@ -107,7 +107,9 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
         server = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
                               served_model_name=args.served_model_name,
                               max_queue=args.max_queue, chat_template=args.chat_template,
-                              log_requests=args.log_requests, ready_timeout=args.ready_timeout)
+                              log_requests=args.log_requests, ready_timeout=args.ready_timeout,
+                              tool_call_parser=args.tool_call_parser,
+                              reasoning_parser=args.reasoning_parser)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return engine, server

@@ -153,6 +153,10 @@ class ServerConfig:
     log_requests: bool = True  # one info line per request
     ready_timeout: float = 600.0  # seconds a /v1 request waits for the model to finish loading
     retry_after: int = 1  # seconds, sent in Retry-After with 429 and 503
+    # how tool calls / <think> reasoning are read out of replies: "auto" (from the chat
+    # template), "none", or a format (edge_llm/server/tool_parsers.py, reasoning_parsers.py)
+    tool_call_parser: str = "auto"
+    reasoning_parser: str = "auto"
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -165,3 +169,11 @@ class ServerConfig:
             raise ValueError(f"ready_timeout must be >= 0 seconds, got {self.ready_timeout}.")
         if self.retry_after < 0:
             raise ValueError(f"retry_after must be >= 0 seconds, got {self.retry_after}.")
+        tool_kinds = ("auto", "none", "hermes", "llama3_json")
+        if self.tool_call_parser not in tool_kinds:
+            raise ValueError(f"tool_call_parser must be one of {', '.join(tool_kinds)}, got "
+                             f"{self.tool_call_parser!r}.")
+        think_kinds = ("auto", "none", "deepseek_r1", "qwen3")
+        if self.reasoning_parser not in think_kinds:
+            raise ValueError(f"reasoning_parser must be one of {', '.join(think_kinds)}, got "
+                             f"{self.reasoning_parser!r}.")

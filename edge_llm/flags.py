@@ -131,6 +131,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
                "before it has returned its tokens (default on a GPU: launched before, fed "
                "on the device)"),
     Option("--chat-template", str, None, "a Jinja chat template file overriding the model's"),
+    Option("--tool-call-parser", str, "auto", "how tool_choice auto reads tool calls out of "
+           "replies: auto (from the chat template), hermes, llama3_json or none"),
+    Option("--reasoning-parser", str, "auto", "<think> reasoning -> reasoning_content: auto "
+           "(when the chat template has </think>), deepseek_r1, qwen3 or none"),
     Option("--served-model-name", str, None, "model name in the API (default: the model's)"),
     Option("--api-key", str, None, "require 'Authorization: Bearer KEY' on /v1"),
     Option("--max-queue", int, None, "requests that may wait beyond --max-num-seqs; more get "
