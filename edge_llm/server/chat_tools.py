@@ -106,10 +106,11 @@ def _tools(req: ChatCompletionRequest) -> list[dict[str, Any]]:
 def tool_plan(req: ChatCompletionRequest, default_parser: str | None
               ) -> tuple[ToolPlan, StructuredOutputsParams | None]:
     """The request's ``ToolPlan`` and, for required / named, the constraint enforcing it."""
-    if req.functions or req.function_call not in (None, "none"):
+    if req.function_call not in (None, "none") or (req.functions
+                                                    and req.function_call is None):
         raise bad_request("functions / function_call (OpenAI's deprecated form) are not "
-                          "supported: send tools and tool_choice.",
-                          "functions" if req.functions else "function_call")
+                          "supported: send tools and tool_choice (function_call 'none' gets "
+                          "a plain reply).", "functions" if req.functions else "function_call")
     tools = _tools(req)
     choice = req.tool_choice
     if choice is None:
