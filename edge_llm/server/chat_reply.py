@@ -56,8 +56,6 @@ def read_whole(plan: ChatPlan, prompt_text: str | None, text: str
     calls = [ToolCallOut(c.id, FunctionCall(c.name, c.arguments)) for c in reader.calls]
     if calls and not content.strip():
         content = None
-    elif content is not None and reader.reasoning is not None:
-        content = content.lstrip("\n")
     return content, (reasoning or None) if reader.reasoning else None, calls, reader
 
 

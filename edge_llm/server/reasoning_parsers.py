@@ -53,7 +53,12 @@ class ReasoningParser:
                 reasoning, self.buf = self.buf[:keep], self.buf[keep:]
                 return reasoning, ""
             reasoning = self.buf[:end]
-            self.buf = self.buf[end + len(CLOSE):].lstrip("\n")
+            self.buf = self.buf[end + len(CLOSE):]
+            self.state = "after"
+        if self.state == "after":  # the newlines after </think> belong to neither
+            self.buf = self.buf.lstrip("\n")
+            if not self.buf:
+                return reasoning, ""
             self.state = "content"
         if self.state == "content":
             content, self.buf = self.buf, ""
@@ -63,7 +68,7 @@ class ReasoningParser:
         rest, self.buf = self.buf, ""
         if self.state == "reasoning":
             return rest, ""
-        return "", rest
+        return "", rest.lstrip("\n") if self.state == "after" else rest
 
 
 def parser_of_template(template: str | None) -> str | None:

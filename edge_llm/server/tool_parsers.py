@@ -106,6 +106,7 @@ class HermesParser(ToolParser):
         super().__init__(parallel)
         self.buf = ""
         self.inside = False
+        self.blank = ""  # whitespace-only content held until text follows it (or a call)
 
     def feed(self, text: str) -> Parsed:
         self.buf += text
@@ -134,7 +135,9 @@ class HermesParser(ToolParser):
             self._close(self.buf, out, "")
         else:
             self._content(self.buf, out)
-        self.buf = ""
+        if not self.calls:
+            out.content += self.blank
+        self.buf = self.blank = ""
         self.inside = False
         return out
 
@@ -145,14 +148,19 @@ class HermesParser(ToolParser):
         except json.JSONDecodeError:
             delta = None
         if delta is not None:
+            self.blank = ""
             out.calls.append(delta)
         elif not self.calls or self.parallel:
             self._content(self.OPEN + body + close, out)
 
     def _content(self, text: str, out: Parsed) -> None:
-        if self.calls and not text.strip():
-            return  # whitespace between and after calls
-        out.content += text
+        """Trailing whitespace is held: dropped next to a call, sent before more text (so
+        every chunking of a stream gives the same content)."""
+        body = text.rstrip()
+        if body:
+            out.content += self.blank + body
+            self.blank = ""
+        self.blank += text[len(body):]
 
 
 class Llama3JsonParser(ToolParser):
