@@ -12,12 +12,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .checkout_path import unshadow
 from .outputs import CompletionOutput, RequestOutput
-from .sampling_params import SamplingParams
+from .sampling_params import SamplingParams, StructuredOutputsParams
 
 unshadow()  # a checkout's kernels/ and quant/ must not pass for the `kernels` distribution
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "AsyncEngine", "SamplingParams", "RequestOutput", "CompletionOutput"]
+__all__ = ["LLM", "AsyncEngine", "SamplingParams", "StructuredOutputsParams", "RequestOutput",
+           "CompletionOutput"]
 
 if TYPE_CHECKING:
     from .engine.async_engine import AsyncEngine
