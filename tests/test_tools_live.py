@@ -162,7 +162,7 @@ def test_tool_results_second_turn(client, model):
                       "content": json.dumps({"temperature": 21, "sky": "clear"})}]
     for choice in ("auto", "none"):
         r = client.chat.completions.create(model=model, messages=history, tools=[WEATHER],
-                                           tool_choice=choice, **FAST)
+                                           tool_choice=choice, max_tokens=8, temperature=0)
         assert r.choices[0].message.content and r.choices[0].message.tool_calls is None
         assert r.usage.prompt_tokens > first.usage.prompt_tokens + 10  # the calls rendered
 
@@ -186,10 +186,11 @@ def test_many_tools_with_auto_on_a_model_without_a_tool_format_answer_plainly(cl
         "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
         for i in range(36)]
     msgs = [{"role": "user", "content": "Say hello."}]
-    r = client.chat.completions.create(model=model, messages=msgs, tools=tools, **FAST)
+    r = client.chat.completions.create(model=model, messages=msgs, tools=tools, max_tokens=8,
+                                       temperature=0)
     assert r.choices[0].message.content and r.choices[0].finish_reason in ("stop", "length")
     stream = client.chat.completions.create(model=model, messages=msgs, tools=tools,
-                                            stream=True, **FAST)
+                                            stream=True, max_tokens=8, temperature=0)
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == r.choices[0].message.content
 
@@ -212,7 +213,7 @@ def test_openai_agents_sdk_runs_an_agent_with_a_function_tool(live_server, model
             name="weather", instructions="Answer with the weather tool.",
             tools=[get_weather],
             model=agents.OpenAIChatCompletionsModel(model=model, openai_client=oa),
-            model_settings=agents.ModelSettings(tool_choice="required", max_tokens=48,
+            model_settings=agents.ModelSettings(tool_choice="required", max_tokens=24,
                                                 temperature=0))
         return await agents.Runner.run(agent, "Weather in Paris?", max_turns=4)
 
