@@ -44,7 +44,7 @@ def _advanced_matchers(compiler, n: int, rng: np.random.Generator) -> list:
              SO(json_object=True), SO(grammar='start: "x" ("," "y")*')]
     out = []
     for i in range(n):
-        m = compiler.matcher(compiler.grammar(specs[i % len(specs)]))
+        m = compiler.compile(specs[i % len(specs)]).matcher()
         for _ in range(int(rng.integers(0, 4))):
             ok = _allowed(m).nonzero().flatten().tolist()
             if m.is_stopped() or not ok:
@@ -109,7 +109,7 @@ def test_masked_sampler_equals_reference_on_random_logits(compiler, kw):
 
 
 def test_constrained_rows_are_not_chainable_or_plain_greedy(compiler):
-    m = compiler.matcher(compiler.grammar(SO(choice=["a"])))
+    m = compiler.compile(SO(choice=["a"])).matcher()
     row = SampleRow(SamplingParams(temperature=0.0), [1], [], 0, 0, m)
     assert not Sampler.chainable(row)  # decode run-ahead waits for the previous token
 
@@ -128,7 +128,7 @@ def test_constrained_rows_are_not_chainable_or_plain_greedy(compiler):
 ])
 def test_unenforceable_constraints_are_refused_naming_the_reason(compiler, spec, needle):
     with pytest.raises(ValueError) as err:
-        compiler.grammar(spec)
+        compiler.compile(spec)
     assert needle in str(err.value)
 
 
@@ -162,7 +162,7 @@ def _prompts(n: int, seed: int, lo: int = 10, hi: int = 40) -> list[dict]:
 def _assert_follows(llm: LLM, spec: SO, out) -> None:
     """The tokens replay through a fresh matcher; a reply that stopped is complete."""
     grammars = llm.engine.grammars
-    m = grammars.matcher(grammars.grammar(spec))
+    m = grammars.compile(spec).matcher()
     tokens = list(out.token_ids)
     if out.finish_reason == "stop" and tokens and tokens[-1] in llm.engine.eos_token_ids:
         tokens = tokens[:-1]

@@ -156,12 +156,12 @@ class LLMEngine:
         if not params.ignore_eos:
             params.all_stop_token_ids |= self.eos_token_ids
         spec = params.structured_outputs
-        grammar = None if spec is None else self.grammars.grammar(spec)  # ValueError: refused
+        grammar = None if spec is None else self.grammars.compile(spec)  # ValueError: refused
         arrival = arrival_time or time.time()
         seqs = self.scheduler.add_request(request_id, ids, params, arrival)
         if grammar is not None:  # n > 1 siblings forked later copy the first one's matcher
             for seq in seqs:
-                seq.matcher = self.grammars.matcher(grammar)
+                seq.matcher = grammar.matcher()
         req = RequestState(request_id, text, ids, params, RequestMetrics(arrival_time=arrival),
                        final_only=final_only)
         if params.prompt_logprobs is not None:

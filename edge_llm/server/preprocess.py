@@ -286,7 +286,7 @@ def constraint(req: SamplingFields, engine: Any, plan_spec: Any = None) -> Any:
     if grammars is None:
         raise bad_request("This engine does not constrain outputs.", field)
     try:
-        grammars.grammar(spec)
+        grammars.compile(spec)
     except ValueError as exc:
         raise bad_request(f"{field}: {exc}", field) from None
     return spec
