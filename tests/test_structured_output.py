@@ -243,6 +243,19 @@ def test_max_tokens_cuts_with_length_and_stop_strings_work(tiny_llm):
     assert "aaa" not in stopped.outputs[0].text and set(stopped.outputs[0].text) <= {"a"}
 
 
+def test_min_tokens_cannot_push_a_row_past_its_grammar(tiny_llm):
+    """The grammar allows only EOS before min_tokens is reached: EOS it is (no NaN row)."""
+    params = SamplingParams(max_tokens=10, min_tokens=5, temperature=0.7, seed=2,
+                            structured_outputs=SO(choice=["ok"]))
+    (out,) = tiny_llm.generate(_prompts(1, seed=4), params, use_tqdm=False)
+    c = out.outputs[0]
+    assert c.text == "ok" and c.finish_reason == "stop" and len(c.token_ids) == 5
+    eos = tiny_llm.engine.eos_token_ids
+    text_ids = [t for t in c.token_ids if t not in eos]
+    assert tiny_llm.get_tokenizer().decode(text_ids) == "ok"
+    assert all(t in eos for t in c.token_ids[len(text_ids):])
+
+
 def test_engine_refuses_an_unenforceable_schema_and_keeps_nothing(tiny_llm):
     params = SamplingParams(structured_outputs=SO(json={"not": {}}))
     with pytest.raises(ValueError, match="not"):

@@ -154,10 +154,20 @@ class Sampler:
         dev = logits.device
         x = logits.to(torch.float32, copy=True)
         constrained = [i for i, r in enumerate(rows) if r.matcher is not None]
+        held: list[int] = []
         if constrained:
             masks = fill_bitmasks([rows[i].matcher for i in constrained], x.shape[1])
             apply_token_bitmask(x, constrained, masks)
+            held = [i for i in constrained
+                    if len(rows[i].output_token_ids) < rows[i].params.min_tokens]
+            if held:
+                held_t = _to_device(held, torch.long, dev)
+                grammar_only = x.index_select(0, held_t)
         apply_bias_and_min_tokens(x, rows)
+        if held:  # min_tokens may ban the only tokens the grammar allows: the grammar wins
+            now = x.index_select(0, held_t)
+            dead = torch.isneginf(now).all(dim=1, keepdim=True)  # [h, 1]
+            x.index_copy_(0, held_t, torch.where(dead, grammar_only, now))
         apply_penalties(x, rows)
         greedy = [i for i, r in enumerate(rows) if r.params.sampling_type == SamplingType.GREEDY]
         random = [i for i, r in enumerate(rows) if r.params.sampling_type == SamplingType.RANDOM]
