@@ -149,7 +149,7 @@ def test_reasoning_is_shown_folded_over_fake_engine(browser, fake_tokenizer):
         page.wait_for_selector(".msg.assistant:not(.streaming)")
         folded = page.locator(".msg.assistant details.reasoning")
         assert folded.count() == 1 and not folded.evaluate("d => d.open")
-        assert folded.locator("div").inner_text() == "Plan the answer."
+        assert folded.locator("div").text_content() == "Plan the answer."
         assert page.evaluate("state.history[1].content") == "The answer is 4."
         page.close()
     finally:
