@@ -218,7 +218,7 @@ def run_formats(run: Run, shape: str, prompts: PromptMaker) -> None:
     """Phase 4: decode at batch 1 with the AWQ, GPTQ and GPTQ act-order checkpoints in turn,
     then AWQ again. Each ratio is taken against the mean of the two AWQ runs around it: on a
     lent GPU the same checkpoint drifts by several percent over minutes, more than the 5%
-    target (BENCHMARKS.md, session 12). Without them, phase 1's AWQ figure is the reference."""
+    target. Without them, phase 1's AWQ figure is the reference."""
     from e2e_engine import EngineBench, decode_at
 
     if "formats" not in run.selected:

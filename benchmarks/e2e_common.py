@@ -37,8 +37,8 @@ class Profile:
     device: str = "cuda"
     max_model_len: int = 4096
     # the in-process engine and the served one; None: the engine's own sizing (90% of the
-    # GPU's memory, as a user runs it). Session 15: a 40 GiB cache cost the 256-request
-    # offline run 73 preemptions and 44% of its speed (benchmarks/offline_probe.py)
+    # GPU's memory, as a user runs it): a smaller cache makes the offline run preempt and
+    # measures the preemptions instead of the engine
     kv_cache_memory: int | None = None
     kv_cache_dtype: str = "auto"  # "fp8": e4m3 codes (kernels/kv_fp8.py)
     decode_prompt: int = 128

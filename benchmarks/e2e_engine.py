@@ -95,6 +95,21 @@ def kv_elem_bytes(bench: EngineBench) -> int:
     return torch.tensor([], dtype=bench.engine.runner.kv_dtype).element_size()
 
 
+def decode_seconds(outs: list) -> float:
+    """Seconds from the first request's first token to the last request's last token of one
+    ``generate`` call, from the engine's own timestamps: one span of one run, so it cannot go
+    negative the way a difference of two runs' wall times can on a loaded machine. Every
+    request must have produced at least two tokens."""
+    metrics = [o.metrics for o in outs]
+    if any(m is None or m.first_token_time is None or m.last_token_time is None
+           for m in metrics):
+        raise RuntimeError("outputs without token timestamps")
+    span = max(m.last_token_time for m in metrics) - min(m.first_token_time for m in metrics)
+    if span <= 0:
+        raise RuntimeError(f"decode span {span:.6f} s: the clock did not advance")
+    return span
+
+
 def decode_at(bench: EngineBench, batch: int, prompt_len: int, tokens: int) -> dict[str, Any]:
     """Decode ``tokens`` for ``batch`` fresh prompts of ``prompt_len``: step time, tok/s and
     the fraction of the bandwidth floor (bytes a step must read / copy bandwidth)."""
@@ -103,11 +118,9 @@ def decode_at(bench: EngineBench, batch: int, prompt_len: int, tokens: int) -> d
     bench.warm(batch, prompt_len)
     t1, _ = bench.generate(bench.prompts.batch(batch, prompt_len), greedy(1))
     ahead = bench.run_ahead()
-    tn, _ = bench.generate(bench.prompts.batch(batch, prompt_len), greedy(tokens))
+    tn, outs = bench.generate(bench.prompts.batch(batch, prompt_len), greedy(tokens))
     ahead = {k: v - ahead[k] for k, v in bench.run_ahead().items()}
-    step = (tn - t1) / (tokens - 1)
-    if step <= 0:
-        raise RuntimeError(f"decode step time {step:.6f} s: T(1)={t1:.4f}, T({tokens})={tn:.4f}")
+    step = decode_seconds(outs) / (tokens - 1)
     nbytes = decode_bytes_per_step(bench.engine.runner.model, bench.arch, batch,
                                    prompt_len + tokens / 2, kv_elem_bytes(bench))
     floor = nbytes["total"] / (bench.copy_gbs * 1e9)
@@ -161,13 +174,14 @@ def scenario_offline(bench: EngineBench, work: list[tuple[list[int], int]]) -> d
 
 def scenario_gen(bench: EngineBench) -> dict[str, Any]:
     """``gen_seqs`` concurrent sequences of ``gen_prompt`` tokens: prefill tok/s from the
-    1-token run, generation tok/s from the difference to the ``gen_tokens`` run."""
+    1-token run, generation tok/s from the ``gen_tokens`` run's own decode span."""
     p = bench.profile
     bench.warm(p.gen_seqs, p.gen_prompt)
     t1, _ = bench.generate(bench.prompts.batch(p.gen_seqs, p.gen_prompt), greedy(1))
-    tn, _ = bench.generate(bench.prompts.batch(p.gen_seqs, p.gen_prompt), greedy(p.gen_tokens))
+    tn, outs = bench.generate(bench.prompts.batch(p.gen_seqs, p.gen_prompt),
+                              greedy(p.gen_tokens))
     prefill = p.gen_seqs * p.gen_prompt / t1
-    gen = p.gen_seqs * (p.gen_tokens - 1) / (tn - t1)
+    gen = p.gen_seqs * (p.gen_tokens - 1) / decode_seconds(outs)
     log.info("gen %d seqs: prefill %.0f tok/s, generation %.0f tok/s", p.gen_seqs, prefill, gen)
     return {"seqs": p.gen_seqs, "prompt": p.gen_prompt, "tokens": p.gen_tokens,
             "prefill_s": t1, "total_s": tn, "prefill_tok_s": prefill, "gen_tok_s": gen,

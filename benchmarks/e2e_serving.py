@@ -31,7 +31,7 @@ def litestar_missing() -> str | None:
         import uvicorn  # noqa: F401
     except ImportError as exc:
         return (f"serving skipped: {exc} (carry the wheels of litestar and its needs; "
-                f"see notes/e2e_bench.md)")
+                f"see benchmarks/README.md)")
     return None
 
 

@@ -30,41 +30,17 @@ MS = [1, 2, 8, 16, 32, 64, 128, 256]
 
 
 def variants(m: int, n: int):
-    """Session 13's question, per shape: does the weights-left "swap" kernel
-    (kernels/w4a16_swap.py: dequantized planes as the MMA's left operand, which Hopper may
-    keep in registers) beat the dispatched choice at 4-256 rows? Joined into one dot or eight
-    plane dots; tiles of 64/128 weight columns. Next (benchmarks/gpu_call20.sh): stage-4
-    pipelines at 128-256 rows, and ``--dtype bfloat16`` (fp32 unpacking; bf16 still takes
-    the old paths). 1-4 rows (session 14): GEMV tiles of 256-1024 K, 32/64 columns, the
-    automatic split or none (at 3-4 rows against the dispatched swap tile). 1-2 rows
-    (session 19): K tiles of one quantization group (128), so that scales and zeros are one
-    row per tile instead of one per word, 64-256 columns wide for the bytes in flight, 4 or 8
-    warps, with the zero point subtracted per word or folded into the PTX constants
-    (``fold``; the zero points here are integers), all with ``flat_scales`` (1-D scale rows,
-    16-byte x loads, no masks on whole tiles): no gain (BENCHMARKS.md, session 20). 1-4 rows
-    (session 20): the tile loads staged through shared memory by cp.async ``pipe_stages``
-    tiles ahead instead of one tile ahead in registers (64 registers instead of 95 for the
-    dispatched tile), on the dispatched tile and wider ones; call 3 refines the best of
-    call 2 (64 columns, K tiles of one group, flat scales, folded zero points, 4 stages).
-    Session 21 (BENCHMARKS.md): call 1, swap tiles of 64-256 activation rows and 64-256
-    weight columns at 64-1024 rows: none beat dequantize + cuBLAS (the joined tile goes
-    through shared memory every K step). Calls 2-4, the eight plane dots (no conversion of
-    the weights) with x's columns in plane order (``x_planes``): 1.50x / 1.39x at 4 / 16
-    rows with x permuted outside the timed call, 1.23x / 1.16x with the copy inside (the
-    joined tile: 1.26x / 1.23x); x's planes split in registers (``x_split``): 0.89-0.94x on
-    wgmma. Calls 5, 8, 10, 11 under DISABLE_MMA_V3=1 (mma.sync, the 4090's kind of code):
-    the split planes 1.16-1.24x at 3-16 rows against 0.62x for the joined tile; the "dot"
-    kernel best at 17-64 rows; dequantize + cuBLAS above; the split planes' tile tuned.
-    Call 10 (mma.sync): the fused "dot" kernel at 96-256 rows 0.10-0.18x, dequantize +
-    cuBLAS 0.50-0.56x. Session 22: the plane dots at 64-256 rows, untried there (call 1 of
-    session 21 timed joined tiles only). The variants below: call 11's at 3-16 rows,
-    session 22's at 64 and above, call 8's between."""
+    """The candidate launch configurations per row count, against the dispatched choice:
+    at 1-2 rows the one-row GEMV's split-K choices (in-kernel sum, second launch, fixed
+    splits, waves); at 3-16 rows the eight plane dots with x split in registers (the mma.sync
+    choice) over tiles, stages, warps and splits; at 64 rows and above the plane dots
+    against dequantize + cuBLAS; in between the "dot" kernel, the joined swap tile and the
+    plane dots with x split or copied into plane order."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
-    if m <= 2:  # session 23: the dispatched tile (session 20) with its split K summed in
-        # the kernel at every width (N > 8,192 took a second launch: Llama-2 q/k/v's 32
-        # reduce launches a batch-1 step), or with a fixed split
+    if m <= 2:  # the dispatched tile with its split K summed in the kernel at every width,
+        # by a second launch, or with a fixed split
         def g(bn, bkk, pipe, warps=4, waves=2.5, fused=n <= 8192, split=0):
             return C("gemv16", block_n=bn, block_k=bkk, split_k=split, num_warps=warps,
                      rows=m, chain4=True, fold_zero=True, flat_scales=True, waves=waves,
@@ -82,7 +58,7 @@ def variants(m: int, n: int):
         return C("swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=stages,
                  fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
                  nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
-    if m <= 16:  # call 11, mma.sync: the split plane dots' tile, stages, warps and split
+    if m <= 16:  # mma.sync: the split plane dots' tile, stages, warps and split
         for bn, warps, st, waves, min_k in ((64, 4, 2, 2.5, 1), (64, 4, 4, 2.5, 1),
                                             (64, 4, 5, 2.5, 1), (64, 4, 3, 1.5, 1),
                                             (64, 4, 3, 4, 1), (64, 4, 3, 8, 1),
@@ -93,7 +69,7 @@ def variants(m: int, n: int):
             "swap", 16, 64, 256, split_k=0, num_warps=4, num_stages=3, fp16_planes=True,
             waves=2.5, min_k_tiles=1, nibble_dots=True, x_split=True)
         return out
-    if m >= 64:  # session 22: the plane dots at 64-256 rows against dequantize + cuBLAS
+    if m >= 64:  # the plane dots at 64-256 rows against dequantize + cuBLAS
         # ("planes": x copied into plane order, for wgmma; "split": x split in registers,
         # for mma.sync); tiles of 64/128 rows x 64/128 weight columns within 99 KB
         for mode in ("planes", "split"):
@@ -115,21 +91,21 @@ def variants(m: int, n: int):
                                           num_stages=3, fused_reduce=m <= 16, fp16_planes=True)
     if m > 16:
         out[f"split bm{bm} bn128 w4 st3"] = pl(bm, 128, 4, 3)
-        # session 22: x copied into plane order won at 64 rows under mma.sync (0.58x against
-        # 0.48x for the "dot" kernel); where between 17 and 64 does it start to win?
+        # x copied into plane order wins at 64 rows under mma.sync: where between 17 and 64
+        # does it start to win?
         for bn, warps in ((64, 4), (128, 8)):
             out[f"planes bm{bm} bn{bn} w{warps} st3 v2"] = pl(bm, bn, warps, 3, mode="planes")
     return out
 
 
 def variants_planes(m: int):
-    """Session 23, plane-packed words (``--planes``): the plane dots reading x as it is
+    """Plane-packed words (``--planes``): the plane dots reading x as it is
     against the joined swap tile fed x permuted to match (a copy), or with its columns in
     plane order (``plane_major``: no copy), at 3-64 rows."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
-    if m <= 2:  # the one-row GEMV: "auto" (session 23 timed three ways to read x there)
+    if m <= 2:  # the one-row GEMV: "auto" only
         return out
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     for tile in sorted({16 if m <= 16 else 32 if m <= 32 else 64, bm}):
@@ -140,21 +116,20 @@ def variants_planes(m: int):
                                     min_k_tiles=1 if fused else 4, fused_reduce=fused)
     out[f"joined bm{bm} + copy"] = C("swap", bm, 64, 128, split_k=0, num_warps=4,
                                       num_stages=3, fused_reduce=m <= 16, fp16_planes=True)
-    # the joined tile with its columns in plane order: x as it is (written in session 23
-    # after its last device call; the dispatch at 49-64 rows on wgmma is the one above)
+    # the joined tile with its columns in plane order: x as it is
     out[f"joined pm bm{bm}"] = C("swap", bm, 64, 128, split_k=0, num_warps=4, num_stages=3,
                                  fused_reduce=m <= 16, fp16_planes=True, plane_major=True)
     return out
 
 
 def variants_pm(m: int):
-    """Session 24 (``--pm``, plane-packed words): launch choices of the joined swap tile with
+    """Plane-packed words (``--pm``): launch choices of the joined swap tile with
     its columns in plane order around the one dispatched on wgmma at 33-64 rows (BN 64, 4
     warps, 3 stages, 2 waves), and at 65-256 rows, where dequantize + cuBLAS serves."""
     from edge_llm.kernels.w4a16 import W4A16Config as C
 
     out = {}
-    if m > 128:  # call 6: row tiles of 128 or 256 (the MMA's widest N), 4 / 8 warps
+    if m > 128:  # row tiles of 128 or 256 (the MMA's widest N), 4 / 8 warps
         grid = [(bm, bn, w, st, v, 4) for bm in (128, 256) for bn in (32, 64)
                 for w in (4, 8) for st in (2, 3) for v in (1, 2)
                 if not (bm == 256 and w == 4)]

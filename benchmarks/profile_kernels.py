@@ -99,8 +99,8 @@ def _decode_phase(llm, batch: int, prompt: int, steps: int, tag: str):
     """Queue ``batch`` prompts on the engine and step until every one has its first token
     (all prefill done): the steps after that are decode steps of exactly ``batch`` rows, at
     least ``steps`` + 2 of them. Measuring those steps directly, not the difference of two
-    generate() runs, keeps prefill out however the scheduler chunks it (session 16: at 160 x
-    800 the difference held a prefill step, and the graph step came out negative)."""
+    generate() runs, keeps prefill out however the scheduler chunks it (a difference can hold
+    a prefill step and come out negative)."""
     from edge_llm import SamplingParams
 
     eng = llm.engine

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-# OpenMP threads that spin while waiting make every small CPU op crawl as soon as another
-# process wants the cores (measured on 2 cores: 1.9 -> 14.4 tokens/s for the demo model).
-# Takes effect when edge_llm is imported before torch; the user's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from .checkout_path import unshadow
+from . import envs
 from .outputs import CompletionOutput, RequestOutput
 from .sampling_params import SamplingParams, StructuredOutputsParams
 
-unshadow()  # a checkout's kernels/ and quant/ must not pass for the `kernels` distribution
+# OpenMP threads that spin while waiting make every small CPU op crawl as soon as another
+# process wants the cores (BENCHMARKS.md, "CPU"). Takes effect when edge_llm is imported
+# before torch (none of the imports above loads it); the user's own setting wins.
+envs.set_default(envs.OMP_WAIT_POLICY, "PASSIVE")
 
 __version__ = "0.1.0"
 __all__ = ["LLM", "AsyncEngine", "SamplingParams", "StructuredOutputsParams", "RequestOutput",

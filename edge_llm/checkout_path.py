@@ -1,20 +1,19 @@
 """A checkout's root on sys.path must not shadow distributions named like our source folders.
 
 ``kernels/`` and ``quant/`` sit at the top of a checkout and install as ``edge_llm.kernels``
-and ``edge_llm.quant`` (pyproject's package-dir). But a process started in the checkout's root
+and ``edge_llm.quant`` (pyproject's package-dir). A process started in the checkout's root
 (``python -m pytest``, ``python -m edge_llm.cli``, ``python -c``) has that root on sys.path,
-where those folders pass for top-level packages. Recent transformers (5.25 here; 5.17 did
-not) depends on the Hub's ``kernels`` distribution and imports it (``from kernels import
-CUDAProperties``); finding our folder instead, every ``import transformers.<model>`` fails.
+where those folders pass for top-level packages named ``kernels`` and ``quant``. transformers
+imports the Hub's ``kernels`` distribution (``from kernels import CUDAProperties``) whenever it
+finds one, so finding our folder instead broke every ``import transformers.<model>``.
 
-``unshadow()`` runs when edge_llm is imported: for each of those names that would resolve to
-the checkout's folder while an installed distribution of that name exists elsewhere on
-sys.path, it puts the installed one into ``sys.modules`` first (loaded lazily, on first use),
-so later imports get it. When no such distribution is installed, the name is marked absent
-(``None`` in ``sys.modules``), as it is for a wheel install: transformers 5.17, which does not
-depend on the Hub's ``kernels`` but imports it when found, had imported our folder as
-``kernels``. Nothing happens outside a checkout (a wheel install has no such folders beside
-it) or when the name is already imported.
+The fix sits where the wrong name is resolved, so the import order does not matter: each
+folder's ``__init__.py`` checks the name it is imported under and, when that is the bare
+name, calls ``defer_to_installed`` instead of running its body. That puts the installed
+distribution of the name (found on sys.path without the checkout's root) into ``sys.modules``
+in its place, and the importer gets it. When no such distribution is installed, the module
+stays an empty namespace (no ``__file__``, no submodules): what Python makes of a folder
+without ``__init__.py``, and what transformers' availability check reads as "not installed".
 """
 
 from __future__ import annotations
@@ -23,41 +22,32 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-
-SOURCE_FOLDERS = ("kernels", "quant")
-
-
-def _root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from types import ModuleType
 
 
-def unshadow(names: tuple[str, ...] = SOURCE_FOLDERS, root: str | None = None) -> list[str]:
-    """Import the installed distribution behind each shadowed name, or mark the name absent
-    when none is installed; returns the names done."""
-    root = os.path.normcase(root or _root())
-    if not os.path.isfile(os.path.join(root, "pyproject.toml")):
-        return []  # not a checkout
-    done = []
-    for name in names:
-        if name in sys.modules or not os.path.isdir(os.path.join(root, name)):
-            continue
-        try:
-            found = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue
-        origin = os.path.normcase(os.path.abspath(found.origin or "")) if found else ""
-        if not origin.startswith(os.path.join(root, name) + os.sep):
-            continue  # not shadowed: the name resolves elsewhere, or to nothing
-        rest = [p for p in sys.path if os.path.normcase(os.path.abspath(p or os.curdir)) != root]
-        spec = importlib.machinery.PathFinder.find_spec(name, rest)
-        if spec is None or spec.loader is None:  # no such distribution installed
-            sys.modules[name] = None  # `import name` fails, find_spec says None
-            done.append(name)
-            continue
-        # lazily: the distribution's own imports (torch, for one) wait for its first use
-        spec.loader = importlib.util.LazyLoader(spec.loader)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.normcase(os.path.abspath(a or os.curdir)) == os.path.normcase(
+        os.path.abspath(b))
+
+
+def defer_to_installed(name: str, init_file: str) -> ModuleType | None:
+    """Replace the module being imported as ``name`` (a checkout's source folder whose
+    ``__init__.py`` is ``init_file``) by the distribution of that name installed elsewhere on
+    sys.path; returns that module, or None (and empties the folder's module) when there is
+    none. Only for the folder's ``__init__`` while it is being imported under ``name``."""
+    own = sys.modules[name]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(init_file)))
+    rest = [p for p in sys.path if not _same_dir(p, root)]
+    spec = importlib.machinery.PathFinder.find_spec(name, rest)
+    if spec is None or spec.loader is None:
+        own.__file__ = None  # an empty namespace: nothing of the folder is importable by name
+        own.__path__ = []
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # the import system hands the importer what sys.modules holds
+    try:
         spec.loader.exec_module(module)
-        done.append(name)
-    return done
+    except BaseException:
+        sys.modules[name] = own
+        raise
+    return module

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import pkgutil
 import re
 import sys
@@ -25,10 +24,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from edge_llm import envs
 from edge_llm.flags import (  # re-exported: recipes and plugins import them from here
     SERVE_OPTIONS,
     UsageError,
     add_options,
+    environment_help,
+    option_env,
     resolve_options,
 )
 
@@ -108,11 +110,40 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
                               served_model_name=args.served_model_name,
                               max_queue=args.max_queue, chat_template=args.chat_template,
                               log_requests=args.log_requests, ready_timeout=args.ready_timeout,
+                              allowed_origins=args.allowed_origins,
+                              allowed_methods=args.allowed_methods,
+                              allowed_headers=args.allowed_headers,
+                              allow_credentials=args.allow_credentials,
+                              allowed_hosts=args.allowed_hosts,
+                              enable_sleep_endpoints=args.enable_sleep_endpoints,
+                              max_prompts_per_request=args.max_prompts_per_request,
+                              max_messages=args.max_messages,
+                              max_prompt_chars=args.max_prompt_chars,
+                              header_read_timeout=args.header_read_timeout,
+                              body_read_timeout=args.body_read_timeout,
+                              timeout_keep_alive=args.timeout_keep_alive,
+                              default_max_tokens=args.default_max_tokens,
+                              generation_config=args.generation_config,
                               tool_call_parser=args.tool_call_parser,
                               reasoning_parser=args.reasoning_parser)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return engine, server
+
+
+def check_generation_config(spec: str) -> None:
+    """``--generation-config PATH``: the file exists and holds valid defaults (``auto`` is read
+    once the model is found). UsageError naming the file otherwise."""
+    if spec in ("auto", "vllm"):
+        return
+    from edge_llm.server.request_defaults import generation_config_file, read_generation_config
+
+    try:
+        path = generation_config_file(spec, None)
+        if path is not None:
+            read_generation_config(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def build_lifecycle(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Any:
@@ -121,12 +152,11 @@ def build_lifecycle(args: argparse.Namespace, environ: dict[str, str] | None = N
     UsageError naming the flag or file on bad values."""
     from edge_llm.server.hooks import LifecycleConfig, read_warmup_prompts
 
-    environ = os.environ if environ is None else environ
-    sagemaker = args.sagemaker or bool(environ.get("SAGEMAKER_BIND_TO_PORT")
-                                       or environ.get("SM_MODEL_DIR"))
+    sagemaker = args.sagemaker or envs.SAGEMAKER_BIND_TO_PORT.is_set(environ) or \
+        envs.SM_MODEL_DIR.is_set(environ)
     if sagemaker and not args.port_given:
         try:
-            args.port = int(environ.get("SAGEMAKER_BIND_TO_PORT") or 8080)
+            args.port = envs.SAGEMAKER_BIND_TO_PORT.get(environ) or 8080
         except ValueError:
             raise UsageError("environment variable SAGEMAKER_BIND_TO_PORT: not a port") from None
         args.host = "0.0.0.0" if args.host == "127.0.0.1" else args.host
@@ -158,28 +188,27 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT: then new requests get 503 (or a refused connection), those
     in flight get ``--drain-timeout`` seconds to finish, and the exit code is 0."""
     started = time.time()
-    from edge_llm.engine.probe_cache import probe_cache_wanted
     from edge_llm.model.prefetch import prefetch_method, start_prefetch
     from edge_llm.server.hooks import set_compile_cache_env
 
     set_compile_cache_env()  # before torch/triton load: a second cold start reuses kernels
-    args.port_given = args.port is not None or any(os.environ.get(e) for e in
-                                                   ("EDGE_LLM_PORT", "PORT"))
+    args.port_given = args.port is not None or option_env("--port") is not None
     resolve_options(args, SERVE_OPTIONS)
-    args.model = args.model or os.environ.get("EDGE_LLM_MODEL") or None
+    args.model = args.model or envs.MODEL.get()
     engine_cfg, server_cfg = build_configs(args)
     lifecycle = build_lifecycle(args)
     server_cfg = replace(server_cfg, host=args.host, port=args.port)
+    check_generation_config(args.generation_config)
     setup_logging(args.log_level)
     check_model_path(args.model)
     try:
+        envs.check_all()  # every declared variable's value, before anything loads
         method = prefetch_method()
-        probe_cache_wanted()  # checked here: the engine reads it on CUDA only
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if method:  # the checkpoint into the page cache while torch is imported
         start_prefetch(args.model, engine_cfg.model.revision,
-                       compile_cache=Path(os.environ["TRITON_CACHE_DIR"]), method=method)
+                       compile_cache=envs.TRITON_CACHE_DIR.get(), method=method)
     failures: list[BaseException] = []
     server: Any = None
 
@@ -192,6 +221,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from edge_llm.server import create_app
     from edge_llm.server.draining import DrainingServer
+    from edge_llm.server.slow_clients import header_deadline_protocol
 
     try:
         app = create_app(engine_cfg, server_cfg, on_load_failure=stop, lifecycle=lifecycle)
@@ -202,8 +232,9 @@ def run_serve(args: argparse.Namespace) -> int:
         time.time() - started, time.time() - app.state.ctx.holder.phases.process_start)
     config = uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
                             log_level=args.log_level, access_log=False, log_config=None,
-                            timeout_graceful_shutdown=lifecycle.drain_timeout)
-    server = DrainingServer(config, app.state.ctx.holder)
+                            http=header_deadline_protocol(server_cfg.header_read_timeout),
+                            timeout_keep_alive=server_cfg.timeout_keep_alive)
+    server = DrainingServer(config, app.state.ctx.holder, lifecycle.drain_timeout)
     server.run()
     if failures:
         raise RunError(f"the model failed to load: {failures[0]}")
@@ -220,19 +251,22 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=None,
                         help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     parser.add_argument("--api-key", default=None, help="API key [env $EDGE_LLM_API_KEY]")
-    parser.add_argument("--system", default=None, help="system prompt")
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--system", default=None, help="system prompt (default: none)")
+    parser.add_argument("--temperature", type=float, default=0.7,
+                        help="sampling temperature (default: 0.7)")
+    parser.add_argument("--max-tokens", type=int, default=512,
+                        help="most tokens per reply (default: 512)")
     parser.add_argument("--max-model-len", type=int, default=None,
-                        help="context length of the in-process model")
-    parser.add_argument("--device", default="auto", help="device of the in-process model")
+                        help="context length of the in-process model (default: the model's)")
+    parser.add_argument("--device", default="auto",
+                        help="device of the in-process model: cuda, cpu or auto (default: auto)")
 
 
 def run_chat(args: argparse.Namespace) -> int:
     from edge_llm.server.terminal_chat import ChatSettings, chat_in_process, chat_with_url
 
     settings = ChatSettings(
-        api_key=args.api_key or os.environ.get("EDGE_LLM_API_KEY") or None,
+        api_key=args.api_key or option_env("--api-key"),
         system=args.system, temperature=args.temperature, max_tokens=args.max_tokens,
     )
     if args.max_tokens < 1:
@@ -247,8 +281,20 @@ def run_chat(args: argparse.Namespace) -> int:
 # ---- main ---------------------------------------------------------------------------------
 
 
+def _epilog() -> str:
+    """The environment variables: each serve flag's, then those without a flag."""
+    return (
+        "environment variables of `edge-llm serve` (a flag given on the command line wins; "
+        "`edge-llm serve --help` shows each default):\n"
+        f"{environment_help(SERVE_OPTIONS)}\n"
+        f"  {'EDGE_LLM_API_KEY':<44} also the key of `edge-llm chat --url`\n\n"
+        f"{envs.help_text()}\n"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Serve 4-bit LLMs behind an OpenAI-compatible API.")
+    parser = _Parser(prog=PROG, description="Serve 4-bit LLMs behind an OpenAI-compatible API.",
+                     epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version())
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     serve = subs.add_parser("serve", help="run the OpenAI-compatible HTTP server")

@@ -16,14 +16,31 @@ from pathlib import Path
 from edge_llm.cli import RunError, UsageError
 
 
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with its default, except a required one's (it has none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.required or action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def register(subparsers) -> None:
-    p = subparsers.add_parser("quantize", help="quantize a model to 4-bit AWQ or GPTQ")
+    p = subparsers.add_parser("quantize", help="quantize a model to 4-bit AWQ or GPTQ",
+                              formatter_class=_HelpWithDefaults,
+                              description="Quantize the decoder linears of an fp16/bf16/fp32 "
+                              "checkpoint to 4 bits on bundled calibration text, write it in "
+                              "the AWQ or GPTQ checkpoint layout and report perplexity before "
+                              "and after.")
     p.add_argument("src", help="source model: local folder or hub id (fp16/bf16/fp32)")
-    p.add_argument("--format", dest="fmt", choices=("awq", "gptq"), default="awq")
+    p.add_argument("--format", dest="fmt", choices=("awq", "gptq"), default="awq",
+                   help="checkpoint layout written: AWQ GEMM or GPTQ")
     p.add_argument("--method", choices=("rtn", "gptq", "awq"), default="gptq",
                    help="rtn: round to nearest; gptq: GPTQ's Hessian method; awq: autoawq")
-    p.add_argument("--bits", type=int, default=4)
-    p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--bits", type=int, default=4, help="weight bits (4 is the only width "
+                   "edge-llm serves)")
+    p.add_argument("--group-size", type=int, default=128,
+                   help="columns sharing one scale and zero point (-1: one group per row)")
     p.add_argument("--sym", action="store_true", help="symmetric zero points")
     p.add_argument("--desc-act", action="store_true",
                    help="GPTQ columns in act-order; with --format awq the groups stay "
@@ -32,9 +49,10 @@ def register(subparsers) -> None:
                    help="search each group's clipping range (AutoGPTQ's MSE grid)")
     p.add_argument("--damp", type=float, default=0.01,
                    help="GPTQ damping, a fraction of the Hessian's mean diagonal")
-    p.add_argument("--nsamples", type=int, default=128)
-    p.add_argument("--seqlen", type=int, default=512)
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--nsamples", type=int, default=128,
+                   help="calibration windows taken from the bundled texts")
+    p.add_argument("--seqlen", type=int, default=512, help="tokens per calibration window")
+    p.add_argument("--out", required=True, help="output folder (must be empty or absent)")
     p.add_argument("--no-eval", action="store_true", help="skip the perplexity report")
     p.set_defaults(func=run)
 

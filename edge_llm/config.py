@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 SUPPORTED_DTYPES = ("auto", "float32", "float16", "bfloat16")
 SUPPORTED_BLOCK_SIZES = (8, 16, 32)
 MAX_CUDA_GRAPH_SIZE = 512  # vLLM's largest default capture size
+# Tokens a chat reply sent without max_tokens may generate when neither the operator
+# (--default-max-tokens) nor the model's generation_config.json (max_new_tokens) says: vLLM's
+# default, the rest of the context, let the demo model ramble for minutes on a CPU.
+DEFAULT_MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -80,16 +84,16 @@ class SchedulerConfig:
     # How a preempted sequence gives up its blocks: "recompute" (freed; prompt + outputs are
     # prefilled again) or "swap" (copied to the CPU swap space while it has room). None:
     # vLLM's rule, swap for a sequence that shares its request with siblings (n > 1), else
-    # recompute (measured: recompute-only ran the 256-request offline workload 32% faster
-    # than swapping on the H200 under memory pressure, BENCHMARKS.md session 15).
+    # recompute: under memory pressure a recompute costs less than copying blocks out and back
+    # over PCIe (BENCHMARKS.md, "Scheduler").
     preemption_mode: str | None = None
     # The token budget of a step that has running decodes (theirs included), when prefills are
     # chunked: a prompt joining them is cut to fit. "auto": the engine takes the largest
     # short-step CUDA graph's token count (engine/prefill_graphs.py), so that such a step
     # replays a graph instead of running eagerly for tens of milliseconds while every stream
     # waits; no cap when there are no such graphs. None or 0 (the default): no cap
-    # (``max_num_batched_tokens``). On the H200 "auto" halved the inter-token p99 at 64
-    # streams but cost 10-14% of throughput at 32-64 (BENCHMARKS.md, session 30).
+    # (``max_num_batched_tokens``): "auto" trades throughput for inter-token p99 under load
+    # (BENCHMARKS.md, "Serving under load").
     max_tokens_with_decodes: int | str | None = None
 
     def __post_init__(self) -> None:
@@ -147,18 +151,47 @@ class ServerConfig:
     port: int = 8000
     api_key: str | None = None  # when set, every /v1 route needs "Authorization: Bearer <key>"
     served_model_name: str | None = None  # None: the engine's model_name
-    max_queue: int | None = None  # requests allowed to wait beyond max_num_seqs; None: no limit
+    max_queue: int | None = None  # sequences allowed to wait beyond max_num_seqs; None: none
     chat_template: str | None = None  # a file or an inline Jinja template; None: the tokenizer's
     max_body_bytes: int = 16 * 1024 * 1024
     log_requests: bool = True  # one info line per request
     ready_timeout: float = 600.0  # seconds a /v1 request waits for the model to finish loading
     retry_after: int = 1  # seconds, sent in Retry-After with 429 and 503
+    # cross-site defences (edge_llm/server/guard.py): CORS is off unless origins are listed
+    allowed_origins: tuple[str, ...] = ()  # "*" allows any origin
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False
+    # Host names accepted when bound to a loopback address (empty: loopback names only;
+    # "*": any); the DNS-rebinding defence
+    allowed_hosts: tuple[str, ...] = ()
+    enable_sleep_endpoints: bool = False  # POST /sleep, POST /wake_up, GET /is_sleeping
+    # what one request may ask for, checked before tokenizing (None: no limit)
+    max_prompts_per_request: int | None = 256
+    max_messages: int | None = 1024
+    max_prompt_chars: int | None = 1_000_000
+    # slow clients: seconds for a request's headers, then for its whole body; idle keep-alive
+    header_read_timeout: float = 15.0
+    body_read_timeout: float = 60.0
+    timeout_keep_alive: float = 5.0
+    # tokens a chat reply without max_tokens may generate; None: the model's
+    # generation_config.json max_new_tokens, else DEFAULT_MAX_TOKENS; 0: the rest of the context
+    default_max_tokens: int | None = None
+    # vLLM's --generation-config: "auto" (the model's generation_config.json), "vllm" or a folder
+    generation_config: str = "auto"
     # how tool calls / <think> reasoning are read out of replies: "auto" (from the chat
     # template), "none", or a format (edge_llm/server/tool_parsers.py, reasoning_parsers.py)
     tool_call_parser: str = "auto"
     reasoning_parser: str = "auto"
 
     def __post_init__(self) -> None:
+        for name in ("max_prompts_per_request", "max_messages", "max_prompt_chars"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}.")
+        for name in ("header_read_timeout", "body_read_timeout", "timeout_keep_alive"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}.")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}.")
         if self.max_queue is not None and self.max_queue < 0:
@@ -169,6 +202,8 @@ class ServerConfig:
             raise ValueError(f"ready_timeout must be >= 0 seconds, got {self.ready_timeout}.")
         if self.retry_after < 0:
             raise ValueError(f"retry_after must be >= 0 seconds, got {self.retry_after}.")
+        if self.default_max_tokens is not None and self.default_max_tokens < 0:
+            raise ValueError(f"default_max_tokens must be >= 0, got {self.default_max_tokens}.")
         tool_kinds = ("auto", "none", "hermes", "llama3_json")
         if self.tool_call_parser not in tool_kinds:
             raise ValueError(f"tool_call_parser must be one of {', '.join(tool_kinds)}, got "

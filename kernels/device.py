@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
+
+from edge_llm import envs
 
 
 @functools.cache
@@ -53,6 +54,6 @@ def dots_from_registers(device: torch.device) -> bool:
     (tests/test_kernels_compile.py)."""
     if device.type != "cuda":
         return True
-    if os.environ.get("DISABLE_MMA_V3", "").strip().lower() in ("1", "true", "on", "yes"):
+    if envs.DISABLE_MMA_V3.get():
         return True
     return not 9 <= _props(device).major <= 10

@@ -113,7 +113,7 @@ def _rms_norm_kernel(
     PERM: output column j is column perm[j]; the scaling pass reads its inputs (and weight) at
     the permuted columns and recomputes the same rounded sum, as the chunked pass 2 does (one
     chunk: the permutation is loaded with the first inputs, not after the sum). tl.gather of
-    the row in registers hung on the H200 (Triton 3.6, session 13)."""
+    the row in registers hangs on Hopper (Triton 3.6)."""
     pdl_enter(PDL)
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     row_ok = rows < n_rows

@@ -1,9 +1,8 @@
 """Column gather ``out[..., j] = x[..., perm[j]]`` in one launch: the input permutation of an
 act-order linear whose gather could not be folded away (o_proj; see model/fuse.py).
 
-torch's ``index_select`` on the last axis took 6.2 us per call at one 4,096-wide row on the
-H200 (session 13's kernel tally of a 7B act-order decode step, 32 calls per step). The
-reference is ``x.index_select(-1, perm)``.
+torch's ``index_select`` on the last axis is slow for one short row, and an act-order 7B
+decode step calls it 32 times. The reference is ``x.index_select(-1, perm)``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Host-side integer helpers for launch grids and block sizes.
 
 ``triton.cdiv`` and ``triton.next_power_of_2`` are ``constexpr_function``s in Triton 3.6:
-called from host code each unwraps its arguments and builds constexpr objects, about 2 us a
-call against 0.03 us for the plain arithmetic (benchmarks/host_forward.py measured the eager
-forward's host cost; a W4A16 launch made eight such calls). The kernels keep ``tl.cdiv``.
+called from host code each unwraps its arguments and builds constexpr objects, nearly a
+hundred times the cost of the plain arithmetic, and a W4A16 launch made eight such calls.
+The kernels keep ``tl.cdiv``.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 in uint8 tensors, unscaled (vLLM's ``kv_cache_dtype="fp8"`` without calibrated scales).
 
 Why: the decode steps of a large batch read every sequence's whole context each step (in
-the 256-request offline run the K/V reads alone need ~91 of the 193 us the engine spends
-per output token at 158 rows, BENCHMARKS.md session 15), and a 24 GB card holds twice the
-tokens. uint8 storage, not
+the offline benchmark the K/V reads are about half of the time per output token), and a 24 GB
+card holds twice the tokens. uint8 storage, not
 torch.float8_e4m3fn: the bit conversions below are integer and fp32 arithmetic that every
 CUDA GPU (sm_86 has no fp8 instructions), the Triton interpreter and torch agree on.
 
@@ -66,8 +65,7 @@ def fp8_decode(codes, CVT: tl.constexpr = False):
     """fp16 values of uint8 e4m3 codes (exact: every e4m3 value is an fp16 value, and so a
     bf16 one). ``CVT`` (sm_89 and later, ``device.has_fp8_cvt``): the hardware conversion, one
     instruction per two codes; else integer math (sm_86, the interpreter), about seven
-    instructions per code, which left the fp8 decode attention slower than the fp16 one on
-    the H200 (0.66-1.01x, session 16)."""
+    instructions per code, which leaves the fp8 decode attention slower than the fp16 one."""
     if CVT:
         return codes.to(tl.float8e4nv, bitcast=True).to(tl.float16)
     c = codes.to(tl.int32)

@@ -3,11 +3,11 @@ checks, and the multiprocessor count (layout: ``kernels/paged_attention.py``).""
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+
+from edge_llm import envs
 
 from .device import has_fp8_cvt, num_sms
 from .kv_fp8 import fp8_decode
@@ -18,7 +18,6 @@ __all__ = ["LOG2E", "check_cache", "context_partition", "fp8_cvt", "kv_line", "l
            "prefetch_kv_lines", "value_cache", "values_token_minor", "values_token_minor_for"]
 
 LOG2E = 1.4426950408889634
-TOKEN_MINOR_ENV = "EDGE_LLM_V_TOKEN_MINOR"
 
 
 @triton.jit
@@ -206,10 +205,8 @@ def value_cache(shape: tuple[int, int, int, int], dtype: torch.dtype, device=Non
 
 def values_token_minor_for(dtype: torch.dtype) -> bool:
     """Whether ``value_cache`` stores values of ``dtype`` token-minor."""
-    switch = os.environ.get(TOKEN_MINOR_ENV, "auto")
-    if switch not in ("auto", "0", "1"):
-        raise ValueError(f"{TOKEN_MINOR_ENV} must be auto, 0 or 1, got {switch!r}.")
-    return switch == "1" or (switch == "auto" and dtype == torch.uint8)
+    switch = envs.V_TOKEN_MINOR.get()  # None: auto, for the fp8 (uint8) cache only
+    return dtype == torch.uint8 if switch is None else switch
 
 
 def check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:

@@ -6,8 +6,8 @@ with a reduce kernel; the oracle is ``paged_attention_ref`` (kernels/paged_atten
     rounded up to BLOCK_N is per sequence, read from seq_lens on the device: the grid S is
     sized for the longest context the launch allows (a CUDA graph's max_model_len), and a
     short context still spreads over the S programs instead of leaving all but the first
-    partition empty (session 14: at batch 1 one program per head walked the whole context
-    while the others idled). Each loaded K/V tile [BLOCK_N, D] serves all G heads through
+    partition empty (else at batch 1 one program per head walks the whole context while the
+    others idle). Each loaded K/V tile [BLOCK_N, D] serves all G heads through
     one tl.dot whose M rows are the heads (padded to 16). With S > 1 every program writes
     its normalised partial output and log2-sum-exp, and the S partials per head are weighted
     by their sum-exps: by the last of the S programs of (b, h) to finish (``FUSED_REDUCE``, the
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from edge_llm import envs
 
 from .grid import cdiv, next_pow2
 from .paged_common import (
@@ -36,14 +38,9 @@ from .paged_common import (
     prefetch_kv_lines,
     values_token_minor,
 )
-from .pdl import pdl_enter, pdl_kwargs, prefetch_tiles
+from .pdl import pdl_enter, pdl_kwargs
 from .splitk import counters as splitk_counters
 from .splitk import last_of_tile, release_tile
-
-# the tiles of its context split each decode program asks L2 for before its PDL wait: one by
-# default (decode batch 1 1.007x faster on the H200, batch 2-4 within 0.3%; session 30)
-PREFETCH_ENV = "EDGE_LLM_DECODE_PREFETCH"
-PREFETCH_DEFAULT = 1
 
 
 @triton.jit
@@ -216,11 +213,10 @@ class DecodeConfig:
     fused_reduce: bool = True
     max_fused_splits: int = MAX_FUSED_SPLITS
     # a per-thread register cap for the launches that sum their splits in the kernel (ptxas
-    # .maxnreg; None: ptxas decides). Triton 3.6 on sm_90 gave that kernel 156-158 registers
-    # against 113 without the sum (the atomic counter alone does it): 3 programs per
-    # multiprocessor instead of 4, so 32 sequences x 8 kv heads x 2 splits ran in two waves
-    # (0.68 of copy bandwidth; 0.89 capped, session 16). Not applied elsewhere: the one-split
-    # MHA launch at 160 x 800 lost 3% capped. sm_89 compiles the sum to <= 128 anyway.
+    # .maxnreg; None: ptxas decides). Triton 3.6 on sm_90 gives that kernel far more registers
+    # than without the sum (the atomic counter alone does it): 3 programs per multiprocessor
+    # instead of 4, so a batch that fits one wave of 4 runs in two. Not applied elsewhere: the
+    # one-split launch loses a little capped. sm_89 compiles the sum to <= 128 anyway.
     max_registers: int | None = 128
 
 
@@ -269,14 +265,13 @@ def paged_decode(
     if splits > 1:
         part_out = torch.empty((b, h, splits, d), device=q.device, dtype=torch.float32)
         part_lse = torch.empty((b, h, splits), device=q.device, dtype=torch.float32)
-        # summed in the kernel up to 16 splits: with the unrolled sum it won or tied against
-        # the second launch at 1-9 splits on the H200 (session 14, BENCHMARKS.md; the
-        # runtime-loop sum of session 13 had lost 6% at 9)
+        # summed in the kernel up to 16 splits: the unrolled sum wins or ties against a
+        # second launch there (a runtime loop over the splits would lose)
         fused = cfg.fused_reduce and splits <= cfg.max_fused_splits
         cnt = splitk_counters(q.device, b * hkv) if fused else None
     seq_lens = seq_lens.to(q.device)
     pdl = pdl_kwargs(q.device)
-    prefetch = prefetch_tiles(PREFETCH_ENV, PREFETCH_DEFAULT) if pdl["PDL"] else 0
+    prefetch = envs.DECODE_PREFETCH.get() if pdl["PDL"] else 0
     _paged_decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
         out if cnt is None else cnt, scale * LOG2E, q.stride(0), q.stride(1),

@@ -21,13 +21,13 @@ kernel by the last program of a tile, as decode does, the [BLOCK_M, D] partials 
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+
+from edge_llm import envs
 
 from .grid import next_pow2
 from .paged_common import (
@@ -47,27 +47,16 @@ from .pdl import pdl_enter, pdl_kwargs
 # key partitions per q tile at most; the merge kernel is compiled for this many whatever the
 # split (one variant)
 MAX_SPLITS = 8
-# EDGE_LLM_PREFILL_SPLIT=0: never split the keys where the split is planned (comparisons)
-SPLIT_ENV = "EDGE_LLM_PREFILL_SPLIT"
-POW2_ROWS_ENV = "EDGE_LLM_PREFILL_POW2_ROWS"
-# what a split costs, in keys one program walks (~3 us per 64-key tile on the H200): the
-# merge launch and the partials' writes ~16 us, plus 3.2 us per 1,000 (token, head) rows
-# merged. Fitted on session 30's kernel table (BENCHMARKS.md): it keeps every measured gain
-# and drops the one measured loss under the programs cut-off (Qwen2.5's 28 / 4 heads, 256
-# new tokens over 1,000 keys: 116 programs, 0.78x split 3 ways)
+# what a split costs, in keys one program walks: the merge launch and the partials' writes,
+# plus a part per (token, head) row merged. Fitted on the prefill split's kernel table
+# (BENCHMARKS.md, "Kernels"): it keeps every measured gain and drops the one measured loss
+# under the programs cut-off (Qwen2.5's 28 / 4 heads, 256 new tokens over 1,000 keys)
 SPLIT_FIXED_KEYS = 340
 SPLIT_KEYS_PER_ROW = 0.068
 # each q tile sizes its partitions from its own keys, but never below this many key tiles
 # (256 keys at the default 64, the plan's own minimum): a tile whose keys are fewer than the
 # plan assumed (a graph plans for max_model_len) takes fewer partitions, not smaller ones
 MIN_PARTITION_TILES = tl.constexpr(4)
-
-
-@functools.cache
-def env_switch(env: str, default: str) -> bool:
-    """Whether ``env`` (default ``default``) is "1": read once, not on every launch; tests
-    clear the cache."""
-    return os.environ.get(env, default) == "1"
 
 
 @triton.jit
@@ -203,11 +192,10 @@ def prefill_splits(programs: int, max_context: int, sms: int, block_n: int,
     program per multiprocessor up, else decode attention's plan (about 2 programs per
     multiprocessor, partitions of at least 256 keys), at most MAX_SPLITS, kept only where
     the keys it takes off each program's walk outweigh its cost (SPLIT_FIXED_KEYS +
-    SPLIT_KEYS_PER_ROW per row). On the H200 (132 multiprocessors; session 30,
-    benchmarks/prefill_split.py) 8-64 new tokens over 1,000 / 4,000 keys ran 1.4-1.8x /
-    2.5-4.2x faster split, but launches of 116-228 programs lost up to 1.9x."""
+    SPLIT_KEYS_PER_ROW per row). A few new tokens over a long context gain most; launches
+    that already come close to filling the GPU lose, hence the programs cut-off."""
     if num_splits <= 0:
-        if programs >= sms or not env_switch(SPLIT_ENV, "1"):
+        if programs >= sms or not envs.PREFILL_SPLIT.get():
             return 1
         num_splits = min(decode_split_plan(programs, max_context, sms, block_n)[0],
                          MAX_SPLITS)
@@ -250,7 +238,7 @@ def paged_prefill(
     if t == 0 or num_seqs == 0:
         return out
     block_m = max(cfg.block_m, 16, next_pow2(group))
-    pow2 = cfg.pow2_rows if cfg.pow2_rows is not None else env_switch(POW2_ROWS_ENV, "0")
+    pow2 = cfg.pow2_rows if cfg.pow2_rows is not None else envs.PREFILL_POW2_ROWS.get()
     row_stride = next_pow2(group) if pow2 else group
     block_q = block_m // row_stride
     key = ("prefill_tiles", block_q, num_seqs, q.device)

@@ -11,8 +11,8 @@ launch both switches together (a kernel launched with ``launch_pdl`` but no wait
 The exception: asking L2 for lines the kernel will read (``prefetch_l2``: weights, or the
 keys and values of decode attention) before the wait. A prefetch changes no value and L2 is
 where every multiprocessor's writes land, so any line may be asked for early. Decode
-attention asks for its first tile by default (``EDGE_LLM_DECODE_PREFETCH``, 1.007x at batch
-1 on the H200); the GEMV only if ``EDGE_LLM_GEMV_PREFETCH`` asks (it lost; ``prefetch_tiles``).
+attention asks for its first tile by default (``EDGE_LLM_DECODE_PREFETCH``); the GEMV only if
+``EDGE_LLM_GEMV_PREFETCH`` asks (both are experiments, edge_llm/envs.py).
 To find its lines decode attention also *loads* the context length and block table early,
 which is right only because no kernel of a forward writes them (the engine copies them in
 before it): Triton's loads are pure inline asm, and the compiler merges two loads of one
@@ -21,17 +21,15 @@ address across the wait.
 ``EDGE_LLM_PDL``: ``auto`` (the default) launches with PDL the kernels of forwards of at most
 ``AUTO_MAX_TOKENS`` tokens (the model's forward says its size through ``forward_tokens``;
 kernels outside a forward launch without); ``1`` every kernel; ``0`` none. Only on sm_90 and
-later (sm_8x has no griddepcontrol: the 3090 / 4090 path is unchanged). Measured on the H200
-(BENCHMARKS.md, session 27): decode steps 1.06x / 1.04x / 1.02x faster at 1 / 2 / 4 rows,
-0.99x at 8, 0.95x / 0.94x at 12 / 16 rows, hence the cut-off.
+later (sm_8x has no griddepcontrol: the 3090 / 4090 path is unchanged). It speeds up decode
+steps of a few rows, whose kernels are short enough for launch gaps to matter, and slows
+down those of 12 rows and more (BENCHMARKS.md, "Kernels"), hence the cut-off.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
-import os
 from collections.abc import Iterator
 
 import torch
@@ -39,22 +37,12 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from edge_llm import envs
+
 from .device import compute_capability
 
-ENV = "EDGE_LLM_PDL"
-MODES = ("auto", "0", "1")
 AUTO_MAX_TOKENS = 4
 _tokens: contextvars.ContextVar[int | None] = contextvars.ContextVar("pdl_tokens", default=None)
-
-
-@functools.cache
-def pdl_mode() -> str:
-    """``EDGE_LLM_PDL``: auto, 0 or 1 (read once; tests clear the cache); any other value is
-    an error."""
-    value = os.environ.get(ENV, "auto")
-    if value not in MODES:
-        raise ValueError(f"{ENV} must be auto, 0 or 1, got {value!r}.")
-    return value
 
 
 @contextlib.contextmanager
@@ -72,7 +60,7 @@ def pdl_on(device: torch.device) -> bool:
     mode is 1, or auto inside a forward of at most ``AUTO_MAX_TOKENS`` tokens."""
     if device.type != "cuda":
         return False
-    mode = pdl_mode()
+    mode = envs.PDL.get()
     if mode == "0":
         return False
     if mode == "auto":
@@ -87,22 +75,6 @@ def pdl_kwargs(device: torch.device) -> dict:
     both on or both off."""
     on = pdl_on(device)
     return {"PDL": on, "launch_pdl": on}
-
-
-@functools.cache
-def prefetch_tiles(env: str, default: int = 0) -> int:
-    """A kernel's early L2 prefetch setting ``env`` (``EDGE_LLM_GEMV_PREFETCH``,
-    ``EDGE_LLM_DECODE_PREFETCH``): how many of its first tiles each program asks L2 for
-    before its wait (0: none; a power of two), ``default`` where unset. Read once; tests
-    clear the cache."""
-    text = os.environ.get(env, str(default))
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0 or value & (value - 1):
-        raise ValueError(f"{env} must be 0 or a power of two (tiles), got {text!r}")
-    return value
 
 
 @triton.jit

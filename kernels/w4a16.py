@@ -19,7 +19,7 @@ Runtime layout, G = ceil(K / group_size)::
     qweight rows:  | k 0..7 | k 8..15 | ...      one int32 word holds 8 consecutive k of one n
     every word lies in one group (group_size % 8 == 0, else the dequant path serves it).
 
-Paths, by the number of activation rows M (thresholds measured, notes/kernels.md):
+Paths, by the number of activation rows M (thresholds measured, w4a16_config.py):
   * fp16 activations, M 3..64: "swap" (kernels/w4a16_swap.py), out^T = W^T x^T with the
     dequantized PTX planes joined in registers as the MMA's left operand. Where dots
     compile for mma.sync (sm_8x: the 3090/4090), M 3..16 takes eight plane dots instead,
@@ -33,7 +33,7 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
   * fp16 activations at M <= 2, bf16 at M <= 4: "gemv16" (kernels/w4a16_gemv.py), words
     turned into fp16 pairs by inline PTX and shared by up to four activation rows per
     program (it serves any M <= 16 when asked). At 1-2 rows K is split for about 2.5
-    programs per multiprocessor (the per-shape best on the H200). fp16 with groups of a
+    programs per multiprocessor (the per-shape best). fp16 with groups of a
     multiple of 128: K tiles of one group, loads staged through shared memory (cp.async)
     and, when the caller vouches for integer zero points, the zeros folded into the PTX.
   * fp32 activations (the interpreter's tests), M == 1, "gemv" (kernels/w4a16_dot.py, as
@@ -53,9 +53,9 @@ Paths, by the number of activation rows M (thresholds measured, notes/kernels.md
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from edge_llm import envs
 
 from .device import dots_from_registers, num_sms
 from .fused import silu_and_mul
@@ -84,7 +84,7 @@ from .w4a16_swap import launch_swap, plane_order
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return envs.TRITON_INTERPRET.get()
 
 
 def w4a16_matmul(

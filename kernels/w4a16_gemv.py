@@ -1,11 +1,11 @@
 """W4A16 for few activation rows (M <= 16): packed fp16x2 dequantization in inline PTX.
 
 Why: on a fast-memory GPU the plain-Triton GEMV spent ~9 instructions per weight (shift, mask,
-int->float, scale, fma in fp32), so it was issue-bound at 1.0-1.6x fp16 cuBLAS where the byte
-count allows ~3.8x. Here one 32-bit word of eight nibbles costs ~5 integer and 4 fp16x2
-instructions to become four fp16 pairs, shared by up to four activation rows, and each row
-adds four fp16x2 multiply-adds and a short fp32 sum (the FasterTransformer/Marlin trick:
-``(w & 0x000F000F) | 0x64006400`` read as two fp16 is (1024 + q_lo, 1024 + q_hi)).
+int->float, scale, fma in fp32), so it was issue-bound far below what its byte count allows. Here
+one 32-bit word of eight nibbles costs ~5 integer and 4 fp16x2 instructions to become four fp16
+pairs, shared by up to four activation rows, and each row adds four fp16x2 multiply-adds and a short
+fp32 sum (the FasterTransformer/Marlin trick: ``(w & 0x000F000F) | 0x64006400`` read as two fp16 is
+(1024 + q_lo, 1024 + q_hi)).
 
 Per word (runtime layout, nibble j of word r = k 8r + j) and activation row m::
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .pdl import prefetch_l2, prefetch_tiles
-from .w4a16_gemv_x import _ld
+from edge_llm import envs
 
-PREFETCH_ENV = "EDGE_LLM_GEMV_PREFETCH"
+from .pdl import prefetch_l2
+from .w4a16_gemv_x import _ld
 
 
 def gemv_prefetch() -> int:
     """``EDGE_LLM_GEMV_PREFETCH``: K tiles of weights each one-row GEMV program asks L2 for
     before its PDL wait (0, the default: none; a power of two)."""
-    return prefetch_tiles(PREFETCH_ENV)
+    return envs.GEMV_PREFETCH.get()
 
 
 @triton.jit

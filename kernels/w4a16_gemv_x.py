@@ -49,8 +49,8 @@ def _x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexp
     multiple of 128): x_j of word row r is column
     k0 + 128 (r // 16) + 16 j + r % 16, read as a [BK8 / 2, 8] tile of int32 words of two
     rows (staged by cp.async like the standard path) and regrouped into the pairs in
-    registers. Session 23 (BENCHMARKS.md): 1.89x fp16 cuBLAS at one row, where eight 2-byte
-    loads per word row (not staged) gave 1.46x and one [BK8, 8] fp16 tile 1.72x."""
+    registers: faster than eight 2-byte loads per word row (not staged) or one [BK8, 8]
+    fp16 tile."""
     r_mask = rows < r_lim
     if PLANES:
         nr: tl.constexpr = rows.shape[0]

@@ -221,6 +221,7 @@ def _collect_hessians(layer, linears, group, batches) -> dict[str, HessianAccumu
 def _gptq_all(model, layers, windows, opts, true_sequential, batch_size) -> dict[str, Result]:
     batches = _capture_layer0(model, layers[0], windows, batch_size)
     results = {}
+    began = time.perf_counter()
     for i, layer in enumerate(layers):
         tick = time.perf_counter()
         linears = layer_linears(layer)
@@ -233,7 +234,10 @@ def _gptq_all(model, layers, windows, opts, true_sequential, batch_size) -> dict
                 _apply(lin, res)
         batches = [((_run_layer(layer, args, kwargs), *args[1:]), kwargs)
                    for args, kwargs in batches]
-        logger.info("GPTQ layer %d/%d: %.1f s", i + 1, len(layers), time.perf_counter() - tick)
+        now = time.perf_counter()
+        left = (now - began) / (i + 1) * (len(layers) - i - 1)  # layers are alike in cost
+        logger.info("GPTQ layer %d/%d: %.1f s (about %.0f s left)", i + 1, len(layers),
+                    now - tick, left)
     return results
 
 

@@ -6,10 +6,8 @@ import os
 
 # before anything imports torch (see edge_llm/__init__.py): no spinning OpenMP waiters
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# before anything imports transformers: pytest puts the checkout's root on sys.path, and its
-# kernels/ folder must not pass for the `kernels` distribution (edge_llm/checkout_path.py)
-import edge_llm  # noqa: E402, F401, I001
-import socket
+import random  # noqa: E402, I001
+import socket  # noqa: E402
 import subprocess
 import sys
 import time
@@ -17,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 SERVER_START_TIMEOUT = float(os.environ.get("EDGE_LLM_TEST_SERVER_TIMEOUT", "1200"))
 
@@ -102,11 +101,8 @@ def fake_tokenizer():
 
 
 @pytest.fixture
-def token_scripts(fake_tokenizer) -> list[list[int]]:
+def token_scripts(fake_tokenizer, rng) -> list[list[int]]:
     """Two fresh random token scripts (real words, so the texts are readable)."""
-    import random
-
-    rng = random.Random()
     words = ["alpha", "beta", "gamma", "delta", "Paris", "river", "blue", "seven", "quiet"]
     texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(2)]
     return [fake_tokenizer.encode(t) for t in texts]
@@ -117,12 +113,39 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-def rng():
-    """A random.Random with a fresh seed, printed (shown when the test fails)."""
-    import random
+# ---- seeds: every random draw of a test can be replayed -----------------------------------
+# Hypothesis: the "ci" profile (the default) is derandomized (the same examples every run) and
+# bounded; `--hypothesis-profile=long` draws fresh, many more examples (a failure prints a
+# @reproduce_failure blob and is saved in .hypothesis/; docs/testing.md).
+settings.register_profile("ci", max_examples=60, derandomize=True, database=None,
+                          deadline=None, print_blob=True)
+settings.register_profile("long", max_examples=2000, deadline=None, print_blob=True)
+settings.load_profile("ci")
 
-    seed = random.randrange(2**32)
-    print(f"random seed {seed}")
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--rng-seed", type=int, default=None, metavar="N",
+                     help="seed of the `rng` fixture (default: a fresh one per test, printed "
+                          "in the output of a failing test)")
+
+
+def _replayable_rng(request: pytest.FixtureRequest) -> random.Random:
+    seed = request.config.getoption("--rng-seed")
+    if seed is None:
+        seed = random.randrange(2**32)
+    print(f"random seed {seed} (replay: pytest --rng-seed={seed} {request.node.nodeid})")
     return random.Random(seed)
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    """A random.Random with a fresh seed (or ``--rng-seed``), printed: a failing test shows it
+    under "Captured stdout setup", and ``pytest --rng-seed=N <test id>`` replays the test."""
+    return _replayable_rng(request)
+
+
+@pytest.fixture(scope="module")
+def module_rng(request: pytest.FixtureRequest) -> random.Random:
+    """``rng`` for module-scoped fixtures (the seed shows with the module's first test)."""
+    return _replayable_rng(request)
 

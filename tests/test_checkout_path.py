@@ -1,73 +1,67 @@
-"""A checkout's kernels/ folder must not shadow an installed `kernels` distribution."""
+"""A checkout's kernels/ and quant/ folders must not shadow installed distributions of those
+names, whatever the import order (edge_llm/checkout_path.py)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from edge_llm.checkout_path import unshadow
-
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _package(parent: Path, name: str, mark: str) -> None:
-    (parent / name).mkdir(parents=True)
-    (parent / name / "__init__.py").write_text(f"MARK = {mark!r}\n")
+def _run(code: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
 
 
-@pytest.fixture
-def fake_paths(tmp_path, monkeypatch):
-    """A checkout (pyproject.toml and a folder named like a distribution) first on sys.path,
-    and a site folder after it; the name unimported."""
-    checkout, site = tmp_path / "checkout", tmp_path / "site"
-    _package(checkout, "fakedist", "checkout folder")
-    (checkout / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    site.mkdir()
-    monkeypatch.setattr(sys, "path", [str(checkout), str(site), *sys.path])
-    monkeypatch.delitem(sys.modules, "fakedist", raising=False)
-    return checkout, site
-
-
-def test_installed_distribution_wins_over_the_checkout_folder(fake_paths):
-    checkout, site = fake_paths
-    _package(site, "fakedist", "installed")
-    assert unshadow(("fakedist",), root=str(checkout)) == ["fakedist"]
-    import fakedist
-
-    assert fakedist.MARK == "installed"  # loaded lazily, on this first use
-
-
-def test_nothing_installed_marks_the_name_absent(fake_paths):
-    """As for a wheel install: the checkout's folder is not importable under the name."""
-    checkout, _ = fake_paths
+def _hub_kernels_installed() -> bool:
     try:
-        assert unshadow(("fakedist",), root=str(checkout)) == ["fakedist"]
-        assert importlib.util.find_spec("fakedist") is None
-        with pytest.raises(ImportError):
-            import fakedist  # noqa: F401
-    finally:
-        sys.modules.pop("fakedist", None)
+        importlib.metadata.version("kernels")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
-def test_outside_a_checkout_nothing_happens(fake_paths):
-    checkout, site = fake_paths
-    _package(site, "fakedist", "installed")
-    (checkout / "pyproject.toml").unlink()
-    assert unshadow(("fakedist",), root=str(checkout)) == []
-
-
-def test_transformers_imports_from_the_checkout_root():
-    """What broke: in the checkout's root, transformers (which imports the Hub's `kernels`
-    when installed) failed on `from kernels import CUDAProperties` against our folder."""
-    code = ("import edge_llm, sys; from transformers import LlamaConfig; "
-            "m = sys.modules.get('kernels'); "
-            "print('ok', getattr(m, '__file__', None))")
-    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                         text=True, timeout=300)
+def test_transformers_first_then_edge_llm_in_the_checkout_root():
+    """The issue's command, verbatim, run where it failed: the checkout's root."""
+    res = _run("import transformers.models.llama; import edge_llm")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stdout.startswith("ok")
-    assert str(REPO / "kernels") not in res.stdout
+
+
+def test_the_llama_model_loads_first_then_our_kernels():
+    """transformers' Llama modelling, really loaded, imports the Hub's ``kernels`` (when it is
+    installed) before edge_llm is imported; ours stays ``edge_llm.kernels``. (The other order
+    is what every engine and server test does.)"""
+    code = ("import transformers.models.llama.modeling_llama as m, sys; "
+            "import edge_llm.kernels as ek, edge_llm.quant as eq; k = sys.modules.get('kernels'); "
+            "print(m.LlamaForCausalLM.__name__, callable(ek.rms_norm), eq.QuantLinear.__name__); "
+            "print(getattr(k, '__file__', None))")
+    res = _run(code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    names, kernels_file = res.stdout.splitlines()
+    assert names == "LlamaForCausalLM True QuantLinear"
+    assert str(REPO / "kernels") not in kernels_file
+
+
+def test_bare_kernels_is_the_installed_distribution_or_nothing():
+    code = ("import kernels, sys; print(kernels.__file__); "
+            "print(hasattr(kernels, 'rms_norm'))")
+    res = _run(code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    file, has_ours = res.stdout.splitlines()
+    assert has_ours == "False"  # never our dispatchers under the bare name
+    if _hub_kernels_installed():
+        assert file != "None" and str(REPO) not in file
+    else:
+        assert file == "None"
+
+
+def test_bare_quant_is_an_empty_namespace_when_nothing_is_installed():
+    """No `quant` distribution is installed: the folder is not importable by that name."""
+    res = _run("import quant, sys; print(quant.__file__, quant.__path__); "
+               "import importlib; importlib.import_module('quant.linear')")
+    assert res.returncode != 0
+    assert res.stdout.strip() == "None []"
+    assert "ModuleNotFoundError" in res.stderr and "quant.linear" in res.stderr

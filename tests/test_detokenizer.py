@@ -53,7 +53,8 @@ def decode(tokenizer, ids, skip=True) -> str:
 # ---- no stop strings: deltas rebuild the full decode ---------------------------------------------
 @pytest.mark.parametrize("use_stream", MODES)
 @pytest.mark.parametrize("skip", [True, False])
-def test_random_vocab_sequences_match_full_decode(tok, use_stream, skip):
+def test_random_vocab_sequences_match_full_decode(tok, use_stream, skip, rng):
+    torch.manual_seed(rng.randrange(2**32))  # the printed seed replays the draws
     vocab = len(tok)
     for _ in range(25):
         prompt = torch.randint(0, vocab, (int(torch.randint(0, 12, ())),)).tolist()
@@ -131,7 +132,8 @@ def check_stop_run(tok, text, stops, include, use_stream, chunk=1):
 
 @pytest.mark.parametrize("use_stream", MODES)
 @pytest.mark.parametrize("include", [False, True])
-def test_stop_string_spanning_tokens_is_held_then_cut(tok, use_stream, include):
+def test_stop_string_spanning_tokens_is_held_then_cut(tok, use_stream, include, rng):
+    torch.manual_seed(rng.randrange(2**32))
     for text in TEXTS:
         ids = tok.encode(text)
         # a stop string that starts inside one token and ends inside a later one
@@ -240,10 +242,11 @@ def random_text(n: int) -> str:
 
 
 @pytest.mark.parametrize("use_stream", MODES)
-def test_sentencepiece_random_sequences(sp_tok, use_stream):
+def test_sentencepiece_random_sequences(sp_tok, use_stream, rng):
     """Random text (so byte tokens come in whole characters: a ByteFallback decoder turns a
     whole run of byte tokens into U+FFFD when the run is not valid UTF-8, which no stream can
     know in advance), random special tokens inside, random prompts."""
+    torch.manual_seed(rng.randrange(2**32))
     for _ in range(40):
         prompt = sp_tok.encode(random_text(int(torch.randint(0, 10, ())))).ids
         out = sp_tok.encode(random_text(int(torch.randint(1, 30, ())))).ids

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from edge_llm import LLM, SamplingParams
+from edge_llm import LLM, SamplingParams, envs
 from tests.engine_fixtures import demo_dir, tiny_dir  # noqa: F401
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
@@ -323,12 +323,12 @@ def test_token_minor_values_change_no_output(tiny_dir, tiny_llm, monkeypatch):  
     """EDGE_LLM_V_TOKEN_MINOR=1 stores fp32 values token-minor too (the layout the attention
     kernels read fastest, opt-in for float caches): greedy outputs as with the default
     layout, under swapping preemption as well."""
-    from edge_llm.kernels.paged_common import TOKEN_MINOR_ENV, values_token_minor
+    from edge_llm.kernels.paged_common import values_token_minor
 
     prompts = _prompts(8, seed=11, lo=10, hi=40)
     params = SamplingParams(max_tokens=24, **GREEDY)
     ref = tiny_llm.generate(prompts, params, use_tqdm=False)
-    monkeypatch.setenv(TOKEN_MINOR_ENV, "1")
+    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "1")
     small = LLM(str(tiny_dir), device="cpu", block_size=8, num_gpu_blocks_override=24,
                 swap_space=1.0, max_num_batched_tokens=128, max_num_seqs=16,
                 max_model_len=160, growth_reserve=0, preemption_mode="swap")

@@ -273,11 +273,3 @@ def test_loading_does_not_import_transformers(folders):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "FastTokenizer"
-
-
-def test_load_benchmark_smoke(folders):
-    from benchmarks.tokenizer_load import measure
-
-    result = measure(folders["demo"], 1, ("fast",))["fast"]
-    assert result["type"] == "FastTokenizer" and not result["transformers_imported"]
-    assert 0 < result["load_s_median"] < 30

@@ -1,6 +1,5 @@
 """The GEMV benchmark tools, the parts that run without a GPU: decode_graphs.py's best
-sweep variant read from a sweep's JSON and the engine's 1-2 row dispatch patched to it;
-gemv_sass.py's static instruction counts."""
+sweep variant read from a sweep's JSON and the engine's 1-2 row dispatch patched to it."""
 
 from __future__ import annotations
 
@@ -53,22 +52,3 @@ def test_patch_gemv_routes_one_and_two_rows_only(monkeypatch):
     assert w4a16.pick_config(16, 4096, 4096, 128, 132, half=True, fp16=True) == before
     bf16 = w4a16.pick_config(1, 4096, 4096, 128, 132, half=True, fp16=False)
     assert not bf16.fold_zero  # bf16 keeps its dispatched path
-
-
-def test_gemv_sass_counts_fewer_fp16x2_instructions_for_the_folded_tile(tmp_path):
-    """benchmarks/gemv_sass.py (no GPU: Triton's ptxas and nvdisasm): the one-group tile with
-    the zero point folded issues fewer fp16x2 instructions per packed word than the
-    dispatched one-row GEMV (the four zero subtractions gone; its staged loads add shared
-    loads, so the totals are close)."""
-    pytest.importorskip("triton.tools.disasm")
-    from tests.helpers import run_bench_script
-
-    proc = run_bench_script("gemv_sass.py", tmp_path, "--only", "g16 bn64 bk128 flat fold p4",
-                            timeout=600)
-    rows = {}
-    for line in proc.stdout.splitlines():
-        parts = line.rsplit(None, 15)
-        if len(parts) == 16 and parts[1].replace(".", "").isdigit():
-            rows[parts[0].strip()] = [float(v) for v in parts[1:]]
-    auto, fold = rows["auto"], rows["g16 bn64 bk128 flat fold p4"]
-    assert 0 < fold[2] < auto[2] - 3, rows  # fp16x2 per word

@@ -26,13 +26,17 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from edge_llm import LLM, SamplingParams  # noqa: E402
+from edge_llm import (  # noqa: E402
+    LLM,
+    SamplingParams,
+    envs,  # noqa: E402
+)
 from edge_llm.model.loader import load_model  # noqa: E402
 from tests.helpers import rel_err  # noqa: E402
 from tests.test_cuda_graphs_gpu import assert_same_or_near_tie  # noqa: E402
 from tests.test_fuse_gpu import VOCAB, awq_dirs  # noqa: E402,F401  (fixture)
 
-kernels = importlib.import_module("edge_llm.kernels")
+kernels = importlib.import_module("edge_llm.kernels.dispatch")
 w4 = importlib.import_module("edge_llm.kernels.w4a16")
 num_sms = importlib.import_module("edge_llm.kernels.device").num_sms
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=32, logprobs=2)
@@ -55,9 +59,10 @@ def test_fused_equals_two_kernels(awq_dirs, plane_packed, monkeypatch):  # noqa:
                                  integer_zeros=True, planes_packed=gate_up.planes_packed)
             assert w4.gemv16_silu(cfg, m, gate_up.out_features, gate_up.in_features,
                                   cfg.block_k, sms), cfg  # the fused path is the one taken
-            monkeypatch.setattr(kernels, "_GEMV_SILU_ROWS", 2)
+            monkeypatch.setattr(kernels, "GEMV_SILU_MAX_ROWS", 2)
+            monkeypatch.setenv(envs.GEMV_SILU.name, "1")
             fused = gate_up.forward_silu_mul(x)
-            monkeypatch.setattr(kernels, "_GEMV_SILU_ROWS", 0)
+            monkeypatch.setenv(envs.GEMV_SILU.name, "0")
             two = gate_up.forward_silu_mul(x)
             assert fused.shape == two.shape == (m, gate_up.out_features // 2)
             assert rel_err(fused, two) < 2e-3, (m, rel_err(fused, two))
@@ -67,7 +72,7 @@ def test_fused_equals_two_kernels(awq_dirs, plane_packed, monkeypatch):  # noqa:
 
 
 def _llm(path, monkeypatch, on: bool) -> LLM:
-    monkeypatch.setattr(kernels, "_GEMV_SILU_ROWS", 1 if on else 0)
+    monkeypatch.setenv(envs.GEMV_SILU.name, "1" if on else "0")
     return LLM(str(path), device="cuda", dtype="float16", max_model_len=512, block_size=16,
                max_num_seqs=4, max_num_batched_tokens=256, kv_cache_memory=1 << 28,
                swap_space=0.0, enable_prefix_caching=False)

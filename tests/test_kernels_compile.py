@@ -6,7 +6,7 @@ The wrappers run on CPU tensors while Triton's launch is replaced by a compile f
 target; each kernel's metadata must show at most 99 KB of shared memory per block (the limit
 of these consumer cards) and its PTX no Hopper-only instruction (wgmma, TMA bulk tensor
 copies). On CPU tensors the dispatch takes its mma.sync choices, as on these cards
-(kernels/device.py dots_from_registers); notes/kernels.md.
+(kernels/device.py dots_from_registers).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import re
 
 import pytest
 import torch
+
+from edge_llm import envs
 
 triton = pytest.importorskip("triton")
 try:
@@ -200,7 +202,7 @@ def test_token_minor_values_read_without_byte_loads(arch, dtype, monkeypatch):
     asynchronous copies, with the writes keeping them finite."""
     pc = importlib.import_module("edge_llm.kernels.paged_common")
     monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: arch >= 89)
-    monkeypatch.setenv(pc.TOKEN_MINOR_ENV, "1")
+    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "1")
     d, h, hkv = 128, 32, 8
     kc = torch.zeros(64, 16, hkv, d, dtype=dtype)
     vc = pc.value_cache(tuple(kc.shape), dtype)
@@ -372,12 +374,8 @@ def test_pdl_every_kernel_waits_before_it_reads(on, monkeypatch):
     pdl = importlib.import_module("edge_llm.kernels.pdl")
     monkeypatch.setattr(pdl, "pdl_on", lambda device: on)
     monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", "0")
-    pdl.prefetch_tiles.cache_clear()
-    try:
-        with compile_only(90) as records:
-            _launch_every_kernel(monkeypatch)
-    finally:
-        pdl.prefetch_tiles.cache_clear()
+    with compile_only(90) as records:
+        _launch_every_kernel(monkeypatch)
     assert {name for name, _, _ in records} == ALL_KERNELS
     for name, _, kern in records:
         ptx = kern.asm["ptx"]

@@ -297,7 +297,7 @@ def test_dequant_path_reuses_one_buffer_and_is_capture_safe(monkeypatch):
 @pytest.mark.parametrize("k,n,gs", [(4096, 22016, 128), (3584, 37888, 128), (4160, 4608, 128),
                                     (4096, 4608, 32), (11008, 4096, 64)])
 def test_w4a16_plane_dots_at_full_size(k, n, gs):
-    """The plane dots of session 21 on this GPU: x split into planes in registers (the
+    """The plane dots on this GPU: x split into planes in registers (the
     mma.sync dispatch; here compiled for this GPU's MMA) and over x copied into plane order
     (Hopper's wide-N dispatch; K a whole number of tiles), against the fp32 product; ragged
     K, groups of 32-128, with a split summed in the kernel and without."""

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from edge_llm import envs
+
 try:
     import tests.interpret_child as ic
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
@@ -116,7 +118,7 @@ def case_prefill_split_keys():
         paged_attention_ref,
         paged_attention_triton,
     )
-    from edge_llm.kernels.paged_prefill import MAX_SPLITS, SPLIT_ENV, env_switch, prefill_splits
+    from edge_llm.kernels.paged_prefill import MAX_SPLITS, prefill_splits
 
     for splits in (2, 3, 8):
         cfg = PrefillConfig(block_m=16, block_n=16, num_splits=splits)
@@ -128,20 +130,18 @@ def case_prefill_split_keys():
     # planned: 8 multiprocessors on the CPU, so 4 heads x 1 tile split over a long context
     assert prefill_splits(4, 2048, 8, 64) == 4 and prefill_splits(64, 2048, 8, 64) == 1
     assert prefill_splits(1, 1 << 20, 132, 64) == MAX_SPLITS
-    # the cost rule on session 30's H200 table (Qwen2.5's 28 / 4 heads, 64-row q tiles of 9
+    # the cost rule on the H200 kernel table (Qwen2.5's 28 / 4 heads, 64-row q tiles of 9
     # tokens): 128 new tokens over 1,000 keys split 4 ways (1.28x); 256 over 1,000 kept
     # whole (3 ways lost: 0.78x); 256 over 4,000 split (1.17x); a short context kept whole
     assert prefill_splits(15 * 4, 1000, 132, 64, rows=128 * 28) == 4
     assert prefill_splits(29 * 4, 1000, 132, 64, rows=256 * 28) == 1
     assert prefill_splits(29 * 4, 4000, 132, 64, rows=256 * 28) == 3
     assert prefill_splits(4, 300, 132, 64, rows=8 * 28) == 1
-    os.environ[SPLIT_ENV] = "0"
-    env_switch.cache_clear()
+    os.environ[envs.PREFILL_SPLIT.name] = "0"
     try:
         assert prefill_splits(4, 2048, 8, 64) == 1 and prefill_splits(4, 2048, 8, 64, 3) == 3
     finally:
-        del os.environ[SPLIT_ENV]
-        env_switch.cache_clear()
+        del os.environ[envs.PREFILL_SPLIT.name]
     nq, ctx = [3], [1100]
     q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 4, 16, 16, torch.float16)
     ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
@@ -159,20 +159,17 @@ def case_prefill_pow2_rows():
     import torch
 
     from edge_llm.kernels.paged_attention import PrefillConfig
-    from edge_llm.kernels.paged_prefill import POW2_ROWS_ENV, env_switch
 
     for group in (3, 5, 6, 7):
         for splits in (1, 3):
             cfg = PrefillConfig(block_m=16, block_n=16, num_splits=splits, pow2_rows=True)
             _check_attention([5, 1, 12], [40, 9, 12], 2 * group, 2, 16, 8, torch.float32,
                              prefill_cfg=cfg)
-    os.environ[POW2_ROWS_ENV] = "1"
-    env_switch.cache_clear()
+    os.environ[envs.PREFILL_POW2_ROWS.name] = "1"
     try:
         _check_attention([7, 2, 1], [30, 18, 2], 14, 2, 16, 16, torch.float16)
     finally:
-        del os.environ[POW2_ROWS_ENV]
-        env_switch.cache_clear()
+        del os.environ[envs.PREFILL_POW2_ROWS.name]
 
 
 def case_prefill_short_step_graph_layout():

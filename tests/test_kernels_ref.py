@@ -95,7 +95,7 @@ def test_swap_dispatch_follows_the_mma_kind():
     need K and the group size multiples of 128; otherwise the "dot" kernel with joined fp16
     planes); with wgmma (Hopper) the joined swap tile serves 3-64, except at 3-16 rows and
     N >= 16,384 (the gate/up widths) with K a multiple of 128, where the plane dots run over
-    a copy of x in plane order (sessions 21 and 22's measurements)."""
+    a copy of x in plane order (where each was measured fastest)."""
     for m in (3, 8, 16):
         for gs in (32, 128):
             cfg = w4.pick_config(m, 4096, 4096, gs, 128, fp16=True, mma_sync=True)
@@ -134,7 +134,7 @@ def test_swap_dispatch_follows_the_mma_kind():
 
 
 def test_plane_packed_dispatch():
-    """Plane-packed words (sessions 23-24): the plane dots reading x as it is at 3-32 rows on
+    """Plane-packed words: the plane dots reading x as it is at 3-32 rows on
     both MMA kinds and at 33-64 on mma.sync; on wgmma at 33-64 the joined tile with its
     columns in plane order, and at 65-128 the same over 128-row tiles for >= 16M weights;
     else above 64 rows dequantize + cuBLAS."""
@@ -213,9 +213,9 @@ def test_one_row_gemv_dispatch():
 
 
 def test_gemv_split_matches_the_measured_best():
-    """At 1-2 rows the split comes from ~2.5 programs per multiprocessor: on the 132-SM H200
-    of session 12's sweep that is the measured best split of every 7B shape for the 32-column
-    tile (BENCHMARKS.md), which bf16 activations and groups not a multiple of 128 keep."""
+    """At 1-2 rows the split comes from ~2.5 programs per multiprocessor: on a 132-SM H200
+    that is the measured best split of every 7B shape for the 32-column tile, which bf16
+    activations and groups not a multiple of 128 keep."""
     import triton
 
     best = {(4096, 12288): 1, (4096, 4096): 4, (4096, 22016): 1, (11008, 4096): 4,

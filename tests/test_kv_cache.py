@@ -9,6 +9,7 @@ import types
 import pytest
 import torch
 
+from edge_llm import envs
 from edge_llm.engine.kv_cache import KVCache, KVCachePlan, slot_runs
 from edge_llm.kernels.paged_common import values_token_minor
 
@@ -54,17 +55,17 @@ def test_swap_out_and_in_through_fragmented_slots(dtype):
 def test_value_layout_switch(monkeypatch):
     """EDGE_LLM_V_TOKEN_MINOR: auto (fp8 values token-minor, others token-major), 1 (every
     dtype token-minor, zero-filled), 0 (none); anything else is refused."""
-    from edge_llm.kernels.paged_common import TOKEN_MINOR_ENV, value_cache
+    from edge_llm.kernels.paged_common import value_cache
 
     assert values_token_minor(value_cache((3, 16, 2, 8), torch.uint8))
     assert value_cache((3, 16, 2, 8), torch.float16).is_contiguous()
-    monkeypatch.setenv(TOKEN_MINOR_ENV, "1")
+    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "1")
     half = value_cache((3, 16, 2, 8), torch.float16)
     assert values_token_minor(half) and not half.any()
-    monkeypatch.setenv(TOKEN_MINOR_ENV, "0")
+    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "0")
     assert value_cache((3, 16, 2, 8), torch.uint8).is_contiguous()
-    monkeypatch.setenv(TOKEN_MINOR_ENV, "yes")
-    with pytest.raises(ValueError, match=TOKEN_MINOR_ENV):
+    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "yes")
+    with pytest.raises(ValueError, match=envs.V_TOKEN_MINOR.name):
         value_cache((3, 16, 2, 8), torch.uint8)
 
 
@@ -148,20 +149,20 @@ def test_dequant_buffer_released_on_sleep_comes_back_at_its_size(monkeypatch):
 
 def test_expandable_segments_unless_the_allocator_is_configured(monkeypatch):
     from edge_llm.engine import kv_cache
-    from edge_llm.engine.kv_cache import EXPANDABLE_ENV, plain_segments, use_expandable_segments
+    from edge_llm.engine.kv_cache import plain_segments, use_expandable_segments
 
     monkeypatch.setattr(kv_cache, "_expandable_on", False)
     calls: list[str] = []
     monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", calls.append,
                         raising=False)
-    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", EXPANDABLE_ENV):
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", envs.EXPANDABLE_SEGMENTS.name):
         monkeypatch.delenv(var, raising=False)
     cuda = torch.device("cuda", 0)
     assert not use_expandable_segments(torch.device("cpu")) and calls == []
     assert use_expandable_segments(cuda) and calls == ["expandable_segments:True"]
-    monkeypatch.setenv(EXPANDABLE_ENV, "0")
+    monkeypatch.setenv(envs.EXPANDABLE_SEGMENTS.name, "0")
     assert not use_expandable_segments(cuda)
-    monkeypatch.setenv(EXPANDABLE_ENV, "1")
+    monkeypatch.setenv(envs.EXPANDABLE_SEGMENTS.name, "1")
     for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):  # the user's own settings
         monkeypatch.setenv(var, "max_split_size_mb:128")
         assert not use_expandable_segments(cuda)

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from edge_llm import envs
+
 try:
     from tests.interpret_child import check_case, list_cases, run_cases, run_interpreted
     from tests.test_kernels_interpret import _paged_problem
@@ -143,17 +145,17 @@ def _token_minor(vc):
     dtype: EDGE_LLM_V_TOKEN_MINOR=1)."""
     import os
 
-    from edge_llm.kernels.paged_common import TOKEN_MINOR_ENV, value_cache, values_token_minor
+    from edge_llm.kernels.paged_common import value_cache, values_token_minor
 
-    before = os.environ.get(TOKEN_MINOR_ENV)
-    os.environ[TOKEN_MINOR_ENV] = "1"
+    before = os.environ.get(envs.V_TOKEN_MINOR.name)
+    os.environ[envs.V_TOKEN_MINOR.name] = "1"
     try:
         out = value_cache(tuple(vc.shape), vc.dtype)
     finally:
         if before is None:
-            del os.environ[TOKEN_MINOR_ENV]
+            del os.environ[envs.V_TOKEN_MINOR.name]
         else:
-            os.environ[TOKEN_MINOR_ENV] = before
+            os.environ[envs.V_TOKEN_MINOR.name] = before
     out.copy_(vc)
     assert values_token_minor(out) and not out.is_contiguous()
     return out

@@ -22,7 +22,7 @@ from edge_llm.server.hooks import (
     read_warmup_prompts,
     set_compile_cache_env,
 )
-from tests.test_server_fake_engine import FakeEngine, sse_payloads
+from tests.test_server_fake_engine import TEST_CLIENT_HOSTS, FakeEngine, sse_payloads
 
 pytestmark = pytest.mark.anyio
 
@@ -60,6 +60,8 @@ def build(engine, lifecycle: LifecycleConfig | None = None, gate: threading.Even
         return engine
 
     server_kw.setdefault("log_requests", False)
+    server_kw.setdefault("allowed_hosts", TEST_CLIENT_HOSTS)
+    server_kw.setdefault("enable_sleep_endpoints", True)
     return create_app(EngineConfig(scheduler=SchedulerConfig(max_num_seqs=8)),
                       ServerConfig(**server_kw), engine_factory=factory, lifecycle=lifecycle)
 
@@ -151,8 +153,7 @@ async def test_idle_sleep_and_hooks_see_every_event(fake_tokenizer, token_script
 
 
 async def test_warmup_runs_builtin_shapes_and_user_bodies_before_ready(
-        fake_tokenizer, token_scripts, tmp_path):
-    rng = random.Random()
+        fake_tokenizer, token_scripts, tmp_path, rng):
     words = ["lamp", "orbit", "seven", "north"]
     prompt = " ".join(rng.choice(words) for _ in range(5))
     chat = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 2}

@@ -32,11 +32,11 @@ def _prompt(rng: random.Random, n: int = 6) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, module_rng):
     """(url, process, hook log, observations while loading); terminated at the end."""
     tmp = tmp_path_factory.mktemp("lifecycle")
     (tmp / "lifecycle_hook_mod.py").write_text(HOOK_MODULE)
-    rng = random.Random()
+    rng = module_rng
     chat = {"messages": [{"role": "user", "content": _prompt(rng)}], "max_tokens": 2}
     (tmp / "warm.txt").write_text(_prompt(rng) + "\n\n" + json.dumps(chat) + "\n")
     hook_log, log = tmp / "hooks.log", tmp / "serve.log"
@@ -48,7 +48,7 @@ def server(tmp_path_factory):
     cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
            "--max-model-len", "256", "--max-num-seqs", "4", "--idle-sleep-s", "4",
            "--warmup-prompts", str(tmp / "warm.txt"), "--hook", "lifecycle_hook_mod:record",
-           "--drain-timeout", "300"]
+           "--drain-timeout", "300", "--enable-sleep-endpoints"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -96,9 +96,8 @@ def test_start_ping_health_phases_and_hooks(server):
     assert events[:2] == ["on_load ServerContext", "on_ready ServerContext"]
 
 
-def test_idle_sleep_then_wake_on_request_and_sleep_routes(server):
+def test_idle_sleep_then_wake_on_request_and_sleep_routes(server, rng):
     url, _, hook_log, _, _ = server
-    rng = random.Random()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # --idle-sleep-s 4 after the last request
         r = httpx.get(url + "/health")
@@ -120,9 +119,8 @@ def test_idle_sleep_then_wake_on_request_and_sleep_routes(server):
     assert r.status_code == 200 and r.json() == {"is_sleeping": False, "changed": True}
 
 
-def test_sigterm_drains_a_stream_and_exits_zero(server):
+def test_sigterm_drains_a_stream_and_exits_zero(server, rng):
     url, proc, _, _, log = server
-    rng = random.Random()
     body = {"prompt": _prompt(rng), "max_tokens": 12, "ignore_eos": True, "stream": True}
     chunks, done, finish = 0, False, None
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as resp:

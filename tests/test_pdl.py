@@ -10,27 +10,20 @@ import importlib
 import pytest
 import torch
 
+from edge_llm import envs
+
 pdl = importlib.import_module("edge_llm.kernels.pdl")
 
 
-@pytest.fixture(autouse=True)
-def fresh_flag():
-    pdl.pdl_mode.cache_clear()
-    yield
-    pdl.pdl_mode.cache_clear()
-
-
 def test_flag_values(monkeypatch):
-    monkeypatch.delenv(pdl.ENV, raising=False)
-    assert pdl.pdl_mode() == "auto"
+    monkeypatch.delenv(envs.PDL.name, raising=False)
+    assert envs.PDL.get() == "auto"
     for value in ("auto", "0", "1"):
-        monkeypatch.setenv(pdl.ENV, value)
-        pdl.pdl_mode.cache_clear()
-        assert pdl.pdl_mode() == value
-    monkeypatch.setenv(pdl.ENV, "yes")
-    pdl.pdl_mode.cache_clear()
+        monkeypatch.setenv(envs.PDL.name, value)
+        assert envs.PDL.get() == value
+    monkeypatch.setenv(envs.PDL.name, "yes")
     with pytest.raises(ValueError, match="EDGE_LLM_PDL must be auto, 0 or 1, got 'yes'"):
-        pdl.pdl_mode()
+        pdl.pdl_on(torch.device("cuda", 0))
 
 
 @pytest.fixture
@@ -40,8 +33,7 @@ def sm90(monkeypatch):
 
 
 def _set(monkeypatch, value):
-    monkeypatch.setenv(pdl.ENV, value)
-    pdl.pdl_mode.cache_clear()
+    monkeypatch.setenv(envs.PDL.name, value)
 
 
 @pytest.mark.parametrize("capability, want", [((8, 6), False), ((8, 9), False),
@@ -109,21 +101,15 @@ def test_gemv_prefetch_flag(monkeypatch):
     from the launch itself for a bad count)."""
     gv = importlib.import_module("edge_llm.kernels.w4a16_gemv")
     gt = importlib.import_module("edge_llm.kernels.w4a16_gemv_tile")
-    try:
-        monkeypatch.delenv(gt.PREFETCH_ENV, raising=False)
-        pdl.prefetch_tiles.cache_clear()
-        assert gt.gemv_prefetch() == 0
-        for text, want in (("0", 0), ("1", 1), ("4", 4), ("32", 32)):
-            monkeypatch.setenv(gt.PREFETCH_ENV, text)
-            pdl.prefetch_tiles.cache_clear()
-            assert gt.gemv_prefetch() == want
-        for text in ("3", "-2", "yes", ""):
-            monkeypatch.setenv(gt.PREFETCH_ENV, text)
-            pdl.prefetch_tiles.cache_clear()
-            with pytest.raises(ValueError, match="EDGE_LLM_GEMV_PREFETCH must be 0 or a power"):
-                gt.gemv_prefetch()
-    finally:
-        pdl.prefetch_tiles.cache_clear()
+    monkeypatch.delenv(envs.GEMV_PREFETCH.name, raising=False)
+    assert gt.gemv_prefetch() == 0
+    for text, want in (("0", 0), ("1", 1), ("4", 4), ("32", 32), ("", 0)):  # empty: unset
+        monkeypatch.setenv(envs.GEMV_PREFETCH.name, text)
+        assert gt.gemv_prefetch() == want
+    for text in ("3", "-2", "yes"):
+        monkeypatch.setenv(envs.GEMV_PREFETCH.name, text)
+        with pytest.raises(ValueError, match="EDGE_LLM_GEMV_PREFETCH must be 0 or a power"):
+            gt.gemv_prefetch()
     x = torch.zeros(1, 256, dtype=torch.float16)
     words = torch.zeros(32, 64, dtype=torch.int32)
     scales = torch.ones(2, 64, dtype=torch.float16)

@@ -21,7 +21,7 @@ if torch.cuda.get_device_capability() < (9, 0):
     pytest.skip("programmatic dependent launch needs sm_90 or later",
                 allow_module_level=True)
 
-from edge_llm import SamplingParams  # noqa: E402
+from edge_llm import SamplingParams, envs  # noqa: E402
 from tests import test_cuda_graphs_gpu as decode_gpu  # noqa: E402
 from tests.test_cuda_graphs import random_prompts, run_traffic  # noqa: E402
 
@@ -33,26 +33,22 @@ PARAMS = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=24, logprob
 
 
 def _run(path, mode: str, monkeypatch) -> dict:
-    monkeypatch.setenv(pdl.ENV, mode)
-    pdl.pdl_mode.cache_clear()
-    try:
-        llm = make_llm(path)
-        device = llm.engine.runner.device
-        with pdl.forward_tokens(1):
-            assert pdl.pdl_on(device) is (mode != "0")
-        with pdl.forward_tokens(16):
-            assert pdl.pdl_on(device) is (mode == "1")
-        prompts = random_prompts(10, VOCAB, 2, 300, seed=21)
-        arrivals = [(4 * i, p) for i, p in enumerate(prompts)]  # prompts join decodes
-        got = run_traffic(llm, arrivals, PARAMS)
-        replays = (sum(llm.engine.runner.graphs.replays.values()),
-                   sum(llm.engine.runner.prefill_graphs.replays.values()))
-        del llm
-        gc.collect()
-        torch.cuda.empty_cache()
-        return {"outputs": got, "replays": replays}
-    finally:
-        pdl.pdl_mode.cache_clear()
+    monkeypatch.setenv(envs.PDL.name, mode)
+    llm = make_llm(path)
+    device = llm.engine.runner.device
+    with pdl.forward_tokens(1):
+        assert pdl.pdl_on(device) is (mode != "0")
+    with pdl.forward_tokens(16):
+        assert pdl.pdl_on(device) is (mode == "1")
+    prompts = random_prompts(10, VOCAB, 2, 300, seed=21)
+    arrivals = [(4 * i, p) for i, p in enumerate(prompts)]  # prompts join decodes
+    got = run_traffic(llm, arrivals, PARAMS)
+    replays = (sum(llm.engine.runner.graphs.replays.values()),
+               sum(llm.engine.runner.prefill_graphs.replays.values()))
+    del llm
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"outputs": got, "replays": replays}
 
 
 @pytest.mark.parametrize("mode", ["1", "auto"])

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from edge_llm import envs
 from edge_llm.model import prefetch as pf
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise")
@@ -117,13 +118,13 @@ def test_start_prefetch_runs_on_a_thread_and_logs(tmp_path, caplog):
 
 
 def test_flag(monkeypatch):
-    monkeypatch.delenv(pf.ENV, raising=False)
+    monkeypatch.delenv(envs.PREFETCH.name, raising=False)
     assert pf.prefetch_method() == pf.DEFAULT_METHOD
     for value, want in (("0", None), ("1", pf.DEFAULT_METHOD), ("fadvise", "fadvise"),
                         ("read", "read")):
-        monkeypatch.setenv(pf.ENV, value)
+        monkeypatch.setenv(envs.PREFETCH.name, value)
         assert pf.prefetch_method() == want
-    monkeypatch.setenv(pf.ENV, "on")
+    monkeypatch.setenv(envs.PREFETCH.name, "on")
     with pytest.raises(ValueError, match="EDGE_LLM_PREFETCH must be 0, 1, fadvise or read"):
         pf.prefetch_method()
 

@@ -66,20 +66,15 @@ def test_decode_prefetch_comes_before_the_wait(fp8, monkeypatch):
     sl = torch.full((4,), 200, dtype=torch.int32)
     q = torch.randn(4, h, d).half()
     monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", "2")
-    pdl.prefetch_tiles.cache_clear()
     ptx = {}
-    try:
-        for on, tiles in ((True, 0), (True, 2), (False, 2)):
-            monkeypatch.setattr(pdl, "pdl_on", lambda device, on=on: on)
-            monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", str(tiles))
-            pdl.prefetch_tiles.cache_clear()
-            with compile_only(90) as records:
-                pa.paged_decode(q, kc, vc, table, sl, 0.1, max_seq_len=200)
-            assert [(name, kw["PREFETCH"]) for name, kw, _ in records] == [
-                ("_paged_decode_kernel", tiles if on else 0)]
-            ptx[on, tiles] = records[0][2].asm["ptx"]
-    finally:
-        pdl.prefetch_tiles.cache_clear()
+    for on, tiles in ((True, 0), (True, 2), (False, 2)):
+        monkeypatch.setattr(pdl, "pdl_on", lambda device, on=on: on)
+        monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", str(tiles))
+        with compile_only(90) as records:
+            pa.paged_decode(q, kc, vc, table, sl, 0.1, max_seq_len=200)
+        assert [(name, kw["PREFETCH"]) for name, kw, _ in records] == [
+            ("_paged_decode_kernel", tiles if on else 0)]
+        ptx[on, tiles] = records[0][2].asm["ptx"]
     early = ptx[True, 2]
     wait = early.index("griddepcontrol.wait")
     assert early.index("prefetch.global.L2") < wait

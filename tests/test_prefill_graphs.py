@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from edge_llm import LLM, SamplingParams
+from edge_llm import LLM, SamplingParams, envs
 from edge_llm.engine.prefill_graphs import (
-    ENV_FLAG,
     PREFILL_SIZES,
-    SPLIT_FLAG,
     PrefillGraphs,
     is_short_step,
     num_slots,
@@ -311,7 +309,7 @@ def test_prompt_logprobs_request_stays_eager(word_dir):
 
 
 def test_cpu_runner_never_captures(word_dir, monkeypatch):
-    monkeypatch.setenv(ENV_FLAG, "1")
+    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "1")
     llm = _llm(word_dir)
     assert llm.engine.runner.prefill_graphs is None
     assert llm.engine.stats()["num_prefill_cuda_graphs"] == 0
@@ -333,15 +331,15 @@ def test_split_plan_flag_reaches_the_attention_kernels(runner, monkeypatch):
     monkeypatch.setattr(llama, "paged_attention", spy)
     for flag, want in ((None, None), ("0", None), ("1", 1)):
         if flag is None:
-            monkeypatch.delenv(SPLIT_FLAG, raising=False)
+            monkeypatch.delenv(envs.PREFILL_SPLIT_GRAPHS.name, raising=False)
         else:
-            monkeypatch.setenv(SPLIT_FLAG, flag)
+            monkeypatch.setenv(envs.PREFILL_SPLIT_GRAPHS.name, flag)
         graphs = PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)
         assert graphs.split_seqs == want
         step = _setup(runner, 5, 20, seed=7)  # its eager prefill of the prefix calls too
         seen.clear()
         graphs.run([step])
         assert seen and set(seen) == {want}
-    monkeypatch.setenv(SPLIT_FLAG, "yes")
-    with pytest.raises(ValueError, match=SPLIT_FLAG):
+    monkeypatch.setenv(envs.PREFILL_SPLIT_GRAPHS.name, "yes")
+    with pytest.raises(ValueError, match=envs.PREFILL_SPLIT_GRAPHS.name):
         PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)

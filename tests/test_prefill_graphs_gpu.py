@@ -31,8 +31,8 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from edge_llm import SamplingParams  # noqa: E402
-from edge_llm.engine.prefill_graphs import ENV_FLAG, PREFILL_SIZES, is_short_step  # noqa: E402
+from edge_llm import SamplingParams, envs  # noqa: E402
+from edge_llm.engine.prefill_graphs import PREFILL_SIZES, is_short_step  # noqa: E402
 from tests import test_cuda_graphs_gpu as decode_gpu  # noqa: E402
 from tests.test_cuda_graphs import random_prompts, run_traffic, word_model  # noqa: E402
 
@@ -47,7 +47,7 @@ GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=30, logprob
 
 @pytest.fixture(autouse=True)
 def prefill_graphs_on(monkeypatch):
-    monkeypatch.setenv(ENV_FLAG, "1")
+    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "1")
     yield
     gc.collect()
     torch.cuda.empty_cache()
@@ -67,7 +67,7 @@ def test_capture_is_reported_and_off_switches(fp16_dir, monkeypatch):
         assert llm.engine.runner.prefill_graphs is None, kw
         del llm
         gc.collect()
-    monkeypatch.setenv(ENV_FLAG, "0")
+    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "0")
     assert make_llm(fp16_dir).engine.runner.prefill_graphs is None
 
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from edge_llm import envs
 from edge_llm.engine.prefill_graphs import (
-    ENV_FLAG,
     PREFILL_SIZES,
     is_short_step,
     num_slots,
@@ -114,12 +114,12 @@ def test_prefill_sizes_stop_at_the_token_budget():
 
 
 def test_env_flag(monkeypatch):
-    monkeypatch.delenv(ENV_FLAG, raising=False)
+    monkeypatch.delenv(envs.PREFILL_GRAPHS.name, raising=False)
     assert prefill_graphs_enabled()  # on by default
-    monkeypatch.setenv(ENV_FLAG, "1")
+    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "1")
     assert prefill_graphs_enabled()
-    monkeypatch.setenv(ENV_FLAG, "0")
+    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "0")
     assert not prefill_graphs_enabled()
-    monkeypatch.setenv(ENV_FLAG, "yes")
-    with pytest.raises(ValueError, match=ENV_FLAG):
+    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "yes")
+    with pytest.raises(ValueError, match=envs.PREFILL_GRAPHS.name):
         prefill_graphs_enabled()

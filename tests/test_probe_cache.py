@@ -14,6 +14,7 @@ import types
 
 import pytest
 
+from edge_llm import envs
 from edge_llm.engine import probe_cache as pc
 from edge_llm.engine.runner import ModelRunner
 
@@ -24,7 +25,7 @@ PARTS = {"arch": {"hidden": 4096}, "scheduler": {"max_num_batched_tokens": 8192}
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGE_LLM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv(pc.ENV, raising=False)
+    monkeypatch.delenv(envs.PROBE_CACHE.name, raising=False)
     return tmp_path / "cache"
 
 
@@ -67,12 +68,12 @@ def test_any_part_changed_measures_again(change):
 
 
 def test_switch_off_measures_every_time_and_stores_nothing(cache_dir, monkeypatch):
-    monkeypatch.setenv(pc.ENV, "0")
+    monkeypatch.setenv(envs.PROBE_CACHE.name, "0")
     m = Measure()
     for _ in range(2):
         assert pc.cached_probes(PARTS, m) == (m.values, False)
     assert m.calls == 2 and not (cache_dir / "probes").exists()
-    monkeypatch.setenv(pc.ENV, "yes")
+    monkeypatch.setenv(envs.PROBE_CACHE.name, "yes")
     with pytest.raises(ValueError, match="EDGE_LLM_PROBE_CACHE must be 0 or 1, got 'yes'"):
         pc.cached_probes(PARTS, m)
 
@@ -255,14 +256,8 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
                        kv_dtype=torch.uint8)
     assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)] + [(4, 2)]
     assert kv_dtypes == {torch.float32, torch.uint8}  # an fp8 cache's kernels warmed too
-    # EDGE_LLM_WARMUP_LAYERS=all: every layer, as before the one-layer warm-up
-    import edge_llm.engine.graph_capture as cg
-
-    monkeypatch.setenv(cg.WARMUP_LAYERS_ENV, "all")
-    cg.warmup_layers_all.cache_clear()
-    try:
-        layer_calls[:] = [0] * len(layer_calls)
-        sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 2)
-        assert layer_calls == [2] * len(layer_calls), layer_calls
-    finally:
-        cg.warmup_layers_all.cache_clear()
+    # EDGE_LLM_WARMUP_LAYERS=all: every layer
+    monkeypatch.setenv(envs.WARMUP_LAYERS.name, "all")
+    layer_calls[:] = [0] * len(layer_calls)
+    sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 2)
+    assert layer_calls == [2] * len(layer_calls), layer_calls

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from edge_llm import envs
 from edge_llm.quant import (
     QuantLinear,
     QuantSpec,
@@ -111,11 +112,11 @@ def test_plane_packed_words_compute_the_same_function(kind, fields):
 
 
 def test_pack_planes_refuses_small_groups_and_counts_on_cuda_only(monkeypatch):
-    from edge_llm.model.plane_pack import ENV_FLAG, pack_weight_planes, planes_enabled
+    from edge_llm.model.plane_pack import pack_weight_planes, planes_enabled
 
-    monkeypatch.delenv(ENV_FLAG, raising=False)
+    monkeypatch.delenv(envs.PLANE_PACKED.name, raising=False)
     assert planes_enabled()  # on by default
-    monkeypatch.setenv(ENV_FLAG, "0")
+    monkeypatch.setenv(envs.PLANE_PACKED.name, "0")
     assert not planes_enabled()
 
     gen = torch.Generator().manual_seed(12)

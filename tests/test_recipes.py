@@ -34,14 +34,15 @@ def load(path: str):
 
 
 @pytest.fixture(scope="module")
-def served(fake_tokenizer):
+def served(fake_tokenizer, module_rng):
     """(url, engine, scripts): the fake engine behind a real socket, SageMaker routes on."""
-    rng = random.Random()
+    rng = module_rng
     scripts = [fake_tokenizer.encode(" ".join(rng.choice(WORDS) for _ in range(10)))
                for _ in range(2)]
     engine = SleepyEngine(fake_tokenizer, scripts)
     app = create_app(EngineConfig(scheduler=SchedulerConfig(max_num_seqs=8)),
-                     ServerConfig(log_requests=False), engine_factory=lambda: engine,
+                     ServerConfig(log_requests=False, enable_sleep_endpoints=True),
+                     engine_factory=lambda: engine,
                      lifecycle=LifecycleConfig(sagemaker=True, warmup=False))
     server = ThreadedServer(app)
     server.start()

@@ -186,7 +186,8 @@ def run(w: dict, constrained: bool) -> tuple[dict, set[str], int]:
     raise AssertionError(f"not finished after {bound} steps: {sched.stats()}")
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# examples, seed and deadline come from the hypothesis profile (tests/conftest.py)
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_random_workloads_keep_invariants(w: dict) -> None:
     got, aborted, _ = run(w, constrained=True)

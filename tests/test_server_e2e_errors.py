@@ -68,8 +68,7 @@ def test_bad_bodies_are_400(http, path, body):
     assert err["type"] == "invalid_request_error"
 
 
-def test_random_bytes_never_500(http):
-    rng = random.Random()
+def test_random_bytes_never_500(http, rng):
     for _ in range(20):
         r = http.post(CHAT, content=_junk(rng), headers={"content-type": "application/json"})
         assert 400 <= r.status_code < 500, r.text

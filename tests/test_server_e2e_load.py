@@ -4,7 +4,6 @@ and a client leaving mid-stream gets its request aborted (KV blocks back to the 
 from __future__ import annotations
 
 import asyncio
-import random
 import re
 import time
 
@@ -20,8 +19,7 @@ def metric(text: str, name: str) -> float:
     return float(m[1])
 
 
-def test_32_concurrent_streams_match_solo_runs(live_server):
-    rng = random.Random()
+def test_32_concurrent_streams_match_solo_runs(live_server, rng):
     prompts = [f"Write one sentence about {t}." for t in rng.sample(TOPICS, 4)]
 
     async def stream_one(client: openai.AsyncOpenAI, prompt: str) -> str:

@@ -18,6 +18,8 @@ from edge_llm.outputs import CompletionOutput, RequestOutput
 from edge_llm.server import create_app
 
 TOKENIZER_DIR = Path("/tmp/smol/hf")
+# Litestar's test client sends Host: testserver.local, which a loopback-bound server refuses
+TEST_CLIENT_HOSTS = ("testserver.local",)
 
 
 def load_tokenizer():
@@ -137,6 +139,7 @@ def make_app(engine, *, max_num_seqs: int = 8, load_delay: float = 0.0, fail_loa
 
     cfg = EngineConfig(scheduler=SchedulerConfig(max_num_seqs=max_num_seqs))
     server_kw.setdefault("log_requests", False)
+    server_kw.setdefault("allowed_hosts", TEST_CLIENT_HOSTS)
     return create_app(cfg, ServerConfig(**server_kw), engine_factory=factory)
 
 

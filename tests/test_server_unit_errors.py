@@ -175,7 +175,8 @@ async def test_api_key_guards_v1_only(fake_tokenizer, token_scripts):
     async with AsyncTestClient(app) as c:
         assert_error(await c.post("/v1/chat/completions", json=body), 401)
         assert_error(await c.get("/v1/models", headers={"Authorization": "Bearer nope"}), 401)
-        assert_error(await c.post("/v1/completions", content=b"{bad"), 401)
+        assert_error(await c.post("/v1/completions", content=b"{bad",
+                                  headers={"Content-Type": "application/json"}), 401)
         auth = {"Authorization": "Bearer s3cret-key"}
         assert (await c.post("/v1/chat/completions", json=body, headers=auth)).status_code == 200
         assert (await c.get("/v1/models", headers=auth)).json()["data"][0]["id"] == "fake-model"

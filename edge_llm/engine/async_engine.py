@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 class EngineError(RuntimeError):
     """A step failed; the requests of that step are failed with it, the engine goes on."""
 
+    logged = True  # the engine loop logged the step's traceback once
+
 
 class AsyncEngine:
     def __init__(self, engine: LLMEngine) -> None:
@@ -36,6 +38,7 @@ class AsyncEngine:
         self.tokenizer = engine.tokenizer
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
+        self.model_path = engine.loaded.path  # the checkpoint folder (generation_config.json)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-llm-engine")
         self._queues: dict[str, asyncio.Queue] = {}
         self._wakeup: asyncio.Event | None = None
@@ -109,7 +112,8 @@ class AsyncEngine:
             while True:
                 item = await queue.get()
                 if isinstance(item, Exception):
-                    finished = True  # the engine already dropped the request
+                    # a failed step already dropped the request; an interruption did not
+                    finished = isinstance(item, EngineError)
                     raise item
                 finished = item.finished
                 yield item
@@ -119,6 +123,13 @@ class AsyncEngine:
             self._queues.pop(request_id, None)
             if not finished:  # client went away: free its blocks before the next step
                 self._executor.submit(self.engine.abort, request_id)
+
+    def interrupt_all(self, make_error: Callable[[], Exception]) -> int:
+        """End every running ``generate`` with ``make_error()`` (raised from it, before its next
+        output); each request is aborted as the generator closes. Returns how many."""
+        for queue in self._queues.values():
+            queue.put_nowait(make_error())
+        return len(self._queues)
 
     @property
     def is_sleeping(self) -> bool:

@@ -220,8 +220,10 @@ class BlockPool:
         """Raise AssertionError naming the first broken invariant (see the module docstring)."""
         errors: list[str] = []
         ref, hashes, free = self._ref, self._hash, self._free
-        if len(free) > self.num_blocks or any(not 0 <= b < self.num_blocks for b in free):
-            errors.append(f"free queue holds unknown block ids: {sorted(free)[:10]}")
+        unknown = [b for b in free if not 0 <= b < self.num_blocks]
+        if unknown:  # the checks below index by block id: report this one alone
+            raise AssertionError(f"BlockPool integrity: free queue holds unknown block ids: "
+                                 f"{unknown[:10]}")
         negative = [b for b in range(self.num_blocks) if ref[b] < 0]
         if negative:
             errors.append(f"negative ref counts on blocks {negative[:10]}")

@@ -19,6 +19,11 @@ from .tokenizer_files import fast_path_refusal, read_tokenizer_dir
 
 __all__ = ["FastTokenizer", "clean_up_tokenization", "fast_path_refusal"]
 
+# Texts longer than this are encoded through ``encode_batch``, which releases the GIL (the
+# single-text ``encode`` holds it: a 1M-character prompt held it for ~2 s on 2 cores, so a
+# server thread encoding it stalled the event loop just as much).
+GIL_FREE_CHARS = 2048
+
 
 class FastTokenizer:
     """The part of transformers' tokenizer API that edge-llm and its users call, over a
@@ -110,6 +115,9 @@ class FastTokenizer:
         """Token ids of one text (the post-processor's special tokens when asked)."""
         if not isinstance(text, str):
             raise TypeError(f"encode() takes one string, got {type(text).__name__}.")
+        if len(text) > GIL_FREE_CHARS:  # same ids; the batch call lets other threads run
+            return self.backend_tokenizer.encode_batch(
+                [text], add_special_tokens=add_special_tokens)[0].ids
         return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def tokenize(self, text: str, add_special_tokens: bool = False) -> list[str]:

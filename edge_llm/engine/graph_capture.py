@@ -8,24 +8,17 @@ do (startup_probes.py)."""
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
 
 import torch
 
-WARMUP_LAYERS_ENV = "EDGE_LLM_WARMUP_LAYERS"
+from edge_llm import envs
 
 
-@functools.cache
 def warmup_layers_all() -> bool:
     """``EDGE_LLM_WARMUP_LAYERS``: ``1`` (the default) runs the start-up's warm-up forwards
-    through the first decoder layer only, ``all`` through every layer (as before session
-    28: the way back should a model launch variants in later layers that the first does
-    not). Read once; any other value is an error."""
-    value = os.environ.get(WARMUP_LAYERS_ENV, "1")
-    if value not in ("1", "all"):
-        raise ValueError(f"{WARMUP_LAYERS_ENV} must be 1 or all, got {value!r}.")
-    return value == "all"
+    through the first decoder layer only, since every layer launches the same kernels;
+    ``all`` through every layer, for a model that launches other variants in later layers."""
+    return envs.WARMUP_LAYERS.get() == "all"
 
 
 def warmup_forward(model):

@@ -9,13 +9,13 @@ mirrors that layout in host memory (pinned on CUDA).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
+from edge_llm import envs
 from edge_llm.config import CacheConfig
 from edge_llm.kernels.kv_fp8 import KV_FP8
 from edge_llm.kernels.paged_common import value_cache
@@ -25,32 +25,26 @@ logger = logging.getLogger(__name__)
 GiB = 1 << 30
 # what serving reserves beyond the start-up profile's one forward: the sampler's and the
 # step metadata's small tensors (the allocator holds those in 2 MiB segments) and blocks
-# cached between steps of other sizes. 64 MiB until session 25: a tiny model's serving peak
-# had passed its gpu_memory_utilization budget by 4 MB without it (session 18); the 7B card
-# scenario then measured serving's peak reserved at -91 and +124 MiB beside weights +
-# activations + KV + the graphs' pool in two runs (expandable segments on), the second
-# within 3 MiB of a 24 GB card
+# cached between steps of other sizes. Sized so that serving's peak reserved memory stays
+# inside the gpu_memory_utilization budget with expandable segments on (the end-to-end
+# benchmark's 24 GB card scenario checks it)
 SERVING_SLACK_BYTES = 128 << 20
 CPU_DEFAULT_KV_BYTES = 2 * GiB  # CPU has no card to take a fraction of; like vLLM's CPU default
-
-
-EXPANDABLE_ENV = "EDGE_LLM_EXPANDABLE_SEGMENTS"
 
 
 def use_expandable_segments(device: torch.device) -> bool:
     """Switch the CUDA caching allocator to expandable segments, before the model loads.
 
     Without them, steps of other token counts than the start-up profile's split the cached
-    blocks of the dequantize path's large matmul outputs, and serving reserved new segments
-    beyond the plan: 752 MiB for a 7B model filling a 0.18 x H200 budget (about a 24 GB
-    card), 1.006 of it; with them none, 0.997 (benchmarks/serving_memory.py, session 25).
+    blocks of the dequantize path's large matmul outputs, and serving reserves new segments
+    beyond the plan, past the memory budget; with them it stays inside.
     The KV tensors are still allocated as plain segments (``plain_segments``).
     Left as it is when the user configured the allocator (``PYTORCH_CUDA_ALLOC_CONF`` or
     ``PYTORCH_ALLOC_CONF``) or set ``EDGE_LLM_EXPANDABLE_SEGMENTS=0``. Returns whether it
     switched."""
-    if device.type != "cuda" or os.environ.get(EXPANDABLE_ENV, "").strip() == "0":
+    if device.type != "cuda" or not envs.EXPANDABLE_SEGMENTS.get():
         return False
-    if os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"):
+    if envs.PYTORCH_CUDA_ALLOC_CONF.is_set() or envs.PYTORCH_ALLOC_CONF.is_set():
         return False
     global _expandable_on
     _set_allocator("expandable_segments:True")
@@ -72,8 +66,8 @@ def _set_allocator(settings: str) -> None:
 def plain_segments():
     """Expandable segments off inside, where ``use_expandable_segments`` switched them on:
     the KV tensors are allocated once and kept while serving, so they gain nothing from
-    them, and one cudaMalloc per tensor takes 0.01 s where mapping a 121 GiB cache page by
-    page took 0.29-0.45 s on the H200, at start-up and at every wake-up (session 25)."""
+    them, and one cudaMalloc per tensor is far cheaper than mapping a large cache page by
+    page, at start-up and at every wake-up."""
     if not _expandable_on:
         yield
         return
@@ -109,8 +103,11 @@ class HostSwap:
             except BaseException as exc:  # re-raised on first use
                 self._error = exc
 
+        # Not a daemon: the interpreter joins it before finalizing. A daemon thread still
+        # inside torch at exit is ended by a forced unwind through noexcept C++ frames, which
+        # aborted short runs ("terminate called without an active exception", SIGABRT).
         self._thread = threading.Thread(target=allocate, name="edge-llm-swap-alloc",
-                                        daemon=True)
+                                        daemon=False)
         self._thread.start()
 
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:

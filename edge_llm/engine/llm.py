@@ -19,11 +19,10 @@ from .tokenizer import apply_chat_template
 class LLM:
     """Offline generation on one in-process engine.
 
-    ``max_num_batched_tokens`` defaults to 8,192 here (the server's default is 2,048), as
-    vLLM's offline class does: offline work has no inter-token latency to protect, and
-    larger prefill chunks lifted the 256-request offline benchmark by 5-15% on the H200
-    (BENCHMARKS.md, session 15). For the same reason steps with running decodes are not
-    capped here by default (``max_tokens_with_decodes``, see SchedulerConfig).
+    ``max_num_batched_tokens`` defaults to 8,192 here (the server's default is 2,048), as vLLM's
+    offline class does: offline work has no inter-token latency to protect, and larger prefill
+    chunks raise its throughput. For the same reason steps with running decodes are not capped here
+    by default (``max_tokens_with_decodes``, see SchedulerConfig).
     """
 
     def __init__(

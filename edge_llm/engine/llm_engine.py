@@ -24,13 +24,15 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from edge_llm import envs
 from edge_llm.config import EngineConfig
 from edge_llm.model.loader import load_model, resolve_device
+from edge_llm.model.weights import resolve_model_path
 from edge_llm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
 from .detokenizer import IncrementalDetokenizer
-from .kv_cache import EXPANDABLE_ENV, use_expandable_segments
+from .kv_cache import use_expandable_segments
 from .request_state import Choice, RequestState, TokenNames, checked_request, finish_reason
 from .runner import ModelRunner, RunnerOutput
 from .scheduler import Scheduler
@@ -38,6 +40,7 @@ from .scheduler_ahead import ahead_matches, plan_ahead
 from .sequence import Sequence, SequenceStatus
 from .structured_output import GrammarCompiler
 from .tokenizer import eos_token_ids, load_tokenizer
+from .tokenizer_files import check_tokenizer_files
 
 logger = logging.getLogger(__name__)
 PromptInput = str | list[int] | dict
@@ -61,20 +64,25 @@ class LLMEngine:
         self.config = config
         mc = config.model
         model = mc.model
+        self.demo_build_seconds = 0.0  # the demo model's first-start build (start-up phases)
         if model is None:
-            from edge_llm.model.demo import ensure_demo_model
+            from edge_llm.model.demo import prepare_demo_model
 
-            model = str(ensure_demo_model())
+            began = time.perf_counter()
+            folder, built = prepare_demo_model()
+            model = str(folder)
+            if built:
+                self.demo_build_seconds = time.perf_counter() - began
         if use_expandable_segments(resolve_device(mc.device)):  # before any CUDA memory
             logger.info("CUDA allocator: expandable segments (%s=0 keeps the default)",
-                        EXPANDABLE_ENV)
+                        envs.EXPANDABLE_SEGMENTS.name)
         self.loaded = self._load(model)
         arch = self.loaded.arch
         self.max_model_len = self._resolve_max_model_len()
         self.config = config = replace(config, scheduler=replace(
             config.scheduler, max_model_len=self.max_model_len))
-        # after the weights, not beside them: on a thread its imports held the GIL against the
-        # loader's many small GPU ops (weight load 8.4 s instead of ~5 s on the H200)
+        # after the weights, not beside them: on a thread its imports hold the GIL against the
+        # loader's many small GPU ops and slow the weight load down
         self.tokenizer = load_tokenizer(self.loaded.path, mc.chat_template)
         gen_file = self.loaded.path / "generation_config.json"
         gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
@@ -106,7 +114,9 @@ class LLMEngine:
 
     def _load(self, model: str, progress: bool = True):
         mc = self.config.model
-        return load_model(model, revision=mc.revision, dtype=mc.dtype, device=mc.device,
+        path = resolve_model_path(model, mc.revision)
+        check_tokenizer_files(path)  # the tokenizer loads after the weights: refuse first
+        return load_model(str(path), revision=mc.revision, dtype=mc.dtype, device=mc.device,
                           progress=progress)
 
     def _resolve_max_model_len(self) -> int:
@@ -143,7 +153,7 @@ class LLMEngine:
         ``final_only`` (vLLM's ``RequestOutputKind.FINAL_ONLY``, what ``LLM.generate`` uses):
         ``step()`` returns no output for this request until it finishes. Building a
         RequestOutput copies every token so far, for every running request, every step: about
-        0.5 of the 1.1 ms of output processing per step at 160 rows (benchmarks/host_overhead.py).
+        half of the output processing of a large batch.
         """
         if self.is_sleeping:
             raise RuntimeError("The engine is asleep: call wake_up() first.")

@@ -3,12 +3,12 @@ decode rows alongside (a chat prompt, a prompt's last chunk, the uncached tail a
 prefix-cache hit, a new request joining running ones). On by default;
 ``EDGE_LLM_PREFILL_GRAPHS=0`` turns them off.
 
-An eager forward of a 7B model costs ~45 ms of Python launch overhead whatever its length, so
-the 24 new tokens after a 1,000-token cached prefix took as long as the whole prompt, and a new
-256-token prompt joining 31 decoding sequences stalled their next token for ~58 ms (inter-token
-p99 at 32 streams, session 25); a graph replay of the same forward costs a few ms. Eligible
-steps (``is_short_step``): ``2 <= N <= 512`` new tokens over at most ``max_seqs`` sequences,
-none wanting prompt logprobs (one-token decode-only steps take the decode graphs first).
+An eager forward of a 7B model costs tens of ms of Python launch overhead whatever its length, so
+the few new tokens after a long cached prefix took as long as the whole prompt, and a new 256-token
+prompt joining decoding sequences stalled every stream's next token for tens of ms; a graph replay
+of the same forward costs a few ms. Eligible steps (``is_short_step``): ``2 <= N <= 512`` new tokens
+over at most ``max_seqs`` sequences, none wanting prompt logprobs (one-token decode-only steps take
+the decode graphs first).
 ``N`` is padded up to the smallest bucket ``T`` in ``PREFILL_SIZES`` (8, 16, ..., 512;
 ``prefill_sizes`` drops the buckets a step of ``max_num_batched_tokens`` cannot reach); one
 graph per bucket, over ``K = min(T, max_seqs) + 1`` sequence slots.
@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from edge_llm.flags import env_on
+from edge_llm import envs
 from edge_llm.model.attention_metadata import AttentionMetadata
 
 from .cuda_graphs import (
@@ -80,19 +80,16 @@ from .graph_capture import capture_graph
 
 PREFILL_SIZES = (8, 16, 32, 64, 128, 256, 512)  # padded new-token counts, one graph each
 MIN_TOKENS = 2  # one-token steps are decode steps (cuda_graphs.py)
-ENV_FLAG = "EDGE_LLM_PREFILL_GRAPHS"
-# EDGE_LLM_PREFILL_SPLIT_GRAPHS=1: prefill attention's key split planned for one sequence in
-# each graph instead of all K slots (AttentionMetadata.split_seqs), so that a cached prefix's
-# few new tokens split their keys with many kv heads too. Off until timed on a GPU
-# (benchmarks/gpu_call105.sh, gpu_call106.sh; BENCHMARKS.md, session 31).
-SPLIT_FLAG = "EDGE_LLM_PREFILL_SPLIT_GRAPHS"
+# EDGE_LLM_PREFILL_SPLIT_GRAPHS=1 (an experiment, edge_llm/envs.py): prefill attention's key
+# split planned for one sequence in each graph instead of all K slots
+# (AttentionMetadata.split_seqs), so that a cached prefix's few new tokens split their keys
+# over many programs even with few kv heads.
 
 
 def prefill_graphs_enabled() -> bool:
-    """On unless ``EDGE_LLM_PREFILL_GRAPHS=0`` (the GPU tests passed on the H200 and a
-    prefix-cached 1,000-token prompt's first token came 4.4x sooner); any value but 0 or 1 is
-    an error."""
-    return env_on(ENV_FLAG, "1")
+    """On unless ``EDGE_LLM_PREFILL_GRAPHS=0``: a short prefill step (a prefix-cached prompt's
+    new tokens) replays a graph instead of launching every kernel from the host."""
+    return envs.PREFILL_GRAPHS.get()
 
 
 def prefill_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -224,7 +221,7 @@ class PrefillGraphs:
         self._lazy: set[int] = set()
         self._pool = None
         self.replays: Counter[int] = Counter()
-        self.split_seqs = 1 if env_on(SPLIT_FLAG, "0") else None  # AttentionMetadata's
+        self.split_seqs = 1 if envs.PREFILL_SPLIT_GRAPHS.get() else None  # AttentionMetadata's
 
     def can_run(self, scheduled: list) -> bool:
         return (is_short_step(scheduled, self.sizes[-1], self.max_seqs)

@@ -3,8 +3,8 @@ with the same settings skips them.
 
 The KV plan needs two measurements (startup_probes.py): the peak memory of a whole
 ``max_num_batched_tokens`` step and the memory the CUDA graphs will hold. Taking them costs a
-scratch forward of every token of a step and a capture of the largest graphs: 1-3 s of a
-7B model's start on the H200 (BENCHMARKS.md, session 27), on every scale-from-zero start.
+scratch forward of every token of a step and a capture of the largest graphs: seconds of a
+7B model's start (BENCHMARKS.md, "Cold start"), on every scale-from-zero start.
 They depend only on what the key holds: the model's architecture and weight bytes, the
 dtypes, the scheduler and cache settings, the graph sizes, the GPU, the library versions,
 this package's source and the ``EDGE_LLM_*`` / allocator environment. The results are stored
@@ -24,21 +24,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from edge_llm.flags import env_on
+from edge_llm import envs
 
 logger = logging.getLogger(__name__)
 
-ENV = "EDGE_LLM_PROBE_CACHE"
 FIELDS = ("peak_bytes", "graph_bytes")
 # settings that do not change what the probes measure
 IGNORED_ENV = frozenset({"EDGE_LLM_CACHE_DIR", "EDGE_LLM_PORT", "EDGE_LLM_HOST",
                          "EDGE_LLM_MODEL", "EDGE_LLM_API_KEY", "EDGE_LLM_LOG_LEVEL",
-                         "EDGE_LLM_PREFETCH", ENV})
+                         "EDGE_LLM_PREFETCH", envs.PROBE_CACHE.name})
 
 
 def probe_cache_wanted() -> bool:
-    """On unless ``EDGE_LLM_PROBE_CACHE=0``; any value but 0 or 1 is an error."""
-    return env_on(ENV, "1")
+    """On unless ``EDGE_LLM_PROBE_CACHE=0``; any value but a switch is an error."""
+    return envs.PROBE_CACHE.get()
 
 
 def probe_dir() -> Path:
@@ -66,10 +65,11 @@ def source_digest() -> str:
 
 def probe_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables that may change what the probes measure."""
-    environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items())
-            if (k.startswith("EDGE_LLM_") and k not in IGNORED_ENV)
-            or k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    found = {k: v for k, v in envs.edge_llm_variables(environ).items() if k not in IGNORED_ENV}
+    for var in (envs.PYTORCH_CUDA_ALLOC_CONF, envs.PYTORCH_ALLOC_CONF):
+        if var.is_set(environ):
+            found[var.name] = var.raw(environ)
+    return dict(sorted(found.items()))
 
 
 def probe_key(parts: Mapping[str, Any]) -> str:

@@ -60,10 +60,27 @@ OVERRIDDEN_MODEL_TYPES = frozenset({
 })
 
 
+# one of these makes a folder loadable by tokenizers or transformers (the slow tokenizers'
+# vocabularies included); a folder with none fails only deep inside transformers
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tekken.json", "vocab.json",
+                   "spiece.model", "vocab.txt", "sentencepiece.bpe.model")
+
+
+def check_tokenizer_files(path: Path) -> None:
+    """ValueError naming the folder when it holds no tokenizer file (checked before the
+    weights load, so a folder without one is refused in a second, not after the load)."""
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"{path}: no tokenizer files: expected one of "
+                         f"{', '.join(TOKENIZER_FILES)} beside config.json.")
+
+
 def _read_json(path: Path) -> dict:
     if not path.is_file():
         return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: invalid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}.")
     return data

@@ -6,7 +6,9 @@ Accepts both the transformers 4 keys (``rope_theta``, ``rope_scaling``) and the 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SUPPORTED_ARCHITECTURES = {
@@ -18,8 +20,43 @@ SUPPORTED_ARCHITECTURES = {
 SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear")
 
 
+# The longest context a config may claim: a RoPE table of this many positions is already
+# gigabytes; a larger value is a broken config, refused before anything is allocated.
+MAX_POSITIONS = 1 << 24
+
+
 class UnsupportedArchitectureError(ValueError):
     pass
+
+
+class InvalidConfigError(ValueError):
+    """A ``config.json`` that cannot describe a model; the message names the key and value."""
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """``folder/config.json`` as a dict; InvalidConfigError naming the file otherwise."""
+    file = folder / "config.json"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidConfigError(f"{file}: invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidConfigError(f"{file}: expected a JSON object, got {type(data).__name__}.")
+    return data
+
+
+def _count(cfg: dict[str, Any], key: str, default: Any = None, limit: int | None = None) -> int:
+    """A positive integer field (``default`` when absent); InvalidConfigError naming it."""
+    value = cfg.get(key, default) if default is not None else cfg.get(key)
+    if value is None:
+        raise InvalidConfigError(f"config.json: {key} is missing.")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(f"config.json: {key} must be a positive integer, got "
+                                 f"{value!r}.")
+    if limit is not None and value > limit:
+        raise InvalidConfigError(f"config.json: {key}={value} is not a plausible value (at "
+                                 f"most {limit}); the config is broken.")
+    return value
 
 
 @dataclass(frozen=True)
@@ -80,9 +117,12 @@ def parse_arch_config(cfg: dict[str, Any]) -> ArchConfig:
             )
         if rope_type == "default":
             scaling = None
-    heads = int(cfg["num_attention_heads"])
-    hidden = int(cfg["hidden_size"])
-    head_dim = cfg.get("head_dim") or hidden // heads
+    heads = _count(cfg, "num_attention_heads")
+    hidden = _count(cfg, "hidden_size")
+    head_dim = _count(cfg, "head_dim") if cfg.get("head_dim") else hidden // heads
+    if not head_dim:
+        raise InvalidConfigError(f"config.json: hidden_size={hidden} is smaller than "
+                                 f"num_attention_heads={heads}.")
     kind = SUPPORTED_ARCHITECTURES[arch]
     window = cfg.get("sliding_window")
     if kind == "qwen2" and not cfg.get("use_sliding_window", False):
@@ -91,17 +131,18 @@ def parse_arch_config(cfg: dict[str, Any]) -> ArchConfig:
         window = None
     return ArchConfig(
         architecture=arch,
-        vocab_size=int(cfg["vocab_size"]),
+        vocab_size=_count(cfg, "vocab_size"),
         hidden_size=hidden,
-        intermediate_size=int(cfg["intermediate_size"]),
-        num_layers=int(cfg["num_hidden_layers"]),
+        intermediate_size=_count(cfg, "intermediate_size"),
+        num_layers=_count(cfg, "num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        num_kv_heads=_count(cfg, "num_key_value_heads") if cfg.get("num_key_value_heads")
+        else heads,
         head_dim=int(head_dim),
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         rope_theta=float(theta),
         rope_scaling=scaling,
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+        max_position_embeddings=_count(cfg, "max_position_embeddings", 2048, MAX_POSITIONS),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=kind == "qwen2" or bool(cfg.get("attention_bias", False)),
         qk_norm=kind == "qwen3",

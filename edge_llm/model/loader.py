@@ -6,9 +6,8 @@ device and dtype (quantized linears convert their format tensors to the runtime 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,9 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .arch import ArchConfig, parse_arch_config
+from edge_llm import envs
+
+from .arch import ArchConfig, InvalidConfigError, parse_arch_config, read_config
 from .fuse import fold_act_order, fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
 from .plane_pack import pack_weight_planes, planes_enabled
@@ -26,7 +27,7 @@ from .staged_read import fits_staged, iter_tensors_staged
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
 
 logger = logging.getLogger(__name__)
-STAGED_ENV = "EDGE_LLM_STAGED_LOAD"
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -104,8 +105,12 @@ def load_model(
     buffers into device memory (edge_llm/model/staged_read.py) instead of mapping them; None
     reads ``EDGE_LLM_STAGED_LOAD`` ("1" on, "0" off, unset: on CUDA when the GPU has room)."""
     path = resolve_model_path(model, revision)
-    hf_config = json.loads((path / "config.json").read_text())
-    arch = parse_arch_config(hf_config)
+    hf_config = read_config(path)
+    try:
+        arch = parse_arch_config(hf_config)
+    except InvalidConfigError as exc:  # name the file itself
+        raise InvalidConfigError(str(exc).replace("config.json", str(path / "config.json"), 1)
+                                 ) from None
     from edge_llm.quant import detect_quant_spec
 
     spec = detect_quant_spec(path, hf_config)
@@ -114,6 +119,7 @@ def load_model(
     files = checkpoint_files(path)
     # refuse corrupt files before loading anything; the headers also give the tensor names
     headers = [validate_safetensors(f) for f in files]
+    check_layer_count(arch.num_layers, [n for _, names in headers for n in names], path)
     total = sum(nbytes for nbytes, _ in headers)
     positions = max_positions or arch.max_position_embeddings
     if dev.type == "cuda":  # the CUDA context (seconds on a large GPU) is not weight loading
@@ -148,14 +154,25 @@ def load_model(
     return LoadedModel(lm, arch, path, hf_config, spec, torch_dtype, dev, seconds, total)
 
 
+def check_layer_count(num_layers: int, names: list[str], path: Path) -> None:
+    """Refuse, before any tensor is read, a config whose ``num_hidden_layers`` differs from
+    the decoder layers the checkpoint's tensors hold (``model.layers.<i>.``)."""
+    found = {int(m.group(1)) for n in names if (m := _LAYER.match(n))}
+    if not found or found == set(range(num_layers)):
+        return
+    held = f"layers 0-{max(found)}" if found == set(range(max(found) + 1)) else \
+        f"{len(found)} layers with indices up to {max(found)}"
+    raise InvalidConfigError(
+        f"{path / 'config.json'}: num_hidden_layers={num_layers}, but the checkpoint's "
+        f"tensors hold {held}: the config does not match the weights.")
+
+
 def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int,
                    largest_file: int = 0) -> bool:
-    """The ``staged`` argument, else ``EDGE_LLM_STAGED_LOAD`` ("0"/"1"), else: on CUDA when
+    """The ``staged`` argument, else ``EDGE_LLM_STAGED_LOAD`` (0 or 1), else: on CUDA when
     the GPU can hold the largest file beside the model (``fits_staged``)."""
     if staged is None:
-        flag = os.environ.get(STAGED_ENV, "").strip()
-        if flag in ("0", "1"):
-            staged = flag == "1"
+        staged = envs.STAGED_LOAD.get()
     if staged is not None:
         return staged
     if device.type != "cuda":

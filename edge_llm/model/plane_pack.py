@@ -1,38 +1,37 @@
 """Repack the 4-bit words of every eligible linear into the plane-packed order after loading
 (``QuantLinear.pack_planes``; kernels/w4a16.py, ``planes_packed``).
 
-The W4A16 plane-dot kernels multiply each nibble plane of a 128-row K tile by the activations
-of that plane's rows. In the checkpoints' word order (row 8 r + j in nibble j of word r) a
-plane's rows are every eighth column of x, so the kernels read a copy of x permuted into plane
-order, about 3 us a launch on the H200, which outweighed the plane dots' gain on the smaller
-weights. Plane-packed words put row 16 j + r in nibble j of word r: a plane's rows are 16
-consecutive columns of x, and the plane dots read x as it is. The one-row GEMV and the
-dequantize pass read the new order directly; the other kernels are given x permuted to match.
+The W4A16 plane-dot kernels multiply each nibble plane of a 128-row K tile by the activations of
+that plane's rows. In the checkpoints' word order (row 8 r + j in nibble j of word r) a plane's rows
+are every eighth column of x, so the kernels read a copy of x permuted into plane order, a launch of
+its own that outweighed the plane dots' gain on the smaller weights. Plane-packed words put row 16 j
++ r in nibble j of word r: a plane's rows are 16 consecutive columns of x, and the plane dots read x
+as it is. The one-row GEMV and the dequantize pass read the new order directly; the other kernels
+are given x permuted to match.
 
 Packed on CUDA for fp16 activations (the plane kernels' dtype) when K and the group size are
 multiples of 128; the CPU reference reads either order. On by default;
 ``EDGE_LLM_PLANE_PACKED=0`` (or ``load_model(plane_packed=False)``) keeps the checkpoint
-order. Measured on the H200 (BENCHMARKS.md, session 23): decode at batch 4 / 16 1.09x /
-1.06x, batch 1 unchanged (the one-row GEMV reads x as int32 words of two rows, staged by
-cp.async as before; read as eight 2-byte loads per word it had lost 20%).
+order. It speeds up decode at batches of a few rows and leaves batch 1 as it is
+(BENCHMARKS.md, "Kernels"): the one-row GEMV still reads x as int32 words of two rows,
+staged by cp.async, since eight 2-byte loads per word are much slower.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 from torch import nn
 
-logger = logging.getLogger(__name__)
+from edge_llm import envs
 
-ENV_FLAG = "EDGE_LLM_PLANE_PACKED"
+logger = logging.getLogger(__name__)
 
 
 def planes_enabled() -> bool:
     """Whether ``load_model`` plane-packs by default: on unless ``EDGE_LLM_PLANE_PACKED=0``."""
-    return os.environ.get(ENV_FLAG, "1").strip() != "0"
+    return envs.PLANE_PACKED.get()
 
 
 def pack_weight_planes(model: nn.Module) -> int:

@@ -1,9 +1,9 @@
 """Read a checkpoint into the page cache in the background while the server imports torch.
 
 A serverless platform's scale-from-zero start finds the page cache empty: the weights come
-off the disk, and the loader only starts once torch and the engine are imported (3.5-4.2 s
-on the H200 machine). Session 25's cold start: weight load 3.57 s from a dropped page cache
-against 1.1-1.4 s from a warm one, the rest of the start unchanged. ``start_prefetch`` asks
+off the disk, and the loader only starts once torch and the engine are imported (seconds).
+From a dropped page cache the weight load takes about three times as long as from a warm one
+(BENCHMARKS.md, "Cold start"). ``start_prefetch`` asks
 the kernel to read the checkpoint's safetensors files (``posix_fadvise(WILLNEED)``: no copy
 into Python, the GIL released), then the compile cache's files, on a daemon thread, as
 soon as ``edge-llm serve`` knows the model; the staged reads then find the bytes in memory.
@@ -16,15 +16,17 @@ cache would evict what it read first), or on a system without ``posix_fadvise``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
 from pathlib import Path
 
+from edge_llm import envs
+
+from .shards import indexed_shards
+
 logger = logging.getLogger(__name__)
-ENV = "EDGE_LLM_PREFETCH"
 
 
 METHODS = ("fadvise", "read")
@@ -36,9 +38,7 @@ def prefetch_method() -> str | None:
     """``EDGE_LLM_PREFETCH``: 1 (the default) the default method, ``fadvise`` (ask the kernel
     to read ahead), ``read`` (read every byte on the thread, for file systems that ignore the
     advice), 0 off (None); any other value is an error."""
-    value = os.environ.get(ENV, "1")
-    if value not in ("0", "1", *METHODS):
-        raise ValueError(f"{ENV} must be 0, 1, fadvise or read, got {value!r}.")
+    value = envs.PREFETCH.get()
     return None if value == "0" else DEFAULT_METHOD if value == "1" else value
 
 
@@ -47,14 +47,11 @@ def checkpoint_files(model: str | None, revision: str | None = None) -> list[Pat
     folder = _local_folder(model, revision)
     if folder is None:
         return []
-    index = folder / "model.safetensors.index.json"
     try:
-        if index.is_file():
-            names = set(json.loads(index.read_text())["weight_map"].values())
-            files = [folder / name for name in sorted(names)]
-        else:
+        files = indexed_shards(folder)
+        if files is None:
             files = sorted(folder.glob("*.safetensors"))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):  # CheckpointIndexError: a shard outside the folder too
         return []  # the loader reports a broken checkpoint properly
     return [f for f in files if f.is_file()]
 

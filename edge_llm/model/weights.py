@@ -7,13 +7,16 @@ truncated download is refused with the file's name instead of leaving a half-loa
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
+
+from edge_llm import envs
+
+from .shards import indexed_shards
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"]
 _DTYPE_BYTES = {
@@ -50,7 +53,7 @@ def _download(repo_id: str, revision: str | None) -> Path:
             snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS)
         )
     except Exception as exc:  # offline, missing repo, gated, network: one clear message
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        offline = envs.HF_HUB_OFFLINE.get()
         reason = "HF_HUB_OFFLINE is set" if offline else f"{type(exc).__name__}: {exc}"
         raise ModelNotFoundError(
             f"Could not get model {repo_id!r} from the Hugging Face hub ({reason}). "
@@ -61,11 +64,8 @@ def _download(repo_id: str, revision: str | None) -> Path:
 
 
 def checkpoint_files(path: Path) -> list[Path]:
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        files = sorted({path / name for name in weight_map.values()})
-    else:
+    files = indexed_shards(path)
+    if files is None:
         files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelNotFoundError(

@@ -16,18 +16,22 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from edge_llm.config import EngineConfig, ServerConfig
 
+from . import openapi
 from .context import USAGE_KEY, ServerContext
 from .errors import handle_exception
+from .guard import RequestGuard
 from .hooks import Hooks, LifecycleConfig, StartupPhases, builtin_warmup, user_warmup
 from .lifecycle import EngineHolder
-from .metrics import ServerMetrics, engine_stats
+from .metrics import ServerMetrics, engine_stats, usage_from_trackers
 from .preprocess import read_chat_template
-from .routes import ROUTES, SAGEMAKER_ROUTES
+from .request_defaults import resolve_request_defaults
+from .routes import ROUTES, SAGEMAKER_ROUTES, SLEEP_ROUTES
 
 logger = logging.getLogger("edge_llm.server")
 
@@ -58,7 +62,18 @@ def create_app(
         engine_factory = _default_factory(engine_config, phases)
     hooks = Hooks.from_specs(lifecycle.hooks)
     chat_template = read_chat_template(server_config.chat_template)
-    holder = _holder(engine_factory, engine_config, server_config, lifecycle, on_load_failure,
+    factory = engine_factory
+
+    def load_engine() -> Any:
+        """The engine, then the defaults of the model it loaded (``ctx`` exists by then: the
+        holder calls this once the app runs)."""
+        engine = factory()
+        ctx.defaults = resolve_request_defaults(server_config.generation_config,
+                                                getattr(engine, "model_path", None),
+                                                server_config.default_max_tokens)
+        return engine
+
+    holder = _holder(load_engine, engine_config, server_config, lifecycle, on_load_failure,
                      hooks, phases, chat_template)
     ctx = ServerContext(
         config=server_config,
@@ -75,22 +90,43 @@ def create_app(
             yield
         finally:
             await holder.shutdown()
+            ctx.preprocess_executor.shutdown(wait=False, cancel_futures=True)
 
     from edge_llm import __version__
 
+    routes = ROUTES + (SLEEP_ROUTES if server_config.enable_sleep_endpoints else []) + (
+        SAGEMAKER_ROUTES if lifecycle.sagemaker else [])
     app = Litestar(
-        route_handlers=ROUTES + (SAGEMAKER_ROUTES if lifecycle.sagemaker else []),
+        route_handlers=routes,
+        cors_config=_cors(server_config),
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=server_config.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="edge-llm", version=__version__),
+        openapi_config=OpenAPIConfig(title="edge-llm", version=__version__,
+                                     render_plugins=openapi.render_plugins()),
         logging_config=None,
     )
     app.state.ctx = ctx
     hooks.state = app.state
-    # Wrapped outside Litestar's router so that unmatched routes (404/405) are logged too.
-    app.asgi_handler = RequestLog(app.asgi_handler, enabled=server_config.log_requests)
+    guarded = RequestGuard(app.asgi_handler, bind_host=server_config.host,
+                           allowed_hosts=server_config.allowed_hosts,
+                           allowed_origins=server_config.allowed_origins,
+                           body_read_timeout=server_config.body_read_timeout)
+    # Wrapped outside Litestar's router so that unmatched routes (404/405) and the guard's
+    # refusals are logged too.
+    app.asgi_handler = RequestLog(guarded, enabled=server_config.log_requests,
+                                  metrics=ctx.metrics)
     return app
+
+
+def _cors(config: ServerConfig) -> CORSConfig | None:
+    """CORS headers only for the origins the operator listed (vLLM's flags)."""
+    if not config.allowed_origins:
+        return None
+    return CORSConfig(allow_origins=list(config.allowed_origins),
+                      allow_methods=list(config.allowed_methods),  # type: ignore[arg-type]
+                      allow_headers=list(config.allowed_headers),
+                      allow_credentials=config.allow_credentials)
 
 
 def _holder(factory: Callable[[], Any], engine_config: EngineConfig,
@@ -143,12 +179,17 @@ def _warmup(lifecycle: LifecycleConfig, max_num_seqs: int, chat_template: str | 
 
 
 class RequestLog:
-    """ASGI wrapper: ``X-Request-Id`` in and out, and one info line per HTTP request:
-    method, path, status, request id, prompt/completion tokens, seconds."""
+    """ASGI wrapper: ``X-Request-Id`` in and out, one info line per HTTP request (method, path,
+    status, request id, prompt/completion tokens, seconds) and its count in ``metrics``.
 
-    def __init__(self, app: ASGIApp, enabled: bool = True) -> None:
+    A response whose body never reached its end (the client left mid-stream) is a 499, as is
+    one abandoned before it started; its tokens are those the engine produced for it."""
+
+    def __init__(self, app: ASGIApp, enabled: bool = True,
+                 metrics: ServerMetrics | None = None) -> None:
         self.app = app
         self.enabled = enabled
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -158,24 +199,38 @@ class RequestLog:
         request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex[:16]
         scope.setdefault("state", {})["request_id"] = request_id
         status = 0
+        body_done = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, body_done
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode("latin-1")))
                 message = {**message, "headers": headers}
             await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                body_done = True
 
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            if status and not body_done:
+                status = 499
+            if status and self.metrics is not None:
+                self.metrics.observe_http(scope.get("path_template"), scope["method"], status)
             if self.enabled:
-                prompt, completion = scope["state"].get(USAGE_KEY, (0, 0))
-                logger.info("%s %s %s id=%s prompt_tokens=%d completion_tokens=%d %.3fs",
-                            scope["method"], scope["path"], status or "-", request_id, prompt,
-                            completion, time.perf_counter() - start)
+                self._log(scope, status, request_id, time.perf_counter() - start)
+
+    @staticmethod
+    def _log(scope: Scope, status: int, request_id: str, seconds: float) -> None:
+        state = scope["state"]
+        usage = state.get(USAGE_KEY)
+        if usage is None or status == 499:  # what the engine produced before the end
+            usage = usage_from_trackers(state) or usage or (0, 0)
+        logger.info("%s %s %s id=%s prompt_tokens=%d completion_tokens=%d %.3fs",
+                    scope["method"], scope["path"], status or "-", request_id, usage[0],
+                    usage[1], seconds)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

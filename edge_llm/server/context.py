@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from litestar import Request
@@ -16,6 +18,7 @@ from .errors import ClientDisconnected
 from .lifecycle import EngineHolder
 from .logprobs import TokenTexts
 from .metrics import ServerMetrics
+from .request_defaults import RequestDefaults
 
 T = TypeVar("T")
 
@@ -29,7 +32,18 @@ class ServerContext:
     metrics: ServerMetrics
     chat_template: str | None  # the override's text; None: the tokenizer's own
     created: int = field(default_factory=lambda: int(time.time()))
+    # fields a request leaves out; set once the model is loaded (its generation_config.json)
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)
     _texts: TokenTexts | None = None
+    # chat-template rendering and tokenizing run here, off the event loop, one at a time (a
+    # tokenizer object is not safe to use from several threads at once)
+    preprocess_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="edge-llm-preprocess"))
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the preprocessing thread: a long prompt keeps /health answering."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.preprocess_executor, partial(fn, *args))
 
     def model_name(self) -> str:
         """The name responses carry: ``served_model_name``, else the engine's model name."""

@@ -43,8 +43,10 @@ class OpenAIError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        logged: bool = False,
     ) -> None:
         super().__init__(message)
+        self.logged = logged  # already logged where it arose: handlers add no line
         self.status = status
         self.message = message
         self.param = param

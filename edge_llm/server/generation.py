@@ -8,6 +8,7 @@ engine requests aborted, so their KV blocks are free before the engine's next st
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,8 @@ from edge_llm.sampling_params import SamplingParams
 from .errors import OpenAIError, bad_request, param_from_value_error
 from .metrics import RequestTracker
 from .preprocess import SAMPLING_FIELDS
+
+logger = logging.getLogger("edge_llm.server")
 
 
 async def generate_one(
@@ -41,13 +44,16 @@ async def generate_one(
         raise
     except Exception as exc:  # noqa: BLE001 - EngineError and anything else: a 500 for this one
         finished = True  # a failed step already dropped the request
+        if not getattr(exc, "logged", False):  # the engine loop logs a failed step itself
+            logger.error("The engine failed on request %s", request_id, exc_info=exc)
         raise OpenAIError(500, f"The engine failed on this request: {exc}",
-                          code="engine_error") from exc
+                          code="engine_error", logged=True) from exc
     finally:
         # runs during cancellation too (a disconnect): shield the awaits from it
         with anyio.CancelScope(shield=True):
             await stream.aclose()
             if not finished:
+                tracker.aborted()
                 await engine.abort(request_id)
 
 

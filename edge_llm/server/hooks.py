@@ -1,8 +1,12 @@
 """Scale-to-zero settings and the pieces the server's lifecycle calls: start-up phase timing,
 warm-up passes, user hooks and the persistent compile caches.
 
-    process start -> import -> weight_load -> kv_allocation -> cuda_graphs -> [on_load] -> warmup
-                  -> ready [on_ready] -> (idle) sleep [on_sleep] -> wake_up [on_wake] -> ...
+    process start -> import -> [demo_build] -> weight_load -> kv_allocation -> cuda_graphs
+                  -> [on_load] -> warmup -> ready [on_ready] -> (idle) sleep [on_sleep]
+                  -> wake_up [on_wake] -> ...
+
+(``demo_build``: the first start of the built-in demo model fetches its GGUF source and
+quantizes it; later starts find it in the cache.)
 
 A user hook is ``module:function``; it is called as ``function(event, state)`` with ``event``
 one of ``HOOK_EVENTS`` and ``state`` the Litestar app state (``state.ctx`` is the server's
@@ -20,16 +24,19 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from edge_llm import envs
 
 logger = logging.getLogger("edge_llm.server")
 
 HOOK_EVENTS = ("on_load", "on_ready", "on_sleep", "on_wake")
 # start-up phases in order; "ready" is seconds from process start to ready
-PHASES = ("import", "weight_load", "kv_allocation", "cuda_graphs", "warmup", "ready")
+PHASES = ("import", "demo_build", "weight_load", "kv_allocation", "cuda_graphs", "warmup",
+          "ready")
 WARMUP_PROMPT = "Warm-up: list three colours, then count from one to ten."
 
 
@@ -44,9 +51,9 @@ class LifecycleConfig:
     ``sagemaker``: also serve ``POST /invocations``.
     ``freeze_gc``: once ready, ``gc.collect()`` then ``gc.freeze()`` (as vLLM's server
     does). The start-up objects (model, tokenizer, compiled kernels: about 190,000 with the
-    demo model) then leave the cyclic GC's full passes. Those passes had output processing
-    at 256 streamed rows take 5.6-6.4 ms a step, against 1.8-1.9 ms frozen
-    (benchmarks/host_overhead.py, session 16). ``edge-llm serve`` turns it on. It is off by
+    demo model) then leave the cyclic GC's full passes, which otherwise make output
+    processing at a few hundred streamed rows about three times slower. ``edge-llm serve``
+    turns it on. It is off by
     default because a process that builds many engines (the tests) would keep any cycle
     among frozen objects forever.
     """
@@ -78,24 +85,14 @@ class LifecycleConfig:
 # ---- persistent compile caches ------------------------------------------------------------
 
 
-def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``EDGE_LLM_CACHE_DIR``, default ``~/.cache/edge-llm`` (the demo model lives there too)."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get("EDGE_LLM_CACHE_DIR") or "~/.cache/edge-llm"
-    return Path(raw).expanduser()
-
-
 def set_compile_cache_env(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Point Triton's kernel/autotune cache and TorchInductor's cache under the edge-llm cache
     dir, unless the user set them; returns the variables it set. Call before torch loads."""
-    environ = os.environ if environ is None else environ
-    root = cache_dir(environ)
-    wanted = {"TRITON_CACHE_DIR": root / "triton", "TORCHINDUCTOR_CACHE_DIR": root / "inductor"}
-    done = {}
-    for name, path in wanted.items():
-        if not environ.get(name):
-            environ[name] = done[name] = str(path)
-    return done
+    root = envs.CACHE_DIR.get(environ)
+    wanted = {envs.TRITON_CACHE_DIR: root / "triton",
+              envs.TORCHINDUCTOR_CACHE_DIR: root / "inductor"}
+    return {var.name: str(path) for var, path in wanted.items()
+            if envs.set_default(var, str(path), environ)}
 
 
 # ---- user hooks -----------------------------------------------------------------------------
@@ -255,21 +252,30 @@ class StartupPhases:
         logger.info("startup phase %s: %.2f s%s", phase, seconds, f" ({detail})" if detail else "")
 
     def record_engine(self, engine: Any, construct_seconds: float) -> None:
-        """Split the engine's construction into weight loading (the loader's own figure), the
-        decode CUDA graph capture (from ``engine.stats()``, when graphs were captured) and the
-        rest (tokenizer, KV cache allocation); an engine without ``engine.loaded`` (a test
-        double) records the whole as weight_load."""
-        loaded = getattr(getattr(engine, "engine", None), "loaded", None)
+        """Split the engine's construction into the demo model's first-start build (when it
+        happened), weight loading (the loader's own figure), the decode CUDA graph capture
+        (from ``engine.stats()``, when graphs were captured) and the rest (tokenizer, KV cache
+        allocation; on CUDA also the context and the memory profile); an engine without
+        ``engine.loaded`` (a test double) records the whole as weight_load."""
+        inner = getattr(engine, "engine", None)
+        loaded = getattr(inner, "loaded", None)
         load_s = getattr(loaded, "load_seconds", None)
         if load_s is None:
             self.record("weight_load", construct_seconds)
             return
+        demo_s = float(getattr(inner, "demo_build_seconds", 0.0))
+        if demo_s:
+            self.record("demo_build", demo_s, "first start only: fetched the GGUF source and "
+                        "quantized it to 4-bit AWQ; cached for later starts")
         gb = getattr(loaded, "num_bytes", 0) / 1e9
         self.record("weight_load", load_s, f"{gb:.2f} GB at {gb / max(load_s, 1e-9):.2f} GB/s")
         stats = engine.stats() if callable(getattr(engine, "stats", None)) else {}
         graphs_s = float(stats.get("cuda_graph_capture_seconds") or 0.0)
-        self.record("kv_allocation", max(construct_seconds - load_s - graphs_s, 0.0),
-                    "CUDA context, tokenizer, memory profile and KV cache")
+        on_cuda = getattr(getattr(loaded, "device", None), "type", None) == "cuda"
+        what = ("CUDA context, tokenizer, memory profile and KV cache" if on_cuda
+                else "tokenizer and KV cache")
+        self.record("kv_allocation",
+                    max(construct_seconds - demo_s - load_s - graphs_s, 0.0), what)
         if stats.get("num_cuda_graphs"):
             mib = stats.get("cuda_graph_memory_bytes", 0) / (1 << 20)
             self.record("cuda_graphs", graphs_s,

@@ -33,7 +33,7 @@ Warmup = Callable[[Any], Awaitable[None]]  # given the started engine; runs befo
 class EngineHolder:
     """Owns the engine object, its sleep state and the admission counter of one app.
 
-    ``max_num_seqs`` is how many requests the engine runs at once; ``max_queue`` (None: no
+    ``max_num_seqs`` is how many sequences the engine runs at once; ``max_queue`` (None: no
     limit) is how many more may wait. Past that, requests get 429 with ``Retry-After``.
     ``warmup`` runs after loading and before ready; ``hooks`` get the lifecycle events;
     ``idle_sleep_s`` (None: never) sleeps the engine at ``sleep_level`` after that long idle.
@@ -70,7 +70,7 @@ class EngineHolder:
         self.engine: Any = None  # set once ready (after warm-up)
         self.error: str | None = None
         self.load_seconds: float | None = None
-        self.in_flight = 0  # engine requests admitted and not yet finished
+        self.in_flight = 0  # sequences admitted and not yet finished
         self.asleep = False
         self.waking = False
         self.warming = False
@@ -79,6 +79,8 @@ class EngineHolder:
         self._done: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._idle_task: asyncio.Task | None = None
+        self._notice_task: asyncio.Task | None = None
+        self.notice_every_s = 30.0  # a "still loading" line this often while not ready
         self._sleep_lock: asyncio.Lock | None = None
 
     @property
@@ -100,6 +102,8 @@ class EngineHolder:
         self._done = asyncio.Event()
         self._sleep_lock = asyncio.Lock()
         self._task = asyncio.create_task(self._load(), name="edge-llm-load")
+        self._notice_task = asyncio.create_task(self._loading_notices(),
+                                                name="edge-llm-loading-notice")
         if self.idle_sleep_s is not None:
             self._idle_task = asyncio.create_task(self._idle_loop(), name="edge-llm-idle")
 
@@ -132,8 +136,8 @@ class EngineHolder:
             self.load_seconds = time.perf_counter() - start
             self.last_activity = time.monotonic()
             self.phases.record_ready()
-            logger.info("Model %s ready in %.1f s", getattr(engine, "model_name", "?"),
-                        self.load_seconds)
+            logger.info("READY: model %s answers requests (loaded in %.1f s)",
+                        getattr(engine, "model_name", "?"), self.load_seconds)
             if self.freeze_gc:
                 gc.collect()
                 gc.freeze()
@@ -144,15 +148,37 @@ class EngineHolder:
             self.warming = False
             self._done.set()
 
+    async def _loading_notices(self) -> None:
+        """While loading (a long phase may log nothing for a minute), say so plainly."""
+        began = time.monotonic()
+        while True:
+            await asyncio.sleep(self.notice_every_s)
+            if self.state not in ("loading", "warming"):
+                return
+            logger.info("Still %s, NOT READY: %.0f s so far (the last lines say which phase)",
+                        self.state, time.monotonic() - began)
+
     def begin_drain(self) -> None:
         """Stop admitting requests (503); those in flight go on. Called on SIGTERM."""
         if not self.draining:
             logger.info("Draining: %d requests in flight; new requests get 503", self.in_flight)
         self.draining = True
 
+    def interrupt_requests(self, drain_timeout: float) -> int:
+        """End every engine request still running when the drain timed out: each stream
+        ends with a 503 error event and ``[DONE]`` (a waiting response gets the 503), and
+        the engine aborts them. Returns how many were ended."""
+        interrupt = getattr(self.engine, "interrupt_all", None)
+        if interrupt is None:
+            return 0
+        return interrupt(lambda: OpenAIError(
+            503, f"The server is shutting down: this request did not finish within the "
+            f"{drain_timeout:g} s drain timeout.", code="shutting_down", logged=True,
+            headers={"Retry-After": str(self.retry_after)}))
+
     async def shutdown(self) -> None:
         self.draining = True
-        for task in (self._idle_task, self._task):
+        for task in (self._idle_task, self._notice_task, self._task):
             if task is not None and not task.done():
                 task.cancel()  # the loading thread is a daemon: it dies with the process
                 try:
@@ -183,6 +209,9 @@ class EngineHolder:
                 await engine.sleep(level)
             except ValueError as exc:  # the engine's own in-flight check
                 raise self._busy(str(exc)) from exc
+            except Exception as exc:
+                logger.exception("The engine failed to go to sleep")
+                raise self._unavailable(f"The engine failed to go to sleep: {exc}") from exc
             self.asleep = True
         logger.info("Engine asleep (level %d)", level)
         await self.hooks.fire("on_sleep")
@@ -199,6 +228,9 @@ class EngineHolder:
             began = time.perf_counter()
             try:
                 await engine.wake_up()
+            except Exception as exc:
+                logger.exception("The engine failed to wake up")
+                raise self._unavailable(f"The engine failed to wake up: {exc}") from exc
             finally:
                 self.waking = False
             self.asleep = False
@@ -233,16 +265,30 @@ class EngineHolder:
                     logger.exception("Idle sleep failed")
 
     # ---- requests --------------------------------------------------------------------------
+    async def admit(self, num_sequences: int) -> tuple[Any, Ticket]:
+        """Admission, then the awake engine (``wait_ready``): the ticket counts the request's
+        sequences before anything is awaited, so a sleep asked for meanwhile gets 409 and one
+        already under way is waited for (then the engine wakes). 429 when the queue is full;
+        the ticket is released if waiting fails."""
+        ticket = self.acquire(num_sequences)
+        try:
+            engine = await self.wait_ready()
+        except BaseException:
+            ticket.release()
+            raise
+        return engine, ticket
+
     async def wait_ready(self) -> Any:
         """The awake engine, waiting up to ``ready_timeout`` while it loads and waking it if
-        it sleeps; 503 while draining or if it is not there."""
+        it sleeps or is going to sleep; 503 while draining or if it is not there."""
         if self.draining:
             raise self._unavailable("The server is shutting down.")
         self.last_activity = time.monotonic()
         if self.engine is None:
             await self._wait_loaded()
-        if self.asleep or self.waking:
-            await self.wake_up()
+        assert self._sleep_lock is not None
+        if self.asleep or self.waking or self._sleep_lock.locked():
+            await self.wake_up()  # waits for a sleep or wake-up under way, then wakes
         self.last_activity = time.monotonic()
         return self.engine
 
@@ -263,26 +309,33 @@ class EngineHolder:
         return OpenAIError(503, message, code="model_not_ready",
                            headers={"Retry-After": str(self.retry_after)})
 
-    def acquire(self, num_requests: int = 1) -> Ticket:
-        """Count ``num_requests`` engine requests in flight until the ticket is released;
-        429 with ``Retry-After`` when the waiting queue is full.
+    def acquire(self, num_sequences: int = 1) -> Ticket:
+        """Count ``num_sequences`` sequences in flight (a request's prompts times its ``n``)
+        until the ticket is released; 429 with ``Retry-After`` when the waiting queue is full.
 
-        The engine runs ``max_num_seqs`` requests at once, so requests beyond that wait: the
+        The engine runs ``max_num_seqs`` sequences at once, so sequences beyond that wait: the
         queue is full when ``in_flight + new - max_num_seqs`` would exceed ``max_queue``.
         """
         if self.max_queue is not None:
-            waiting_after = self.in_flight + num_requests - self.max_num_seqs
+            capacity = self.max_num_seqs + self.max_queue
+            if num_sequences > capacity:  # never admitted, however long the client waits
+                raise OpenAIError(
+                    400, f"The request asks for {num_sequences} sequences (prompts times n); "
+                    f"this server admits at most {capacity} at once (max_num_seqs "
+                    f"{self.max_num_seqs} + max_queue {self.max_queue}).", param="n")
+            waiting_after = self.in_flight + num_sequences - self.max_num_seqs
             if waiting_after > self.max_queue:
                 raise OpenAIError(
                     429,
-                    f"The server is busy: {max(self.in_flight - self.max_num_seqs, 0)} requests "
-                    f"are waiting (max_queue={self.max_queue}); retry later.",
+                    f"The server is busy: {max(self.in_flight - self.max_num_seqs, 0)} "
+                    f"sequences are waiting and this request adds {num_sequences} "
+                    f"(max_queue={self.max_queue}); retry later.",
                     code="queue_full",
                     headers={"Retry-After": str(self.retry_after)},
                 )
-        self.in_flight += num_requests
+        self.in_flight += num_sequences
         self.last_activity = time.monotonic()
-        return Ticket(self, num_requests)
+        return Ticket(self, num_sequences)
 
 
 class Ticket:

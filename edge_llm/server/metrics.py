@@ -2,7 +2,10 @@
 
 Engine state (queues, KV usage, prefix cache, preemptions) is read from ``engine.stats()`` at
 scrape time; per-request figures (tokens, latencies, finish reasons) are observed by the server
-as outputs stream by. Every series carries a ``model_name`` label.
+as outputs stream by. Every engine series carries a ``model_name`` label. HTTP requests are
+counted by route, method and status (``http_requests_total``, the name vLLM's
+prometheus-fastapi-instrumentator uses, with the exact status rather than "4xx": a client
+that left is a 499 of its own).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from edge_llm.outputs import RequestOutput
+
+TRACKERS_KEY = "edge_llm_trackers"  # scope["state"] key: the request's RequestTrackers
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -145,6 +151,10 @@ class ServerMetrics:
         self.request_generation_tokens = Histogram(
             "vllm:request_generation_tokens", "Generated tokens per request.", lab,
             buckets=_TOKEN_BUCKETS, registry=r)
+        self.http_requests = Counter(
+            "http_requests_total", "HTTP requests answered, by route template (none: no route "
+            "matched), method and status (499: the client left first).",
+            ["handler", "method", "status"], registry=r)
         self.registry.register(_EngineStatsCollector(stats, model_name))
         if phases is not None:
             self.registry.register(_PhaseCollector(phases))
@@ -152,8 +162,19 @@ class ServerMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def tracker(self) -> RequestTracker:
-        return RequestTracker(self, self._model_name())
+    def tracker(self, request: Any = None) -> RequestTracker:
+        """A tracker for one engine request; with ``request`` (an HTTP request) it is also
+        kept in the request's scope, so that its log line counts the tokens produced."""
+        tracker = RequestTracker(self, self._model_name())
+        if request is not None:
+            request.scope.setdefault("state", {}).setdefault(TRACKERS_KEY, []).append(tracker)
+        return tracker
+
+    def observe_http(self, handler: str | None, method: str, status: int) -> None:
+        """Count one answered HTTP request (``handler``: the route template, None if no route
+        matched; unknown methods count as "other", keeping the label set bounded)."""
+        self.http_requests.labels(handler or "none", method if method in _METHODS else "other",
+                                  str(status)).inc()
 
 
 class RequestTracker:
@@ -168,6 +189,7 @@ class RequestTracker:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self._done: set[int] = set()
+        self._choices = 0  # choices seen in the outputs so far
         # the series observed with every token, looked up once per request
         self._itl = metrics.itl.labels(model_name)
         self._tpot = metrics.tpot.labels(model_name)
@@ -197,9 +219,26 @@ class RequestTracker:
             if c.finish_reason is not None and c.index not in self._done:
                 self._done.add(c.index)
                 m.request_success.labels(model, c.finish_reason).inc()
+        self._choices = max(self._choices, len(out.outputs))
         if out.finished:
             m.e2e.labels(model).observe(now - self.start)
             m.request_generation_tokens.labels(model).observe(self.completion_tokens)
+
+    def aborted(self) -> None:
+        """The request ended without finishing (client gone, sibling failed): its unfinished
+        choices count as ``finished_reason="abort"``, as vLLM counts them."""
+        open_choices = max(self._choices, 1) - len(self._done)
+        if open_choices > 0:
+            self.m.request_success.labels(self.model, "abort").inc(open_choices)
+            self._done.update(range(-open_choices, 0))  # counted once
+
+
+def usage_from_trackers(scope_state: dict) -> tuple[int, int] | None:
+    """(prompt tokens, completion tokens) the request's trackers saw, if it had any."""
+    trackers = scope_state.get(TRACKERS_KEY)
+    if not trackers:
+        return None
+    return (sum(t.prompt_tokens for t in trackers), sum(t.completion_tokens for t in trackers))
 
 
 def engine_stats(holder: Any) -> dict[str, Any] | None:

@@ -24,8 +24,11 @@ from .protocol import (
     CompletionRequest,
     SamplingFields,
 )
+from .request_defaults import RequestDefaults
 
-_ROLES = ("system", "developer", "user", "assistant", "tool")
+_NO_DEFAULTS = RequestDefaults(max_tokens=None)  # vLLM without a generation config
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
 SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
 
 
@@ -62,9 +65,9 @@ def messages_to_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
     out = []
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
-        if msg.role not in _ROLES:
+        if msg.role not in ROLES:
             raise bad_request(
-                f"{where}.role must be one of {', '.join(_ROLES)}, got {msg.role!r}.",
+                f"{where}.role must be one of {', '.join(ROLES)}, got {msg.role!r}.",
                 f"{where}.role",
             )
         content = msg.content
@@ -199,8 +202,10 @@ def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int,
 
 
 def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
-                    logprobs: int | None, prompt_logprobs: int | None = None) -> SamplingParams:
-    """Build and validate; a bad value is a 400 naming the request field."""
+                    logprobs: int | None, prompt_logprobs: int | None = None,
+                    defaults: RequestDefaults = _NO_DEFAULTS) -> SamplingParams:
+    """Build and validate; a bad value is a 400 naming the request field. Sampling fields
+    the request leaves out come from ``defaults.sampling`` (the model's generation config)."""
     vocab = len(tokenizer)
     bias = None
     if req.logit_bias:
@@ -230,6 +235,8 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
     )
     for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
         value = getattr(req, name)
+        if value is None:
+            value = defaults.sampling.get(name)
         if value is not None:
             kw[name] = value
     try:
@@ -306,17 +313,20 @@ def _parser_choice(flag: str | None, detected: str | None) -> str | None:
     return None if flag == "none" else flag
 
 
-def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None
-                ) -> tuple[Prompt, SamplingParams]:
-    prompt, params, _ = chat_request(req, engine, template)
+def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None,
+                defaults: RequestDefaults = _NO_DEFAULTS) -> tuple[Prompt, SamplingParams]:
+    prompt, params, _ = chat_request(req, engine, template, defaults=defaults)
     return prompt, params
 
 
 def chat_request(req: ChatCompletionRequest, engine: Any, template: str | None,
-                 tool_call_parser: str | None = "auto", reasoning_parser: str | None = "auto"
+                 tool_call_parser: str | None = "auto", reasoning_parser: str | None = "auto",
+                 defaults: RequestDefaults = _NO_DEFAULTS
                  ) -> tuple[Prompt, SamplingParams, ChatPlan]:
     """Prompt, sampling params and how to read the reply back. ``tool_call_parser`` /
-    ``reasoning_parser``: the server's flags (``auto``: from the chat template)."""
+    ``reasoning_parser``: the server's flags (``auto``: from the chat template).
+    ``defaults``: what the request leaves out (sampling fields; max_tokens, capped at the
+    room the context leaves)."""
     check_chat_features(req)
     source = template_text(engine, template)
     parser = _parser_choice(tool_call_parser, tool_parsers.parser_of_template(source))
@@ -353,14 +363,18 @@ def chat_request(req: ChatCompletionRequest, engine: Any, template: str | None,
         raise bad_request(f"{param} must be at least 1, got 0.", param)
     max_tokens = check_context(len(prompt.token_ids), asked, engine.max_model_len, "messages",
                                param)
+    if asked is None and defaults.max_tokens is not None:
+        max_tokens = min(max_tokens, defaults.max_tokens)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    params = sampling_params(req, engine.tokenizer, max_tokens=max_tokens, logprobs=logprobs)
+    params = sampling_params(req, engine.tokenizer, max_tokens=max_tokens, logprobs=logprobs,
+                             defaults=defaults)
     params.structured_outputs = spec
     reasoning = _parser_choice(reasoning_parser, reasoning_parsers.parser_of_template(source))
     return prompt, params, ChatPlan(plan, reasoning)
 
 
-def completion_inputs(req: CompletionRequest, engine: Any
+def completion_inputs(req: CompletionRequest, engine: Any,
+                      defaults: RequestDefaults = _NO_DEFAULTS
                       ) -> tuple[list[Prompt], list[SamplingParams]]:
     """One (prompt, params) per prompt; params differ only in the ``max_tokens`` left.
     ``echo`` with ``max_tokens`` 0 scores the prompt (vLLM's echo without generation): one
@@ -385,7 +399,7 @@ def completion_inputs(req: CompletionRequest, engine: Any
     for p in prompts:
         mt = check_context(len(p.token_ids), max_tokens, engine.max_model_len, "prompt")
         sp = sampling_params(req, engine.tokenizer, max_tokens=mt, logprobs=req.logprobs,
-                             prompt_logprobs=prompt_lp)
+                             prompt_logprobs=prompt_lp, defaults=defaults)
         sp.structured_outputs = spec
         params.append(sp)
     return prompts, params

@@ -30,6 +30,15 @@ from .protocol import (
 )
 from .serving_chat import chat_completions as serve_chat
 from .serving_completion import completions as serve_completions
+from .serving_tokenization import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+    detokenize,
+    tokenize,
+    tokenizer_info,
+)
 
 _ERRORS = {code: ResponseSpec(ErrorResponse, description=what) for code, what in (
     (400, "Invalid request"), (401, "Missing or wrong API key"), (404, "Unknown model"),
@@ -37,6 +46,8 @@ _ERRORS = {code: ResponseSpec(ErrorResponse, description=what) for code, what in
     (503, "Model loading"))}
 ChatBody = Annotated[ChatCompletionRequest, Body(media_type=RequestEncodingType.JSON)]
 CompletionBody = Annotated[CompletionRequest, Body(media_type=RequestEncodingType.JSON)]
+TokenizeBody = Annotated[TokenizeRequest, Body(media_type=RequestEncodingType.JSON)]
+DetokenizeBody = Annotated[DetokenizeRequest, Body(media_type=RequestEncodingType.JSON)]
 
 
 def ctx_of(conn: ASGIConnection) -> ServerContext:
@@ -187,6 +198,41 @@ async def metrics(request: Request) -> Response:
     return Response(ctx_of(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
+async def _tokenizer_engine(request: Request, model: str | None = None) -> Any:
+    """The engine whose tokenizer answers: no wake-up needed (a sleeping engine keeps its
+    tokenizer), but the model must have loaded. 404 for a model not served."""
+    ctx = ctx_of(request)
+    engine = ctx.holder.engine
+    if engine is None:
+        engine = await until_disconnect(request, ctx.holder.wait_ready())
+    check_model(model, ctx.served_names())
+    return engine
+
+
+@post("/tokenize", status_code=200, guards=[require_api_key],
+      responses={200: ResponseSpec(TokenizeResponse), **_ERRORS},
+      summary="vLLM: token ids of a prompt, or of messages rendered by the chat template")
+async def tokenize_route(data: TokenizeBody, request: Request) -> TokenizeResponse:
+    ctx = ctx_of(request)
+    return tokenize(data, await _tokenizer_engine(request, data.model), ctx.chat_template)
+
+
+@post("/detokenize", status_code=200, guards=[require_api_key],
+      responses={200: ResponseSpec(DetokenizeResponse), **_ERRORS},
+      summary="vLLM: the text of token ids")
+async def detokenize_route(data: DetokenizeBody, request: Request) -> DetokenizeResponse:
+    return detokenize(data, await _tokenizer_engine(request, data.model))
+
+
+@get("/tokenizer_info", guards=[require_api_key],
+     summary="vLLM: the tokenizer's configuration, special tokens and chat template")
+async def tokenizer_info_route(request: Request) -> dict[str, Any]:
+    return tokenizer_info(await _tokenizer_engine(request), ctx_of(request).chat_template)
+
+
+TOKENIZER_ROUTES = [tokenize_route, detokenize_route, tokenizer_info_route]
+
+
 @cache
 def _page() -> str:
     return (resources.files("edge_llm.server") / "static" / "index.html").read_text("utf-8")
@@ -197,5 +243,6 @@ async def index() -> Response:
     return Response(_page(), media_type="text/html; charset=utf-8")
 
 
-ROUTES = [v1_router, health, ping, sleep, wake_up, is_sleeping, version, metrics, index]
+ROUTES = [v1_router, health, ping, version, metrics, index, *TOKENIZER_ROUTES]
+SLEEP_ROUTES = [sleep, wake_up, is_sleeping]  # ServerConfig.enable_sleep_endpoints
 SAGEMAKER_ROUTES = [invocations]

@@ -13,6 +13,7 @@ from edge_llm.outputs import RequestOutput
 from .chat_reply import ReplyReader, call_deltas, read_whole
 from .context import ServerContext, record_usage, until_disconnect
 from .generation import collect, generate_one
+from .limits import chat_sequences, check_chat_limits
 from .logprobs import TokenTexts, chat_logprobs
 from .preprocess import ChatPlan, Prompt, chat_request, check_model
 from .protocol import (
@@ -39,20 +40,21 @@ def usage_of(outs: list[RequestOutput]) -> Usage:
 
 async def chat_completions(ctx: ServerContext, req: ChatCompletionRequest,
                            request: Request) -> Response:
-    engine = await until_disconnect(request, ctx.holder.wait_ready())
-    check_model(req.model, ctx.served_names())
-    cfg = ctx.config
-    prompt, params, plan = chat_request(req, engine, ctx.chat_template, cfg.tool_call_parser,
-                                        cfg.reasoning_parser)
-    request_id = f"chatcmpl-{uuid.uuid4().hex}"
-    model = ctx.model_name()
-    created = int(time.time())
-    top = params.logprobs if params.logprobs is not None else None
-    ticket = ctx.holder.acquire(1)
+    check_chat_limits(req, ctx.config)
+    engine, ticket = await until_disconnect(request, ctx.holder.admit(chat_sequences(req)))
     streaming = False  # from here on the stream's end releases the ticket
     try:
+        check_model(req.model, ctx.served_names())
+        cfg = ctx.config
+        prompt, params, plan = await ctx.off_loop(
+            chat_request, req, engine, ctx.chat_template, cfg.tool_call_parser,
+            cfg.reasoning_parser, ctx.defaults)
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        model = ctx.model_name()
+        created = int(time.time())
+        top = params.logprobs if params.logprobs is not None else None
         stream = generate_one(engine, prompt.token_ids, params, request_id,
-                              ctx.metrics.tracker(), prompt_param="messages")
+                              ctx.metrics.tracker(request), prompt_param="messages")
         if not req.stream:
             (final,) = await until_disconnect(request, collect([stream]))
             usage = usage_of([final])

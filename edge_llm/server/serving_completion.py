@@ -15,6 +15,7 @@ from edge_llm.outputs import CompletionOutput, RequestOutput
 
 from .context import ServerContext, record_usage, until_disconnect
 from .generation import collect, generate_one, merged
+from .limits import check_completion_limits, completion_sequences
 from .logprobs import TokenTexts, completion_logprobs, merge_completion_logprobs
 from .preprocess import Prompt, check_model, completion_inputs
 from .protocol import Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Usage
@@ -23,17 +24,18 @@ from .sse import prime, sse_events, sse_response
 
 
 async def completions(ctx: ServerContext, req: CompletionRequest, request: Request) -> Response:
-    engine = await until_disconnect(request, ctx.holder.wait_ready())
-    check_model(req.model, ctx.served_names())
-    prompts, params = completion_inputs(req, engine)
-    base_id = f"cmpl-{uuid.uuid4().hex}"
-    model, created, texts = ctx.model_name(), int(time.time()), ctx.token_texts(engine)
-    view = _View(req, prompts, texts)
-    ticket = ctx.holder.acquire(len(prompts))
+    check_completion_limits(req, ctx.config)
+    engine, ticket = await until_disconnect(request,
+                                            ctx.holder.admit(completion_sequences(req)))
     streaming = False  # from here on the stream's end releases the ticket
     try:
+        check_model(req.model, ctx.served_names())
+        prompts, params = await ctx.off_loop(completion_inputs, req, engine, ctx.defaults)
+        base_id = f"cmpl-{uuid.uuid4().hex}"
+        model, created, texts = ctx.model_name(), int(time.time()), ctx.token_texts(engine)
+        view = _View(req, prompts, texts)
         streams = [
-            generate_one(engine, p.token_ids, sp, f"{base_id}-{i}", ctx.metrics.tracker())
+            generate_one(engine, p.token_ids, sp, f"{base_id}-{i}", ctx.metrics.tracker(request))
             for i, (p, sp) in enumerate(zip(prompts, params, strict=True))
         ]
         if not req.stream:

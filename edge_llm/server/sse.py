@@ -34,7 +34,8 @@ async def sse_events(chunks: AsyncIterator[Any], on_close: Callable[[], None]
             async for chunk in chunks:
                 yield frame(chunk)
         except OpenAIError as err:
-            logger.warning("Stream ended by an error: %s", err.message)
+            if not err.logged:
+                logger.warning("Stream ended by an error: %s", err.message)
             yield frame(err.body())
         except Exception as exc:  # noqa: BLE001 - the stream must end with an event, not a reset
             logger.exception("Stream failed")

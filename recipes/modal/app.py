@@ -40,7 +40,8 @@ class EdgeLLM:
         import subprocess
 
         self.proc = subprocess.Popen(["edge-llm", "serve", "--host", "127.0.0.1",
-                                      "--port", str(PORT)])
+                                      "--port", str(PORT), "--enable-sleep-endpoints",
+                                      "--allowed-hosts", "*"])  # Modal's proxy: *.modal.run
         snapshot.before_snapshot(f"http://127.0.0.1:{PORT}")
 
     @modal.enter(snap=False)

@@ -12,10 +12,12 @@ server already running. Settings come from the ``EDGE_LLM_*`` variables, as for 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
+
+from edge_llm import envs
+from edge_llm.flags import option_env
 
 _server: Any = None  # the in-process server (edge_llm.server.terminal_chat.ThreadedServer)
 
@@ -23,7 +25,7 @@ _server: Any = None  # the in-process server (edge_llm.server.terminal_chat.Thre
 def server_url() -> str:
     """``EDGE_LLM_URL``, else the in-process server's URL (started and loaded on first use)."""
     global _server
-    url = os.environ.get("EDGE_LLM_URL")
+    url = envs.URL.get()
     if url:
         return url.rstrip("/")
     if _server is None:
@@ -34,7 +36,7 @@ def server_url() -> str:
         from edge_llm.server.terminal_chat import ThreadedServer
 
         args = argparse.Namespace(**{o.dest: None for o in SERVE_OPTIONS})
-        args.model = os.environ.get("EDGE_LLM_MODEL") or None
+        args.model = envs.MODEL.get()
         args.port_given = True
         resolve_options(args, SERVE_OPTIONS)
         engine_cfg, server_cfg = build_configs(args)
@@ -79,7 +81,7 @@ def handler(job: dict[str, Any]) -> Iterator[dict[str, Any]]:
     url = server_url()
     wait_ready(url)
     headers = {"X-Request-Id": str(job.get("id", ""))[:128] or "runpod"}
-    key = os.environ.get("EDGE_LLM_API_KEY")
+    key = option_env("--api-key")
     if key:
         headers["Authorization"] = f"Bearer {key}"
     with httpx.Client(base_url=url, timeout=None, headers=headers) as client:
@@ -100,6 +102,6 @@ def handler(job: dict[str, Any]) -> Iterator[dict[str, Any]]:
 if __name__ == "__main__":
     import runpod  # the RunPod SDK, installed in the worker image only
 
-    if os.environ.get("EDGE_LLM_PRELOAD", "1") != "0":
+    if envs.PRELOAD.get():
         wait_ready(server_url())  # load before taking jobs: the first job pays nothing
     runpod.serverless.start({"handler": handler, "return_aggregate_stream": True})

@@ -1,0 +1,149 @@
+"""IncrementalDetokenizer paths the real tokenizers rarely take: tokenizers' DecodeStream giving
+up on an "invalid prefix", the flush of ids whose text does not extend the text before them,
+and stop strings at the exact end of the ``min_tokens`` text. Tiny in-memory tokenizers make
+each case exact: every token is a fixed piece of text (``Fuse`` joins them)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from tokenizers import Tokenizer, decoders, models
+
+from edge_llm.engine.detokenizer import IncrementalDetokenizer
+from edge_llm.sampling_params import SamplingParams
+
+PIECES = ["<unk>", "a", "b", "c", "st", "op", " ", "x", "s", "to", "p"]
+ID = {p: i for i, p in enumerate(PIECES)}
+
+
+def pieces_tokenizer(replace_ab: bool = False) -> Tokenizer:
+    """Each id decodes to its piece. ``replace_ab``: the decoder also rewrites "ab" as "X" —
+    text that does not extend the text of its prefix ("a" then "X"), as a byte-fallback decoder
+    does when a run of byte tokens stops being valid UTF-8."""
+    tok = Tokenizer(models.WordLevel(vocab=ID, unk_token="<unk>"))
+    steps = [decoders.Fuse()] + ([decoders.Replace("ab", "X")] if replace_ab else [])
+    tok.decoder = decoders.Sequence(steps)
+    return tok
+
+
+def ids(*pieces: str) -> list[int]:
+    return [ID[p] for p in pieces]
+
+
+def feed(detok: IncrementalDetokenizer, token_ids: list[int]) -> list[str]:
+    deltas = []
+    for t in token_ids:
+        deltas.append(detok.add([t]))
+        if detok.finished:
+            break
+    deltas.append(detok.flush())
+    return deltas
+
+
+# ---- DecodeStream "invalid prefix": carry on with the Python window ------------------------
+
+
+def test_invalid_prefix_falls_back_to_the_python_window(rng: random.Random) -> None:
+    tok = pieces_tokenizer(replace_ab=True)
+    out = ids("c", "a", "b", "c") + [rng.choice([1, 3, 7, 8]) for _ in range(8)]
+    window = IncrementalDetokenizer(tok, [], SamplingParams(), use_decode_stream=False)
+    want = feed(window, out)
+    detok = IncrementalDetokenizer(tok, [], SamplingParams(), use_decode_stream=True)
+    assert detok.uses_decode_stream
+    got = [detok.add([t]) for t in out[:3]]
+    assert detok.uses_decode_stream  # "ab" is held ("X" does not extend "a"): no error yet
+    got.append(detok.add(out[3:4]))  # DecodeStream raises "Invalid prefix" here
+    assert not detok.uses_decode_stream
+    got += [detok.add([t]) for t in out[4:]] + [detok.flush()]
+    assert got == want
+    # the text after the failure comes through whole
+    assert "".join(got).endswith(tok.decode(out[4:]))
+    assert detok.text == "".join(got)
+
+
+def test_invalid_prefix_with_a_prompt_context() -> None:
+    tok = pieces_tokenizer(replace_ab=True)
+    prompt = ids("x", "a")
+    out = ids("b", "c", "c")
+    deltas = {}
+    for mode in (True, False):
+        detok = IncrementalDetokenizer(tok, prompt, SamplingParams(), use_decode_stream=mode)
+        deltas[mode] = feed(detok, out)
+        assert not detok.uses_decode_stream
+    assert deltas[True] == deltas[False]
+    assert "".join(deltas[True]).endswith("cc")
+
+
+# ---- flush: held ids whose text does not extend the text before them -----------------------
+
+
+@pytest.mark.parametrize("use_stream", [True, False])
+def test_flush_decodes_held_ids_alone_when_the_window_rewrites_its_prefix(use_stream) -> None:
+    tok = pieces_tokenizer(replace_ab=True)
+    detok = IncrementalDetokenizer(tok, [], SamplingParams(), use_decode_stream=use_stream)
+    assert detok.add(ids("c", "a")) == "ca"
+    assert detok.add(ids("b")) == ""  # "caX" does not extend "ca": held
+    assert detok.flush() == "b"  # the held id on its own, nothing emitted twice
+    assert detok.text == "cab" and detok.flush() == ""
+
+
+@pytest.mark.parametrize("use_stream", [True, False])
+def test_flush_of_plain_text_is_the_rest_of_the_full_decode(use_stream) -> None:
+    tok = pieces_tokenizer()
+    detok = IncrementalDetokenizer(tok, ids("x"), SamplingParams(stop=["cab"]),
+                                   use_decode_stream=use_stream)
+    assert detok.add(ids("a", "c", "a")) == "a"  # "ca" may still become "cab"
+    assert detok.flush() == "ca" and detok.text == "aca"
+    with pytest.raises(RuntimeError, match="after the sequence finished"):
+        detok.add(ids("b"))
+
+
+def test_flush_with_nothing_held_is_empty() -> None:
+    tok = pieces_tokenizer()
+    for mode in (True, False):
+        detok = IncrementalDetokenizer(tok, [], SamplingParams(), use_decode_stream=mode)
+        assert detok.add(ids("a", "b")) == "ab"
+        assert detok.flush() == "" and detok.text == "ab"
+
+
+# ---- stop strings and min_tokens: the boundary ---------------------------------------------
+
+
+@pytest.mark.parametrize("use_stream", [True, False])
+def test_stop_ending_exactly_at_the_min_tokens_text_does_not_count(use_stream) -> None:
+    """vLLM's rule: a stop string counts only if it ends in the text of output token
+    ``min_tokens + 1`` or later. "stop" ending with token 2 of min_tokens=2 is ignored; the next
+    "stop" ends in token 4 and cuts the text."""
+    tok = pieces_tokenizer()
+    params = SamplingParams(stop=["stop"], min_tokens=2)
+    detok = IncrementalDetokenizer(tok, [], params, use_decode_stream=use_stream)
+    deltas = feed(detok, ids("st", "op", "a", "st", "op", "c"))
+    assert "".join(deltas) == "stopa" and detok.stop_reason == "stop"
+    assert detok.num_tokens == 5
+
+
+@pytest.mark.parametrize("use_stream", [True, False])
+def test_stop_ending_one_token_after_min_tokens_counts(use_stream) -> None:
+    """A stop string that starts inside the min_tokens text but ends in the next token counts."""
+    tok = pieces_tokenizer()
+    for min_tokens, out, want in [
+        (1, ids("st", "op", "c"), ""),
+        (2, ids("a", "s", "to", "p"), "a"),  # "s" in token 2, "top" in tokens 3 and 4
+        (3, ids("a", "s", "to", "p"), "a"),  # ends in token 4 = min_tokens + 1
+        (4, ids("a", "s", "to", "p", "s", "to", "p"), "astop"),  # the first ends in token 4
+    ]:
+        params = SamplingParams(stop=["stop"], min_tokens=min_tokens)
+        detok = IncrementalDetokenizer(tok, [], params, use_decode_stream=use_stream)
+        assert "".join(feed(detok, out)) == want, (min_tokens, out)
+        assert detok.stop_reason == "stop"
+
+
+def test_min_tokens_floor_with_multi_token_adds() -> None:
+    """Feeding several ids at once sets the floor at the min_tokens-th token's text, not at the
+    end of the call."""
+    tok = pieces_tokenizer()
+    params = SamplingParams(stop=["stop"], min_tokens=2, include_stop_str_in_output=True)
+    detok = IncrementalDetokenizer(tok, [], params)
+    assert detok.add(ids("a", "st", "op", "st", "op")) == "astop"  # the floor: "ast"
+    assert detok.stop_reason == "stop" and detok.text == "astop"
