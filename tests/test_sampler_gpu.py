@@ -77,8 +77,8 @@ def test_seeded_rows_repeat_on_the_gpu():
 
 
 def test_grammar_bitmask_on_the_gpu_equals_the_cpu():
-    """The bitmask op on CUDA masks exactly what it masks on the CPU, and the constrained
-    greedy rows pick the same tokens (random matchers' masks, from the demo's tokenizer)."""
+    """The bitmask op on CUDA masks exactly what it masks on the CPU (random bitmasks), and
+    greedy picks the same tokens from the masked rows."""
     import numpy as np
 
     from edge_llm.engine.sampler_logits import apply_token_bitmask
