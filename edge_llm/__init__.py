@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from . import envs
 from .outputs import CompletionOutput, RequestOutput
-from .sampling_params import SamplingParams
+from .sampling_params import SamplingParams, StructuredOutputsParams
 
 # OpenMP threads that spin while waiting make every small CPU op crawl as soon as another
 # process wants the cores (BENCHMARKS.md, "CPU"). Takes effect when edge_llm is imported
@@ -14,7 +14,8 @@ from .sampling_params import SamplingParams
 envs.set_default(envs.OMP_WAIT_POLICY, "PASSIVE")
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "AsyncEngine", "SamplingParams", "RequestOutput", "CompletionOutput"]
+__all__ = ["LLM", "AsyncEngine", "SamplingParams", "StructuredOutputsParams", "RequestOutput",
+           "CompletionOutput"]
 
 if TYPE_CHECKING:
     from .engine.async_engine import AsyncEngine

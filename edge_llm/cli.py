@@ -123,7 +123,9 @@ def build_configs(args: argparse.Namespace) -> tuple[Any, Any]:
                               body_read_timeout=args.body_read_timeout,
                               timeout_keep_alive=args.timeout_keep_alive,
                               default_max_tokens=args.default_max_tokens,
-                              generation_config=args.generation_config)
+                              generation_config=args.generation_config,
+                              tool_call_parser=args.tool_call_parser,
+                              reasoning_parser=args.reasoning_parser)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return engine, server

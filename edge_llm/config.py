@@ -179,6 +179,10 @@ class ServerConfig:
     default_max_tokens: int | None = None
     # vLLM's --generation-config: "auto" (the model's generation_config.json), "vllm" or a folder
     generation_config: str = "auto"
+    # how tool calls / <think> reasoning are read out of replies: "auto" (from the chat
+    # template), "none", or a format (edge_llm/server/tool_parsers.py, reasoning_parsers.py)
+    tool_call_parser: str = "auto"
+    reasoning_parser: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("max_prompts_per_request", "max_messages", "max_prompt_chars"):
@@ -200,3 +204,11 @@ class ServerConfig:
             raise ValueError(f"retry_after must be >= 0 seconds, got {self.retry_after}.")
         if self.default_max_tokens is not None and self.default_max_tokens < 0:
             raise ValueError(f"default_max_tokens must be >= 0, got {self.default_max_tokens}.")
+        tool_kinds = ("auto", "none", "hermes", "llama3_json")
+        if self.tool_call_parser not in tool_kinds:
+            raise ValueError(f"tool_call_parser must be one of {', '.join(tool_kinds)}, got "
+                             f"{self.tool_call_parser!r}.")
+        think_kinds = ("auto", "none", "deepseek_r1", "qwen3")
+        if self.reasoning_parser not in think_kinds:
+            raise ValueError(f"reasoning_parser must be one of {', '.join(think_kinds)}, got "
+                             f"{self.reasoning_parser!r}.")

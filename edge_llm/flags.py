@@ -172,6 +172,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
                "on the device)"),
     Option("--chat-template", str, None, "a Jinja chat template file overriding the model's "
            "(default: the tokenizer's own)"),
+    Option("--tool-call-parser", str, "auto", "how tool_choice auto reads tool calls out of "
+           "replies: auto (from the chat template), hermes, llama3_json or none"),
+    Option("--reasoning-parser", str, "auto", "<think> reasoning -> reasoning_content: auto "
+           "(when the chat template has </think>), deepseek_r1, qwen3 or none"),
     Option("--served-model-name", str, None, "model name in the API (default: the model's)"),
     Option("--default-max-tokens", parse_max_tokens, None, "most tokens a chat completion "
            "generates when the request sends no max_tokens / max_completion_tokens (default: "

@@ -11,6 +11,46 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 
+@dataclass(frozen=True)
+class StructuredOutputsParams:
+    """A constraint on the output (vLLM's ``StructuredOutputsParams``): exactly one of a JSON
+    schema (a dict or its JSON text), ``json_object`` (any JSON object), a regular expression,
+    a choice among strings, or a grammar (Lark, as llguidance reads it, or llama.cpp's GBNF).
+    ``whitespace_flexible`` lets JSON carry free whitespace (off: compact JSON, which keeps
+    small models from padding a reply with blank lines)."""
+
+    json: dict | str | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool = False
+    whitespace_flexible: bool = False
+
+    def __post_init__(self) -> None:
+        kinds = [name for name in ("json", "regex", "choice", "grammar")
+                 if getattr(self, name) is not None]
+        if self.json_object:
+            kinds.append("json_object")
+        if len(kinds) != 1:
+            raise ValueError("structured_outputs must set exactly one of json, regex, choice, "
+                             f"grammar, json_object; got {kinds or 'none'}.")
+        if self.choice is not None and (not self.choice or not all(
+                isinstance(c, str) for c in self.choice)):
+            raise ValueError("structured_outputs choice must be a non-empty list of strings, "
+                             f"got {self.choice!r}.")
+        for name in ("regex", "grammar"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"structured_outputs {name} must be a non-empty string.")
+
+    @property
+    def kind(self) -> str:
+        if self.json_object:
+            return "json_object"
+        return next(n for n in ("json", "regex", "choice", "grammar")
+                    if getattr(self, n) is not None)
+
+
 class SamplingType(IntEnum):
     GREEDY = 0
     RANDOM = 1
@@ -45,6 +85,8 @@ class SamplingParams:
     allowed_token_ids: list[int] | None = None
     # keep only the last k prompt tokens (-1: the model's context length), as vLLM does
     truncate_prompt_tokens: int | None = None
+    # constrain the output to a JSON schema, regex, choice or grammar (vLLM's field)
+    structured_outputs: StructuredOutputsParams | None = None
     # filled in by the engine: eos and model-generation-config stop ids
     all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
     # filled in by the engine: the model's EOS ids, kept from being sampled while fewer than
@@ -65,6 +107,8 @@ class SamplingParams:
             self.top_k = -1
         if self.seed == -1:  # vLLM's "no seed"
             self.seed = None
+        if isinstance(self.structured_outputs, dict):  # vLLM's LLM accepts the dict form too
+            self.structured_outputs = StructuredOutputsParams(**self.structured_outputs)
         if self.logit_bias:
             self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
         self._verify()

@@ -210,3 +210,21 @@ def test_plan_ahead_rules(tiny_dir):  # noqa: F811
     eng.scheduler.update_from_output(prev, {s.seq.seq_id: 5 for s in prev.scheduled})
     eng.abort("p0")
     _assert_idle(llm)
+
+
+def test_constrained_rows_skip_run_ahead_and_keep_their_outputs(pair):
+    """A constrained row's next mask needs its previous token consumed on the host, so steps
+    with constrained rows are not run ahead; the outputs are those of the plain engine."""
+    from edge_llm.sampling_params import StructuredOutputsParams
+
+    plain, ahead = pair
+    prompts = _prompts(6, seed=5)
+    spec = StructuredOutputsParams(regex=r"(yes|no)( (yes|no|maybe)){0,40}\.")
+    params = [SamplingParams(max_tokens=25, temperature=0.0,
+                             structured_outputs=spec if i % 2 else None) for i in range(6)]
+    ref = plain.generate(prompts, params, use_tqdm=False)
+    before = ahead.engine.ahead_steps.copy()
+    got = ahead.generate(prompts, params, use_tqdm=False)
+    assert _fields(got) == _fields(ref)
+    assert ahead.engine.ahead_steps["adopted"] == before["adopted"]
+    _assert_idle(ahead)

@@ -74,3 +74,23 @@ def test_seeded_rows_repeat_on_the_gpu():
     for i, r in enumerate(rows):
         if r.params.seed is not None or r.params.temperature == 0.0:
             assert a.token_ids[i] == b.token_ids[i], i
+
+
+def test_grammar_bitmask_on_the_gpu_equals_the_cpu():
+    """The bitmask op on CUDA masks exactly what it masks on the CPU (random bitmasks), and
+    greedy picks the same tokens from the masked rows."""
+    import numpy as np
+
+    from edge_llm.engine.sampler_logits import apply_token_bitmask
+
+    rng = np.random.default_rng(0)
+    masks = rng.integers(-(2**31), 2**31, size=(6, (VOCAB + 31) // 32), dtype=np.int64)
+    masks = masks.astype(np.int32)
+    masks[:, :4] = 0  # a row may allow few tokens
+    x = torch.randn(9, VOCAB)
+    rows = [0, 2, 3, 5, 6, 8]
+    cpu, gpu = x.clone(), x.cuda()
+    apply_token_bitmask(cpu, rows, masks)
+    apply_token_bitmask(gpu, rows, masks)
+    assert torch.equal(gpu.cpu(), cpu)
+    assert torch.equal(cpu.argmax(-1), gpu.argmax(-1).cpu())

@@ -40,13 +40,19 @@ _TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "o
     ({"messages": [{"role": "user", "content": "x"}], "model": "gpt-9"}, 404, "model"),
     # answers this server cannot give are refused, not silently replaced by plain text
     ({"messages": [{"role": "user", "content": "x"}],
-      "response_format": {"type": "json_object"}}, 400, "response_format"),
+      "response_format": {"type": "xml"}}, 400, "response_format"),
     ({"messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}, 400,
      "response_format"),
-    ({"messages": [{"role": "user", "content": "x"}], "tools": [_TOOL]}, 400, "tools"),
-    ({"messages": [{"role": "user", "content": "x"}], "tools": [_TOOL], "tool_choice": "auto"},
-     400, "tools"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400,
+     "tools[0]"),
+    ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, 400,
+     "tool_choice"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [_TOOL],
+      "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400, "tool_choice"),
+    ({"messages": [{"role": "user", "content": "x"}], "mirostat": 2}, 400, "mirostat"),
+    ({"messages": [{"role": "user", "content": "x"}], "guided_regex": "a",
+      "guided_choice": ["b"]}, 400, "guided_choice"),
     ({"messages": [{"role": "user", "content": "x"}], "functions": [_TOOL["function"]]}, 400,
      "functions"),
     ({"messages": [{"role": "user", "content": "x"},
@@ -106,12 +112,14 @@ async def test_completion_invalid_values(fake_tokenizer, token_scripts, body, pa
 
 
 async def test_supported_forms_of_the_refused_fields_are_served(fake_tokenizer, token_scripts):
-    """The plain-text forms of the refused fields: response_format text, tools with
-    tool_choice none (a plain reply), best_of equal to n."""
+    """The plain-text forms: response_format text, tools with tool_choice none, and tools
+    with tool_choice auto on a template without a tool format (a plain reply, never a 400:
+    Open WebUI attaches tools to every chat), best_of equal to n."""
     msgs = [{"role": "user", "content": "x"}]
     async with AsyncTestClient(make_app(FakeEngine(fake_tokenizer, token_scripts))) as c:
         for extra in ({"response_format": {"type": "text"}},
                       {"tools": [_TOOL], "tool_choice": "none"},
+                      {"tools": [_TOOL]}, {"tools": [_TOOL], "tool_choice": "auto"},
                       {"functions": [_TOOL["function"]], "function_call": "none"}):
             r = await c.post("/v1/chat/completions",
                              json={"messages": msgs, "max_tokens": 2, **extra})

@@ -126,3 +126,31 @@ def test_api_key_prompt_flow_over_fake_engine(browser, fake_tokenizer, token_scr
         page.close()
     finally:
         server.stop()
+
+
+def test_reasoning_is_shown_folded_over_fake_engine(browser, fake_tokenizer):
+    """A reasoning model's <think> text (split by --reasoning-parser) sits folded above the
+    reply; the reply alone goes into the history."""
+    from edge_llm.server.terminal_chat import ThreadedServer
+    from tests.test_server_fake_engine import FakeEngine, make_app
+
+    script = fake_tokenizer.encode("<think>Plan the answer.</think>The answer is 4.",
+                                   add_special_tokens=False)
+    server = ThreadedServer(make_app(FakeEngine(fake_tokenizer, [script]),
+                                     reasoning_parser="deepseek_r1"))
+    server.start()
+    try:
+        page = browser.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(server.url + "/")
+        page.fill("#max-tokens", str(len(script)))
+        page.fill("#prompt", "2 + 2?")
+        page.click("#send")
+        page.wait_for_selector(".msg.assistant:not(.streaming)")
+        folded = page.locator(".msg.assistant details.reasoning")
+        assert folded.count() == 1 and not folded.evaluate("d => d.open")
+        assert folded.locator("div").text_content() == "Plan the answer."
+        assert page.evaluate("state.history[1].content") == "The answer is 4."
+        page.close()
+    finally:
+        server.stop()

@@ -151,5 +151,11 @@ class AsyncEngine:
         """The prompt text; ``kwargs``: ``continue_final_message`` and template variables."""
         return apply_chat_template(self.tokenizer, messages, add_generation_prompt, **kwargs)
 
+    @property
+    def grammars(self):
+        """The engine's ``GrammarCompiler`` (structured outputs are compiled before queueing,
+        so a refusal names the request's field)."""
+        return self.engine.grammars
+
     def stats(self) -> dict:
         return self.engine.stats()

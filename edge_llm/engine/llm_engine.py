@@ -39,6 +39,7 @@ from .runner import ModelRunner, RunnerOutput
 from .scheduler import Scheduler
 from .scheduler_ahead import ahead_matches, plan_ahead
 from .sequence import Sequence, SequenceStatus
+from .structured_output import GrammarCompiler
 from .tokenizer import eos_token_ids, load_tokenizer
 from .tokenizer_files import check_tokenizer_files
 
@@ -91,6 +92,7 @@ class LLMEngine:
         gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
         self.eos_token_ids = eos_token_ids(self.tokenizer, arch.eos_token_ids, gen)
         self.token_names = TokenNames(self.tokenizer)  # Logprob.decoded_token
+        self.grammars = GrammarCompiler(self.tokenizer, arch.vocab_size, self.eos_token_ids)
         self.model_name = _model_name(model, mc.model is None)
         self.runner = ModelRunner(self.loaded, config.cache, config.scheduler, seed=mc.seed,
                                   enforce_eager=config.enforce_eager,
@@ -167,8 +169,13 @@ class LLMEngine:
         params.eos_token_ids = set(self.eos_token_ids)
         if not params.ignore_eos:
             params.all_stop_token_ids |= self.eos_token_ids
+        spec = params.structured_outputs
+        grammar = None if spec is None else self.grammars.compile(spec)  # ValueError: refused
         arrival = arrival_time or time.time()
-        self.scheduler.add_request(request_id, ids, params, arrival)
+        seqs = self.scheduler.add_request(request_id, ids, params, arrival)
+        if grammar is not None:  # n > 1 siblings forked later copy the first one's matcher
+            for seq in seqs:
+                seq.matcher = grammar.matcher()
         req = RequestState(request_id, text, ids, params, RequestMetrics(arrival_time=arrival),
                        final_only=final_only)
         if params.prompt_logprobs is not None:

@@ -319,6 +319,7 @@ class ModelRunner:
                 output_token_ids=s.seq.output_token_ids,
                 generator_key=s.seq.seq_id,
                 choice_index=s.seq.index,
+                matcher=s.seq.matcher,
             )
             for s in rows
         ]

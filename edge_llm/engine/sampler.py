@@ -2,7 +2,9 @@
 
 Order of operations on one step's logits ``[num_rows, vocab]`` (all float32):
 
-    logit_bias (+)  ->  min_tokens (stop ids -> -inf)  ->  repetition penalty (prompt + output)
+    grammar bitmask (constrained rows: tokens the matcher disallows -> -inf)
+      ->  logit_bias (+)  ->  min_tokens (stop ids -> -inf)
+      ->  repetition penalty (prompt + output)
       ->  frequency / presence penalties (output only)          = "penalized" logits
       ->  greedy rows: argmax (ties -> lowest id)
       ->  random rows: / temperature -> top_k -> top_p -> min_p -> softmax
@@ -42,34 +44,24 @@ from typing import Literal
 import torch
 
 from edge_llm.outputs import Logprob
-from edge_llm.sampling_params import SamplingParams, SamplingType
+from edge_llm.sampling_params import SamplingType
 
+from .sample_row import SampleRow
 from .sampler_logits import (  # noqa: F401 - re-exported: tests and callers import them here
     _to_device,
     apply_bias_and_min_tokens,
     apply_penalties,
+    apply_token_bitmask,
     apply_top_k_top_p_min_p,
 )
+from .structured_output import fill_bitmasks
+
+__all__ = ["Sampler", "SampleRow", "SamplerOutput", "choice_seed", "compute_prompt_logprobs"]
 
 LogprobsMode = Literal["raw_logprobs", "penalized_logprobs", "processed_logprobs"]
 LOGPROBS_MODES: tuple[str, ...] = ("raw_logprobs", "penalized_logprobs", "processed_logprobs")
 
 _U64 = (1 << 64) - 1
-
-
-@dataclass
-class SampleRow:
-    """One row of the logits: what the sampler needs to know about its sequence.
-
-    ``generator_key`` is the sequence id: it names the row's generator when ``params.seed`` is
-    set. ``choice_index`` is the choice's index among the request's ``n`` (seed derivation).
-    """
-
-    params: SamplingParams
-    prompt_token_ids: list[int]
-    output_token_ids: list[int]
-    generator_key: int
-    choice_index: int = 0
 
 
 @dataclass
@@ -161,7 +153,21 @@ class Sampler:
             return logits.argmax(dim=-1)  # argmax: first (lowest) id on ties
         dev = logits.device
         x = logits.to(torch.float32, copy=True)
+        constrained = [i for i, r in enumerate(rows) if r.matcher is not None]
+        held: list[int] = []
+        if constrained:
+            masks = fill_bitmasks([rows[i].matcher for i in constrained], x.shape[1])
+            apply_token_bitmask(x, constrained, masks)
+            held = [i for i in constrained
+                    if len(rows[i].output_token_ids) < rows[i].params.min_tokens]
+            if held:
+                held_t = _to_device(held, torch.long, dev)
+                grammar_only = x.index_select(0, held_t)
         apply_bias_and_min_tokens(x, rows)
+        if held:  # min_tokens may ban the only tokens the grammar allows: the grammar wins
+            now = x.index_select(0, held_t)
+            dead = torch.isneginf(now).all(dim=1, keepdim=True)  # [h, 1]
+            x.index_copy_(0, held_t, torch.where(dead, grammar_only, now))
         apply_penalties(x, rows)
         greedy = [i for i, r in enumerate(rows) if r.params.sampling_type == SamplingType.GREEDY]
         random = [i for i, r in enumerate(rows) if r.params.sampling_type == SamplingType.RANDOM]
@@ -186,7 +192,8 @@ class Sampler:
         draws back (``snapshot`` / ``restore``)."""
         p = row.params
         return (
-            p.logprobs is None
+            row.matcher is None  # its mask needs the previous token consumed
+            and p.logprobs is None
             and not p.logit_bias
             and p.repetition_penalty == 1.0
             and p.frequency_penalty == 0.0
@@ -198,7 +205,8 @@ class Sampler:
     def _plain_greedy(row: SampleRow) -> bool:
         p = row.params
         return (
-            p.sampling_type == SamplingType.GREEDY
+            row.matcher is None
+            and p.sampling_type == SamplingType.GREEDY
             and p.logprobs is None
             and not p.logit_bias
             and not p.allowed_token_ids

@@ -1,16 +1,16 @@
-"""Logit processing before sampling (edge_llm/engine/sampler.py's order): logit_bias and
-min_tokens, repetition/frequency/presence penalties, top-k/top-p/min-p filters, all in place
-on a float32 ``[rows, vocab]`` tensor and queued without a host sync (host lists reach the
-device through ``_to_device``; rows are picked with index_select/index_copy_)."""
+"""Logit processing before sampling (edge_llm/engine/sampler.py's order): the grammar's token
+bitmask, logit_bias and min_tokens, repetition/frequency/presence penalties, top-k/top-p/min-p
+filters, all in place on a float32 ``[rows, vocab]`` tensor and queued without a host sync
+(host lists reach the device through ``_to_device``; rows are picked with
+index_select/index_copy_)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from .sampler import SampleRow
+from .sample_row import SampleRow
+
 
 def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A host list as a tensor on ``device``, the copy queued without waiting for the device
@@ -33,6 +33,24 @@ def _flat_index(
     if tok_idx.numel() and (int(tok_idx.min()) < 0 or int(tok_idx.max()) >= vocab):
         raise ValueError(f"{field_name} holds a token id outside the vocabulary [0, {vocab}).")
     return row_idx.to(device, non_blocking=True), tok_idx.to(device, non_blocking=True)
+
+
+def apply_token_bitmask(x: torch.Tensor, rows: list[int], bitmask: np.ndarray) -> None:
+    """In place on ``x [R, V]``: in each of ``rows``, the tokens whose bit is clear in that
+    row's ``bitmask [len(rows), ceil(V / 32)]`` int32 words (bit ``t % 32`` of word
+    ``t // 32``, llguidance's layout) set to -inf. Unpacked on the device: one small host
+    copy, no sync."""
+    dev, vocab = x.device, x.shape[1]
+    words = _to_device_array(bitmask, dev)  # [n, W] int32
+    shifts = torch.arange(32, dtype=torch.int32, device=dev)
+    allowed = ((words.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)[:, :vocab]  # [n, V]
+    idx = _to_device(rows, torch.long, dev)
+    x.index_copy_(0, idx, x.index_select(0, idx).masked_fill(~allowed, -torch.inf))
+
+
+def _to_device_array(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    t = torch.from_numpy(array)
+    return t if device.type == "cpu" else t.to(device, non_blocking=True)
 
 
 def apply_bias_and_min_tokens(x: torch.Tensor, rows: list[SampleRow]) -> None:

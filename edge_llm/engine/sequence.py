@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import itertools
 import time
+from typing import Any
 
 from edge_llm.sampling_params import SamplingParams
 
@@ -91,6 +92,7 @@ class Sequence:
         "num_preemptions",
         "num_pending_forks",
         "last_scheduled_step",
+        "matcher",
         "_token_ids",
     )
 
@@ -136,6 +138,9 @@ class Sequence:
         # scheduler forks this many siblings that share its blocks
         self.num_pending_forks = num_pending_forks
         self.last_scheduled_step = -1
+        # the grammar matcher of a constrained output (structured_output.py), advanced by
+        # append_token, so its state always matches output_token_ids
+        self.matcher: Any = None
         self._token_ids: list[int] = list(self.prompt_token_ids)
 
     # ---- token views (no copies: treat the returned lists as read-only) -------------------
@@ -174,7 +179,10 @@ class Sequence:
         return self.status.finish_reason
 
     def append_token(self, token_id: int) -> None:
-        """Record a sampled token (its KV is computed in the next step that feeds it)."""
+        """Record a sampled token (its KV is computed in the next step that feeds it) and
+        advance the matcher, if any, past it."""
+        if self.matcher is not None:
+            self.matcher.consume_token(token_id)
         self.output_token_ids.append(token_id)
         self._token_ids.append(token_id)
 
@@ -201,6 +209,8 @@ class Sequence:
         child.block_table = list(self.block_table)
         child.block_hashes = list(self.block_hashes)
         child.num_registered_blocks = self.num_registered_blocks
+        if self.matcher is not None:  # each choice its own grammar state
+            child.matcher = self.matcher.deep_copy()
         return child
 
     def __repr__(self) -> str:

@@ -7,7 +7,8 @@ error messages. Generated as is, the document would advertise those fields and r
 accepted. ``describe_truthfully`` corrects it in place, once, when it is first served:
 
 - request fields that are always refused accept only their "off" value (``prompt_logprobs``,
-  the chat ``echo`` and ``chat_template``, ``suffix``); content parts are text parts;
+  the chat ``echo`` and ``chat_template``, ``suffix``, other servers' generation fields in
+  ``protocol.REFUSED_FIELDS``); content parts are text parts;
 - sampling ranges are those ``SamplingParams`` enforces (``SAMPLING_RANGES``, kept equal to
   it by tests/test_openapi_truth.py);
 - streaming responses are documented as ``text/event-stream``; every operation documents its
@@ -15,8 +16,8 @@ accepted. ``describe_truthfully`` corrects it in place, once, when it is first s
   rest), which is what every non-2xx body is.
 
 Limits that depend on the model (context length, vocabulary) or on another field (``best_of``
-equal to ``n``) cannot be stated in the schema; they are 400s naming the field. Tool calling
-and ``response_format`` are left as the structs say.
+equal to ``n``) cannot be stated in the schema; they are 400s naming the field. Tools and the
+structured-output fields are left as the structs say.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import OpenAPIRenderPlugin
 
 from .preprocess import ROLES
+from .protocol import REFUSED_FIELDS
 
 Schema = dict[str, Any]
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
@@ -55,6 +57,8 @@ SAMPLING_RANGES: dict[str, Schema] = {
     # vLLM's prompt logprobs are not served (the completions endpoint's echo gives them)
     "prompt_logprobs": {"not": {}},
 }
+# other servers' generation fields, read only to refuse them by name
+_REFUSED: dict[str, Schema] = {name: {"not": {}} for name in REFUSED_FIELDS}
 _CHAT_FIELDS: dict[str, Schema] = {
     "max_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
     "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
@@ -100,7 +104,7 @@ def describe_truthfully(doc: Schema) -> None:
     for name, extra in (("ChatCompletionRequest", _CHAT_FIELDS),
                         ("CompletionRequest", _COMPLETION_FIELDS)):
         props = schemas.get(name, {}).get("properties", {})
-        for field, schema in {**SAMPLING_RANGES, **extra}.items():
+        for field, schema in {**SAMPLING_RANGES, **_REFUSED, **extra}.items():
             if field in props:
                 required = field in schemas[name].get("required", ())
                 props[field] = schema if required else _nullable(schema)

@@ -14,8 +14,16 @@ from typing import Any
 
 from edge_llm.sampling_params import SamplingParams
 
+from . import reasoning_parsers, tool_parsers
+from .chat_tools import ToolPlan, structured_spec, template_messages, tool_plan
 from .errors import OpenAIError, bad_request, param_from_value_error
-from .protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from .protocol import (
+    REFUSED_FIELDS,
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    SamplingFields,
+)
 from .request_defaults import RequestDefaults
 
 _NO_DEFAULTS = RequestDefaults(max_tokens=None)  # vLLM without a generation config
@@ -28,6 +36,15 @@ SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
 class Prompt:
     token_ids: list[int]
     text: str | None  # None for a token-id prompt (echo decodes it)
+
+
+@dataclass
+class ChatPlan:
+    """How a chat reply is read back: tool calls (``tools``) and reasoning (``reasoning``:
+    a ``reasoning_parsers`` kind, or None)."""
+
+    tools: ToolPlan
+    reasoning: str | None = None
 
 
 def read_chat_template(value: str | None) -> str | None:
@@ -65,8 +82,7 @@ def messages_to_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
                 texts.append(part.text)
             content = "\n".join(texts)
         if msg.tool_calls:
-            raise bad_request(f"{where}.tool_calls: tool calls are not supported by this "
-                              "server.", f"{where}.tool_calls")
+            _check_tool_calls(msg, where)
         if content is None:
             if msg.role != "assistant":
                 raise bad_request(f"{where}.content is required for role {msg.role!r}.",
@@ -76,8 +92,25 @@ def messages_to_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
         entry = {"role": role, "content": content}
         if msg.name:
             entry["name"] = msg.name
+        if msg.tool_calls:
+            entry["tool_calls"] = msg.tool_calls
+        if msg.tool_call_id is not None:
+            entry["tool_call_id"] = msg.tool_call_id
         out.append(entry)
     return out
+
+
+def _check_tool_calls(msg: ChatMessage, where: str) -> None:
+    if msg.role != "assistant":
+        raise bad_request(f"{where}.tool_calls is only allowed on assistant messages.",
+                          f"{where}.tool_calls")
+    for j, call in enumerate(msg.tool_calls or []):
+        fn = call.get("function")
+        if not (isinstance(fn, dict) and isinstance(fn.get("name"), str)
+                and isinstance(fn.get("arguments", ""), (str, dict))):
+            raise bad_request(f"{where}.tool_calls[{j}] must be {{'id': ..., 'type': "
+                              "'function', 'function': {'name': ..., 'arguments': ...}}.",
+                              f"{where}.tool_calls")
 
 
 def render_chat(engine: Any, messages: list[dict], template: str | None,
@@ -215,9 +248,13 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
 
 
 def check_common(req: SamplingFields) -> None:
-    """What both endpoints refuse: stream options without streaming (as OpenAI and vLLM do)
-    and vLLM's prompt logprobs (not served; the completions endpoint's ``echo`` with
-    ``logprobs`` gives them)."""
+    """What both endpoints refuse: stream options without streaming (as OpenAI and vLLM do),
+    vLLM's prompt logprobs (not served; the completions endpoint's ``echo`` with
+    ``logprobs`` gives them) and the generation fields of other servers not served here."""
+    refused = [name for name in REFUSED_FIELDS if getattr(req, name) is not None]
+    if refused:
+        raise bad_request(f"Not supported by this server (they would change the output): "
+                          f"{', '.join(refused)}.", refused[0])
     if req.stream_options is not None and not req.stream:
         raise bad_request("stream_options can only be set when stream is true.",
                           "stream_options")
@@ -227,9 +264,8 @@ def check_common(req: SamplingFields) -> None:
 
 
 def check_chat_features(req: ChatCompletionRequest) -> None:
-    """Refuse what would change the answer and is not served: structured (JSON) output, tool
-    calling, vLLM's chat ``echo`` and a per-request template. ``tool_choice: "none"`` asks for
-    a plain reply, which is what comes back."""
+    """Refuse what would change the answer and is not served: vLLM's chat ``echo`` and a
+    per-request template."""
     check_common(req)
     if req.echo:
         raise bad_request("echo is not supported on the chat endpoint.", "echo")
@@ -240,23 +276,65 @@ def check_chat_features(req: ChatCompletionRequest) -> None:
         raise bad_request("continue_final_message and add_generation_prompt cannot both be "
                           "true: set add_generation_prompt to false to continue the final "
                           "message.", "continue_final_message")
-    fmt = req.response_format
-    if fmt is not None and fmt.type != "text":
-        raise bad_request(f"response_format type {fmt.type!r} is not supported: this server "
-                          "does not constrain the output (only 'text').", "response_format")
-    for field, choice_field, choice in (("tools", "tool_choice", req.tool_choice),
-                                        ("functions", "function_call", req.function_call)):
-        if getattr(req, field) and choice != "none":
-            raise bad_request(f"{field} are not supported: this server does not produce tool "
-                              f"calls (set {choice_field} to 'none' for a plain reply).", field)
+
+
+def constraint(req: SamplingFields, engine: Any, plan_spec: Any = None) -> Any:
+    """The request's ``StructuredOutputsParams`` (or None), compiled once here so that a
+    schema the engine cannot enforce is a 400 naming the field that sent it."""
+    spec, field = structured_spec(req)
+    if plan_spec is not None:
+        if spec is not None:
+            raise bad_request(f"{field} cannot be combined with tool_choice 'required' or a "
+                              "named function.", field)
+        spec, field = plan_spec, "tools"
+    if spec is None:
+        return None
+    grammars = getattr(engine, "grammars", None)
+    if grammars is None:
+        raise bad_request("This engine does not constrain outputs.", field)
+    try:
+        grammars.compile(spec)
+    except ValueError as exc:
+        raise bad_request(f"{field}: {exc}", field) from None
+    return spec
+
+
+def template_text(engine: Any, template: str | None) -> str | None:
+    """The chat template in use (the override, else the tokenizer's)."""
+    if template is not None:
+        return template
+    own = getattr(engine.tokenizer, "chat_template", None)
+    return own if isinstance(own, str) else None
+
+
+def _parser_choice(flag: str | None, detected: str | None) -> str | None:
+    if flag in (None, "auto"):
+        return detected
+    return None if flag == "none" else flag
 
 
 def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None,
                 defaults: RequestDefaults = _NO_DEFAULTS) -> tuple[Prompt, SamplingParams]:
-    """``defaults``: what the request leaves out (sampling fields; max_tokens, capped at the
+    prompt, params, _ = chat_request(req, engine, template, defaults=defaults)
+    return prompt, params
+
+
+def chat_request(req: ChatCompletionRequest, engine: Any, template: str | None,
+                 tool_call_parser: str | None = "auto", reasoning_parser: str | None = "auto",
+                 defaults: RequestDefaults = _NO_DEFAULTS
+                 ) -> tuple[Prompt, SamplingParams, ChatPlan]:
+    """Prompt, sampling params and how to read the reply back. ``tool_call_parser`` /
+    ``reasoning_parser``: the server's flags (``auto``: from the chat template).
+    ``defaults``: what the request leaves out (sampling fields; max_tokens, capped at the
     room the context leaves)."""
     check_chat_features(req)
-    messages = messages_to_dicts(req.messages)
+    source = template_text(engine, template)
+    parser = _parser_choice(tool_call_parser, tool_parsers.parser_of_template(source))
+    plan, plan_spec = tool_plan(req, parser)
+    spec = constraint(req, engine, plan_spec)
+    messages = template_messages(messages_to_dicts(req.messages),
+                                 tool_parsers.parser_of_template(source) is not None
+                                 or "tool_calls" in (source or ""))
     extra: dict[str, Any] = dict(req.chat_template_kwargs or {})
     for name in ("add_generation_prompt", "continue_final_message", "chat_template",
                  "messages", "tokenize"):
@@ -265,6 +343,10 @@ def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None,
                               "chat_template_kwargs")
     if req.continue_final_message:
         extra["continue_final_message"] = True
+    if plan.tools:
+        extra["tools"] = plan.tools
+    if req.reasoning_effort is not None:
+        extra.setdefault("reasoning_effort", req.reasoning_effort)
     text = render_chat(engine, messages, template, req.add_generation_prompt, **extra)
     prompt = truncated(Prompt(tokenize_text(engine.tokenizer, text, req.add_special_tokens),
                               text), req.truncate_prompt_tokens, engine.max_model_len)
@@ -284,8 +366,11 @@ def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None,
     if asked is None and defaults.max_tokens is not None:
         max_tokens = min(max_tokens, defaults.max_tokens)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    return prompt, sampling_params(req, engine.tokenizer, max_tokens=max_tokens,
-                                   logprobs=logprobs, defaults=defaults)
+    params = sampling_params(req, engine.tokenizer, max_tokens=max_tokens, logprobs=logprobs,
+                             defaults=defaults)
+    params.structured_outputs = spec
+    reasoning = _parser_choice(reasoning_parser, reasoning_parsers.parser_of_template(source))
+    return prompt, params, ChatPlan(plan, reasoning)
 
 
 def completion_inputs(req: CompletionRequest, engine: Any,
@@ -307,14 +392,16 @@ def completion_inputs(req: CompletionRequest, engine: Any,
                           "score the prompt).", "max_tokens")
     prompts = [truncated(p, req.truncate_prompt_tokens, engine.max_model_len)
                for p in completion_prompts(engine.tokenizer, req.prompt)]
+    spec = constraint(req, engine)
     prompt_lp = req.logprobs if (req.echo and req.logprobs is not None) else None
     max_tokens = 16 if req.max_tokens is None else max(req.max_tokens, 1)  # OpenAI's default
     params = []
     for p in prompts:
         mt = check_context(len(p.token_ids), max_tokens, engine.max_model_len, "prompt")
-        params.append(sampling_params(req, engine.tokenizer, max_tokens=mt,
-                                      logprobs=req.logprobs, prompt_logprobs=prompt_lp,
-                                      defaults=defaults))
+        sp = sampling_params(req, engine.tokenizer, max_tokens=mt, logprobs=req.logprobs,
+                             prompt_logprobs=prompt_lp, defaults=defaults)
+        sp.structured_outputs = spec
+        params.append(sp)
     return prompts, params
 
 

@@ -1,9 +1,11 @@
 """OpenAI request and response bodies as msgspec Structs.
 
-Request structs mirror OpenAI's schema plus the extra sampling fields vLLM accepts. Unknown
-fields are ignored (msgspec's default), as OpenAI does; the OpenAI fields that would change
-the answer and are not served here (JSON output, tools, ``best_of``, ``suffix``) are read so
-that they get a 400. Types are checked by msgspec while Litestar decodes the body; value
+Request structs mirror OpenAI's schema plus the extra fields vLLM and llama.cpp's server
+accept (structured outputs: ``response_format``, ``guided_*``, ``structured_outputs``,
+``json_schema``, ``grammar``; tools). Unknown fields are ignored (msgspec's default), as OpenAI
+does, except the fields other servers document as changing generation that are not served
+here (``REFUSED_FIELDS``): they are read so that they get a 400 naming them.
+Types are checked by msgspec while Litestar decodes the body; value
 ranges are checked by ``SamplingParams`` and ``preprocess``.
 Response structs serialise to exactly OpenAI's JSON (``None`` fields are written as ``null``).
 """
@@ -31,11 +33,35 @@ class ChatMessage(Struct):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[Any] | None = None  # read only to refuse them (no tool calling here)
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant turn's calls
+    tool_call_id: str | None = None  # a tool turn: the call it answers
+    reasoning_content: str | None = None  # sent back by some clients; not rendered
+
+
+class JsonSchemaFormat(Struct):
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
 
 
 class ResponseFormat(Struct):
-    type: str  # "text" is served; "json_object" / "json_schema" are refused
+    type: str  # "text", "json_object" or "json_schema"
+    json_schema: JsonSchemaFormat | None = None
+
+
+# Fields that vLLM, llama.cpp's server, Ollama or OpenAI document as changing what is generated
+# and that are not served here: a request setting one gets a 400 naming it.
+REFUSED_FIELDS: tuple[str, ...] = (
+    "use_beam_search", "length_penalty", "early_stopping", "bad_words", "logits_processors",
+    "guided_whitespace_pattern", "guided_decoding_backend", "return_tokens_as_token_ids",
+    "documents", "mirostat", "mirostat_tau", "mirostat_eta", "typical_p", "tfs_z",
+    "dynatemp_range", "dynatemp_exponent", "xtc_probability", "xtc_threshold",
+    "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+    "dry_sequence_breakers", "repeat_last_n", "repeat_penalty", "penalize_nl", "n_probs",
+    "samplers", "top_n_sigma", "n_predict", "n_keep", "format", "audio", "web_search_options",
+    "verbosity",
+)
 
 
 _NULL_DEFAULTS: dict[type, tuple[tuple[str, Any], ...]] = {}
@@ -92,6 +118,51 @@ class SamplingFields(_Request, kw_only=True):
     truncate_prompt_tokens: Int64 | None = None
     # vLLM's prompt logprobs (not served: read to refuse them)
     prompt_logprobs: Int64 | None = None
+    # structured outputs, as OpenAI, vLLM and llama.cpp's server name them (one at most)
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+    grammar: str | None = None
+    # fields refused with a 400 naming them (REFUSED_FIELDS)
+    use_beam_search: Any = None
+    length_penalty: Any = None
+    early_stopping: Any = None
+    bad_words: Any = None
+    logits_processors: Any = None
+    guided_whitespace_pattern: Any = None
+    guided_decoding_backend: Any = None
+    return_tokens_as_token_ids: Any = None
+    documents: Any = None
+    mirostat: Any = None
+    mirostat_tau: Any = None
+    mirostat_eta: Any = None
+    typical_p: Any = None
+    tfs_z: Any = None
+    dynatemp_range: Any = None
+    dynatemp_exponent: Any = None
+    xtc_probability: Any = None
+    xtc_threshold: Any = None
+    dry_multiplier: Any = None
+    dry_base: Any = None
+    dry_allowed_length: Any = None
+    dry_penalty_last_n: Any = None
+    dry_sequence_breakers: Any = None
+    repeat_last_n: Any = None
+    repeat_penalty: Any = None
+    penalize_nl: Any = None
+    n_probs: Any = None
+    samplers: Any = None
+    top_n_sigma: Any = None
+    n_predict: Any = None
+    n_keep: Any = None
+    format: Any = None
+    audio: Any = None
+    web_search_options: Any = None
+    verbosity: Any = None
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
@@ -105,11 +176,12 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     continue_final_message: bool | None = False
     chat_template_kwargs: dict[str, Any] | None = None
     add_special_tokens: bool | None = None
-    # OpenAI and vLLM fields that change what must come back; read so that preprocess can
-    # refuse what this server cannot honour instead of ignoring it
-    response_format: ResponseFormat | None = None
+    # tools; and OpenAI and vLLM fields that change what must come back, read so that
+    # preprocess can refuse what this server cannot honour instead of ignoring it
     tools: list[Any] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = True
+    reasoning_effort: str | None = None  # passed to the chat template, as vLLM does
     functions: list[Any] | None = None
     function_call: Any = None
     echo: bool | None = False
@@ -164,9 +236,34 @@ class CompletionLogprobs(Struct):
     text_offset: list[int]
 
 
-class AssistantMessage(Struct):
+class FunctionCall(Struct):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(Struct):
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+class AssistantMessage(Struct, omit_defaults=True):
     role: str
     content: str | None
+    tool_calls: list[ToolCallOut] = msgspec.field(default_factory=list)
+    reasoning_content: str | None = None
+
+
+class FunctionDelta(Struct, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDeltaOut(Struct, omit_defaults=True):
+    index: int
+    id: str | None = None
+    type: str | None = None
+    function: FunctionDelta | None = None
 
 
 class ChatChoice(Struct):
@@ -189,6 +286,8 @@ class ChatCompletion(Struct):
 class Delta(Struct, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallDeltaOut] | None = None
 
 
 class ChatChunkChoice(Struct):
