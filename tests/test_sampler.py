@@ -359,16 +359,26 @@ def test_sampler_rejects_bad_inputs():
 
 
 def test_greedy_batch_is_fast():
+    """An all-greedy batch costs about one argmax over the logits, not a softmax or a sort
+    per row: timed against a bare argmax of the same tensor in the same process, so a
+    loaded machine slows both sides alike."""
     x = fresh_logits(256, 49152)
     rows = [row(i, temperature=0.0) for i in range(256)]
     s = Sampler()
     s(x, rows)
-    best = math.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        s(x, rows)
-        best = min(best, time.perf_counter() - t0)
-    assert best < 0.1, f"greedy 256 x 49152 took {best * 1e3:.1f} ms"
+
+    def best_of(fn) -> float:
+        best = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    bare = best_of(lambda: x.argmax(dim=-1).tolist())
+    sampled = best_of(lambda: s(x, rows))
+    assert sampled < 3 * bare + 0.02, (
+        f"greedy 256 x 49152 took {sampled * 1e3:.1f} ms, a bare argmax {bare * 1e3:.1f} ms")
 
 
 def test_snapshot_and_restore_give_the_draws_back():

@@ -39,7 +39,7 @@ class SleepyEngine(FakeEngine):
 
 async def test_a_sleeping_engine_still_tokenizes(fake_tokenizer, token_scripts):
     engine = SleepyEngine(fake_tokenizer, token_scripts)
-    async with AsyncTestClient(make_app(engine)) as c:
+    async with AsyncTestClient(make_app(engine, enable_sleep_endpoints=True)) as c:
         assert (await c.post("/sleep")).status_code == 200
         r = await c.post("/tokenize", json={"prompt": "Hello world"})
         assert r.status_code == 200 and r.json()["tokens"] == fake_tokenizer.encode("Hello world")
