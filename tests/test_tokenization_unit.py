@@ -4,6 +4,8 @@ a real server in ``test_first_hour_e2e.py``."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from litestar.testing import AsyncTestClient
 
@@ -40,6 +42,10 @@ class SleepyEngine(FakeEngine):
 async def test_a_sleeping_engine_still_tokenizes(fake_tokenizer, token_scripts):
     engine = SleepyEngine(fake_tokenizer, token_scripts)
     async with AsyncTestClient(make_app(engine, enable_sleep_endpoints=True)) as c:
+        for _ in range(200):  # the engine loads in the background; /sleep needs it loaded
+            if (await c.get("/health")).status_code == 200:
+                break
+            await asyncio.sleep(0.01)
         assert (await c.post("/sleep")).status_code == 200
         r = await c.post("/tokenize", json={"prompt": "Hello world"})
         assert r.status_code == 200 and r.json()["tokens"] == fake_tokenizer.encode("Hello world")
