@@ -131,3 +131,111 @@ def test_unsupported_architecture_is_named():
         parse_arch_config({"architectures": ["GPT2LMHeadModel"]})
     msg = str(err.value)
     assert "GPT2LMHeadModel" in msg and "LlamaForCausalLM" in msg and "Qwen3ForCausalLM" in msg
+
+
+# what each case must exercise: the ArchConfig change that breaks it (and by how much at least)
+FEATURES = [
+    ("Gemma2ForCausalLM", dict(sliding_window=None), "window"),
+    ("Gemma2ForCausalLM", dict(attn_softcap=None), "softcap"),
+    ("Gemma2ForCausalLM", dict(final_softcap=None), None),
+    ("Gemma3ForCausalLM", dict(local_rope_theta=1000.0), None),
+    ("Gemma3ForCausalLM", dict(sliding_window=None), "window"),
+    ("Phi3ForCausalLM", dict(sliding_window=None), "window"),
+    ("MistralNemo", dict(sliding_window=None), "window"),
+    ("Qwen2.5-yarn", dict(rope_scaling=None), None),
+]
+
+
+@pytest.mark.parametrize("case,change,attr", FEATURES,
+                         ids=[f"{c}-{next(iter(ch))}" for c, ch, _ in FEATURES])
+def test_parity_cases_exercise_their_feature(case, change, attr, tmp_path):
+    """Each family's parity test would fail without the feature it is there for: the same
+    model with that feature switched off is far from transformers' logits."""
+    import dataclasses
+
+    hf = tiny_hf_model(case)
+    lm = load_model(str(save_hf_checkpoint(hf, tmp_path / "m")), device="cpu",
+                    progress=False).model
+    torch.manual_seed(3)
+    ids = torch.randint(0, hf.config.vocab_size, (45,))
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert rel_err(run_prefill_then_decode(lm, ids), ref) < 1e-4
+    lm.arch = dataclasses.replace(lm.arch, **change)
+    for module in lm.modules():
+        if attr is not None and hasattr(module, attr):
+            setattr(module, attr, None)
+    for rot in (lm.rotary, lm.local_rotary):
+        if rot is not None:
+            rot.arch = lm.arch
+            rot.build_tables(None)
+    assert rel_err(run_prefill_then_decode(lm, ids), ref) > 1e-3
+
+
+def test_longrope_short_factors_within_the_original_context(tmp_path):
+    """Phi-3's LongRoPE: loaded for a context within original_max_position_embeddings (32
+    here), the short factors serve, as transformers uses them for a sequence that short;
+    loaded for more, the long ones (the parity test above, at 45 tokens)."""
+    hf = tiny_hf_model("Phi3ForCausalLM")
+    path = save_hf_checkpoint(hf, tmp_path / "m")
+    short = load_model(str(path), device="cpu", progress=False, max_positions=32).model
+    long = load_model(str(path), device="cpu", progress=False).model
+    ids = torch.randint(0, hf.config.vocab_size, (30,))
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert rel_err(run_prefill_then_decode(short, ids), ref) < 1e-4
+    assert rel_err(run_prefill_then_decode(long, ids), ref) > 1e-3
+
+
+@pytest.mark.parametrize("arch,needle", [
+    ("MixtralForCausalLM", "mixture-of-experts"),
+    ("Qwen3MoeForCausalLM", "mixture-of-experts"),
+    ("Gemma3ForConditionalGeneration", "multimodal"),
+    ("FalconForCausalLM", "Unsupported architecture FalconForCausalLM"),
+])
+def test_unsupported_families_are_refused_by_name(arch, needle):
+    with pytest.raises(UnsupportedArchitectureError, match=needle) as err:
+        parse_arch_config({"architectures": [arch], "num_attention_heads": 4,
+                           "hidden_size": 64})
+    assert arch in str(err.value) and "Gemma2ForCausalLM" in str(err.value)
+
+
+def test_partial_rotary_and_unknown_rope_are_refused():
+    base = {"architectures": ["Phi3ForCausalLM"], "num_attention_heads": 4, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 100}
+    with pytest.raises(UnsupportedArchitectureError, match="partial_rotary_factor=0.75"):
+        parse_arch_config({**base, "partial_rotary_factor": 0.75})
+    with pytest.raises(UnsupportedArchitectureError, match="'dynamic'"):
+        parse_arch_config({**base, "rope_scaling": {"type": "dynamic", "factor": 2.0}})
+
+
+def test_hub_style_configs_parse():
+    """The keys the hub's config.json files carry (transformers 4): Gemma 3's
+    rope_local_base_freq and sliding_window_pattern, Gemma 2's alternating layers, Phi-3's
+    ``su`` scaling, Mistral-Nemo's explicit head_dim."""
+    common = {"num_attention_heads": 8, "hidden_size": 256, "intermediate_size": 512,
+              "vocab_size": 100, "num_key_value_heads": 4}
+    g3 = parse_arch_config({**common, "architectures": ["Gemma3ForCausalLM"],
+                            "num_hidden_layers": 12, "rope_theta": 1e6, "head_dim": 256,
+                            "rope_local_base_freq": 1e4, "sliding_window": 512,
+                            "sliding_window_pattern": 6, "query_pre_attn_scalar": 256,
+                            "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+    assert [g3.layer_window(i) for i in range(12)] == ([512] * 5 + [None]) * 2
+    assert g3.local_rope_theta == 1e4 and g3.rope_scaling["factor"] == 8.0
+    assert g3.qk_norm and g3.norm_plus_one and g3.attn_scale == 256 ** -0.5
+    g2 = parse_arch_config({**common, "architectures": ["Gemma2ForCausalLM"],
+                            "num_hidden_layers": 4, "sliding_window": 4096,
+                            "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0})
+    assert [g2.layer_window(i) for i in range(4)] == [4096, None, 4096, None]
+    assert g2.attn_softcap == 50.0 and g2.mlp_act == "gelu_tanh" and g2.tie_word_embeddings
+    phi = parse_arch_config({**common, "architectures": ["Phi3ForCausalLM"],
+                             "num_hidden_layers": 2, "original_max_position_embeddings": 4096,
+                             "max_position_embeddings": 131072, "rope_scaling": {
+                                 "type": "su", "short_factor": [1.0] * 16,
+                                 "long_factor": [2.0] * 16}})
+    assert phi.rope_scaling["rope_type"] == "longrope" and phi.merged_checkpoint
+    assert phi.rope_scaling["original_max_position_embeddings"] == 4096
+    nemo = parse_arch_config({**common, "architectures": ["MistralForCausalLM"],
+                              "num_hidden_layers": 2, "head_dim": 128, "hidden_size": 5120,
+                              "num_attention_heads": 32, "sliding_window": None})
+    assert nemo.head_dim == 128 and nemo.sliding_window is None

@@ -131,12 +131,13 @@ def load_model(
     _load_weights(lm, groups, names, torch_dtype, dev, progress, copy=use_staged)
     if use_staged and dev.type == "cuda":
         torch.cuda.empty_cache()  # the files' blobs, now converted
+    lm.finish_loading()
     if merge_enabled() if merge_projections is None else merge_projections:
         fuse_projections(lm)
         fold_act_order(lm)
     if planes_enabled() if plane_packed is None else plane_packed:
         pack_weight_planes(lm)  # after merging: concat refuses packed words
-    lm.rotary.build_tables(dev)
+    lm.build_tables(dev)
     lm.eval()
     seconds = time.perf_counter() - start
     logger.info(
