@@ -394,8 +394,8 @@ def test_head_dim_256_window_softcap_fit(arch, cache, monkeypatch):
     """Gemma 2 / 3's head_dim 256 (Gemma-2-9B: 16 query and 8 kv heads) with a sliding
     window and soft-capped scores: decode (its splits summed in the kernel), prefill (keys
     split and not), the K/V write with rotary and the GeLU MLP, on the 3090 with an fp16
-    cache and the 4090 with an fp8 one, within their 99 KB of shared memory. Prefill takes its head_dim-256 config (paged_prefill.default_prefill_config),
-    decode its defaults."""
+    cache and the 4090 with an fp8 one, within their 99 KB of shared memory. Prefill takes
+    its head_dim-256 config (paged_prefill.default_prefill_config), decode its defaults."""
     pc = importlib.import_module("edge_llm.kernels.paged_common")
     rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
     monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: arch >= 89)
