@@ -80,3 +80,28 @@ def test_gemma_act_order_gathers_fold_into_its_sandwich_norms(tmp_path):
     with torch.no_grad():
         ref = hf(ids[None]).logits[0]
     assert rel_err(run_prefill_then_decode(lm, ids), ref) < 1e-4
+
+
+@pytest.mark.parametrize("shape", ["gemma2-9b", "gemma3-12b", "phi3-mini", "mistral-nemo-12b"])
+def test_benchmark_shapes_load(shape, tmp_path, monkeypatch):
+    """benchmarks/random_checkpoint.py's shapes of these families (the GPU benchmarks'
+    inputs), shrunk to a few layers and a small vocabulary with their head_dim, window and
+    family keys kept: written as act-order GPTQ, they load and give finite logits."""
+    from benchmarks import random_checkpoint as rc
+    from edge_llm.model.full_forward import full_logits
+
+    small = {**rc.SHAPES[shape], "hidden_size": 256, "intermediate_size": 512,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "vocab_size": 512, "sliding_window_pattern": 2}
+    if small.get("sliding_window"):
+        small["sliding_window"] = 16
+    monkeypatch.setitem(rc.SHAPES, shape, small)
+    path = rc.make_random_checkpoint(shape, "gptq-act", tmp_path / shape, device="cpu")
+    loaded = load_model(str(path), device="cpu", progress=False)
+    arch = loaded.arch
+    assert arch.head_dim == rc.SHAPES[shape].get("head_dim", 64)
+    assert [arch.layer_window(i) for i in range(2)] == {
+        "gemma2-9b": [16, None], "gemma3-12b": [16, None], "phi3-mini": [16, 16],
+        "mistral-nemo-12b": [None, None]}[shape]
+    logits = full_logits(loaded.model, torch.randint(0, 512, (40,)))
+    assert logits.shape == (40, 512) and bool(torch.isfinite(logits).all())
