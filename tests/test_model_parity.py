@@ -190,7 +190,7 @@ def test_longrope_short_factors_within_the_original_context(tmp_path):
 @pytest.mark.parametrize("arch,needle", [
     ("MixtralForCausalLM", "mixture-of-experts"),
     ("Qwen3MoeForCausalLM", "mixture-of-experts"),
-    ("Gemma3ForConditionalGeneration", "multimodal"),
+    ("Phi4MMForCausalLM", "multimodal"),
     ("FalconForCausalLM", "Unsupported architecture FalconForCausalLM"),
 ])
 def test_unsupported_families_are_refused_by_name(arch, needle):
@@ -239,3 +239,52 @@ def test_hub_style_configs_parse():
                               "num_hidden_layers": 2, "head_dim": 128, "hidden_size": 5120,
                               "num_attention_heads": 32, "sliding_window": None})
     assert nemo.head_dim == 128 and nemo.sliding_window is None
+
+
+@pytest.mark.parametrize("layout", ["language_model.model.", "model.language_model."])
+def test_multimodal_gemma3_loads_its_text_decoder(layout, tmp_path):
+    """Gemma3ForConditionalGeneration (gemma-3-4b/12b/27b): the text decoder's tensors under
+    the transformers 4 (``language_model.model.``) or 5 (``model.language_model.``) prefix
+    load, the vision tower and projector are skipped, the config's ``text_config`` fills
+    Gemma3TextConfig's defaults, and the logits are transformers' Gemma3ForCausalLM's."""
+    import json
+
+    from safetensors.torch import save_file
+
+    hf = tiny_hf_model("Gemma3ForCausalLM")
+    out = tmp_path / "mm"
+    out.mkdir()
+    state = {(layout + k.removeprefix("model.")) if k.startswith("model.") else k: v
+             for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    state["vision_tower.vision_model.post_layernorm.weight"] = torch.randn(8)
+    state["multi_modal_projector.mm_input_projection_weight"] = torch.randn(8, 64)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    text = {k: v for k, v in hf.config.to_dict().items() if k != "architectures"}
+    (out / "config.json").write_text(json.dumps({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": text, "vision_config": {"model_type": "siglip_vision_model"},
+        "eos_token_id": [1, 106], "torch_dtype": "float32"}))
+    loaded = load_model(str(out), device="cpu", progress=False)
+    assert loaded.arch.multimodal_text and loaded.arch.eos_token_ids == (1, 106)
+    ids = torch.randint(0, hf.config.vocab_size, (45,))
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert rel_err(run_prefill_then_decode(loaded.model, ids), ref) < 1e-4
+
+
+def test_multimodal_gemma3_hub_config_takes_text_defaults():
+    """gemma-3-4b-it's config.json lists only what differs from Gemma3TextConfig."""
+    arch = parse_arch_config({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "eos_token_id": [1, 106], "torch_dtype": "bfloat16",
+        "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                        "model_type": "gemma3_text", "num_hidden_layers": 34,
+                        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                        "sliding_window": 1024}})
+    assert (arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.vocab_size) == (
+        8, 4, 256, 262208)
+    assert [arch.layer_window(i) for i in range(6)] == [1024] * 5 + [None]
+    assert arch.local_rope_theta == 10000.0 and arch.rope_theta == 1e6
+    assert arch.rope_scaling["factor"] == 8.0 and arch.torch_dtype == "bfloat16"
+    assert arch.attn_scale == 256 ** -0.5 and arch.qk_norm and arch.tie_word_embeddings

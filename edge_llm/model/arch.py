@@ -20,6 +20,21 @@ SUPPORTED_ARCHITECTURES = {
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
     "Phi3ForCausalLM": "phi3",  # Phi-3, Phi-3.5 and Phi-4 (mini and 14B)
+    # the text decoder of the multimodal Gemma 3 (4B, 12B, 27B); the vision tower is not loaded
+    "Gemma3ForConditionalGeneration": "gemma3",
+}
+# multimodal checkpoints: where their text decoder's tensors sit (-> ours), what is skipped
+_TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+                  ("language_model.lm_head.", "lm_head."))
+_SKIPPED_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                     "model.multi_modal_projector.")
+# Gemma3TextConfig's defaults: the hub's multimodal configs list only what differs from them
+_GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0,
+    "rope_local_base_freq": 10_000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+    "max_position_embeddings": 131072, "hidden_activation": "gelu_pytorch_tanh",
 }
 SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn", "longrope")
 # architectures refused with a reason of their own (the rest: "unsupported architecture")
@@ -30,8 +45,6 @@ _REFUSED = {
          "OlmoeForCausalLM", "GraniteMoeForCausalLM", "JambaForCausalLM", "DbrxForCausalLM",
          "GptOssForCausalLM", "Llama4ForCausalLM", "Llama4ForConditionalGeneration"),
         "a mixture-of-experts model (its expert layers have no kernels here)"),
-    "Gemma3ForConditionalGeneration": "the multimodal Gemma 3 (only the text-only "
-                                      "Gemma3ForCausalLM checkpoints, such as gemma-3-1b, load)",
     "Phi3VForCausalLM": "a vision-language model",
     "Phi4MMForCausalLM": "a multimodal model",
 }
@@ -75,6 +88,7 @@ class ArchConfig:
     sandwich_norms: bool = False  # norms after attention and MLP, and before the MLP (Gemma)
     mlp_act: str = "silu"  # "silu" or "gelu_tanh" (Gemma)
     merged_checkpoint: bool = False  # qkv_proj / gate_up_proj in the checkpoint (Phi-3)
+    multimodal_text: bool = False  # the text decoder of a multimodal checkpoint (Gemma 3)
 
     @property
     def kind(self) -> str:
@@ -97,6 +111,27 @@ def _eos_ids(value: Any) -> tuple[int, ...]:
     if isinstance(value, int):
         return (value,)
     return tuple(int(v) for v in value)
+
+
+def checkpoint_tensor_name(arch: ArchConfig, name: str) -> str | None:
+    """Our name of checkpoint tensor ``name``; None for one we do not load (a multimodal
+    checkpoint's vision tower and projector). Other checkpoints' names are ours already."""
+    if not arch.multimodal_text:
+        return name
+    for theirs, ours in _TEXT_PREFIXES:
+        if name.startswith(theirs):
+            return ours + name[len(theirs):]
+    return None if name.startswith(_SKIPPED_PREFIXES) else name
+
+
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal config's text decoder config; the top level's token ids and dtype (the
+    whole model's: its EOS list holds <end_of_turn>) win over the text config's."""
+    text = {**_GEMMA3_TEXT_DEFAULTS, **(cfg.get("text_config") or {})}
+    for key in ("eos_token_id", "bos_token_id", "torch_dtype", "dtype"):
+        if cfg.get(key) is not None:
+            text[key] = cfg[key]
+    return {**text, "architectures": cfg["architectures"]}
 
 
 def _refuse(cfg: dict[str, Any]) -> None:
@@ -124,7 +159,7 @@ def _rope(cfg: dict[str, Any], kind: str) -> tuple[float, dict[str, Any] | None,
         else:
             local = cfg.get("rope_local_base_freq", 10000.0)
         local = float(local)
-    theta = cfg.get("rope_theta", rope.get("rope_theta", 1e6 if kind == "gemma3" else 10000.0))
+    theta = rope.get("rope_theta", cfg.get("rope_theta", 1e6 if kind == "gemma3" else 10000.0))
     scaling = cfg.get("rope_scaling") or None
     if scaling is None and rope.get("rope_type", rope.get("type", "default")) != "default":
         scaling = rope
@@ -206,6 +241,9 @@ def parse_arch_config(cfg: dict[str, Any]) -> ArchConfig:
     if arch is None:
         _refuse(cfg)
     kind = SUPPORTED_ARCHITECTURES[arch]
+    multimodal = arch == "Gemma3ForConditionalGeneration"
+    if multimodal:
+        cfg = _text_config(cfg)
     heads = int(cfg["num_attention_heads"])
     hidden = int(cfg["hidden_size"])
     head_dim = int(cfg.get("head_dim") or hidden // heads)  # Mistral-Nemo: 128, not 160
@@ -242,5 +280,6 @@ def parse_arch_config(cfg: dict[str, Any]) -> ArchConfig:
         eos_token_ids=_eos_ids(cfg.get("eos_token_id")),
         sliding_layers=sliding,
         local_rope_theta=local_theta if window else None,
+        multimodal_text=multimodal,
         **family,
     )

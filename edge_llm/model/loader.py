@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .arch import ArchConfig, parse_arch_config
+from .arch import ArchConfig, checkpoint_tensor_name, parse_arch_config
 from .fuse import fold_act_order, fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
 from .plane_pack import pack_weight_planes, planes_enabled
@@ -125,9 +125,10 @@ def load_model(
     with torch.device("meta"):
         lm = CausalLM(arch, positions, _linear_factory(spec, torch_dtype))
     use_staged = staged_enabled(staged, dev, total, max(n for n, _ in headers))
-    groups = [iter_tensors_staged([f], dev) if use_staged else iter_tensors([f])
+    groups = [_renamed(arch, iter_tensors_staged([f], dev) if use_staged else iter_tensors([f]))
               for f in files]  # one per file; each reads its file when iterated
-    names = [n for _, file_names in headers for n in file_names]
+    names = [m for _, file_names in headers for n in file_names
+             if (m := checkpoint_tensor_name(arch, n)) is not None]
     _load_weights(lm, groups, names, torch_dtype, dev, progress, copy=use_staged)
     if use_staged and dev.type == "cuda":
         torch.cuda.empty_cache()  # the files' blobs, now converted
@@ -147,6 +148,15 @@ def load_model(
         total / 1e9 / max(seconds, 1e-9), "staged reads" if use_staged else "memory-mapped",
     )
     return LoadedModel(lm, arch, path, hf_config, spec, torch_dtype, dev, seconds, total)
+
+
+def _renamed(arch: ArchConfig, group):
+    """``group``'s (name, tensor) pairs under our names; the tensors we do not load (a
+    multimodal checkpoint's vision tower) left out, unread where the reader is lazy."""
+    for name, tensor in group:
+        ours = checkpoint_tensor_name(arch, name)
+        if ours is not None:
+            yield ours, tensor
 
 
 def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int,
