@@ -104,6 +104,12 @@ class ArchConfig:
     def full_attention_layers(self) -> int:
         return sum(self.layer_window(i) is None for i in range(self.num_layers))
 
+    @property
+    def prefers_bf16(self) -> bool:
+        """Gemma's residual stream outgrows fp16's range (activations in the thousands, times
+        the sqrt(hidden) embedding scale); transformers and vLLM run it in bf16."""
+        return self.kind in ("gemma2", "gemma3")
+
 
 def _eos_ids(value: Any) -> tuple[int, ...]:
     if value is None:

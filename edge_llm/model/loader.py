@@ -53,8 +53,9 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, arch: ArchConfig, quantized: bool, device: torch.device):
-    """The activations' dtype. "auto": fp32 on the CPU (the reference path), fp16 for 4-bit
-    checkpoints, else the checkpoint's bf16 or fp16. bf16 needs sm_80 or later (no bf16
+    """The activations' dtype. "auto": fp32 on the CPU (the reference path), bf16 for Gemma
+    (``ArchConfig.prefers_bf16``), fp16 for other 4-bit checkpoints, else the checkpoint's
+    bf16 or fp16. bf16 needs sm_80 or later (no bf16
     tensor cores on the T4's sm_75): "auto" then takes fp16, as vLLM does, and an explicit
     bfloat16 is refused."""
     bf16_ok = device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 0)
@@ -67,6 +68,13 @@ def resolve_dtype(dtype: str, arch: ArchConfig, quantized: bool, device: torch.d
         return _DTYPES[dtype]
     if device.type == "cpu":
         return torch.float32  # the CPU path is the fp32 reference
+    if arch.prefers_bf16:
+        if bf16_ok:
+            return torch.bfloat16
+        logger.warning("%s runs in bfloat16 (its activations overflow float16), which %s "
+                       "lacks: float16 may give inf/NaN", arch.architecture,
+                       torch.cuda.get_device_name(device))
+        return torch.float16
     if quantized:
         return torch.float16
     if arch.torch_dtype == "bfloat16" and not bf16_ok:
