@@ -186,7 +186,7 @@ def _silu_mul_kernel(g_ptr, u_ptr, out_ptr, n_cols, stride_g, stride_u, stride_o
     mask = cols < n_cols
     g = tl.load(g_ptr + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
-    if GELU:
+    if GELU:  # g sigmoid(2 y): no cancellation in 1 + tanh(y) where g is far negative
         y = 0.7978845608028654 * (g + 0.044715 * g * g * g)
         act = g / (1.0 + tl.exp(-2.0 * y))
     else:
