@@ -206,3 +206,27 @@ async def test_served_chat_stops_at_the_turn_end(case, tmp_path):
                 "model": path.name, "max_tokens": 4,
                 "messages": [{"role": "system", "content": "Be brief."}, *MESSAGES]})
             assert r.status_code == 400 and "System role not supported" in r.text, r.text
+
+
+@pytest.mark.parametrize("case", ["gemma2", "gemma3", "phi3"])
+def test_engine_generates_past_the_window_as_transformers(case, tmp_path):
+    """The whole engine (scheduler, paged cache in 16-token blocks, chunked prefill, decode
+    steps) on a sliding-window family: a 30-token prompt and 30 greedy tokens, past the
+    window (8 or 24 positions), give transformers' greedy continuation; the context limit is
+    the model's, not its window."""
+    import torch
+
+    path, _ = family_checkpoint(case, tmp_path / case)
+    cfg = json.loads((path / "config.json").read_text())
+    llm = LLM(str(path), device="cpu", max_num_batched_tokens=16, max_num_seqs=4,
+              swap_space=0)
+    assert llm.engine.max_model_len == cfg["max_position_embeddings"]
+    prompt = torch.randint(0, 256, (30,), generator=torch.Generator().manual_seed(5)).tolist()
+    out = llm.generate({"prompt_token_ids": prompt},
+                       SamplingParams(max_tokens=30, temperature=0, ignore_eos=True),
+                       use_tqdm=False)[0].outputs[0]
+    hf = tiny_hf_model(FAMILIES[case][0], vocab=256 + len(FAMILIES[case][2]))
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=30, do_sample=False,
+                          min_new_tokens=30)[0, 30:].tolist()
+    assert list(out.token_ids) == ref
