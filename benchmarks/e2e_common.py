@@ -236,7 +236,8 @@ def decode_bytes_per_step(model, arch, batch: int, mean_context: float,
     """Bytes one decode step of ``batch`` sequences must read at least: every weight tensor
     on the device (quantized words, scales, zeros, norms, lm_head), ``batch`` rows of the
     embedding table (the whole table when tied to lm_head), and each sequence's K and V
-    over ``mean_context`` positions. Rotary tables are left out (a few rows are read)."""
+    over ``mean_context`` positions (a sliding-window layer's window at most). Rotary tables
+    are left out (a few rows are read)."""
     seen: set[int] = set()
     embed = model.model.embed_tokens.weight
     head = getattr(getattr(model, "lm_head", None), "weight", None)
@@ -254,8 +255,10 @@ def decode_bytes_per_step(model, arch, batch: int, mean_context: float,
             weights += batch * embed.shape[1] * embed.element_size()
         else:
             weights += t.numel() * t.element_size()
-    per_token = 2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * kv_elem_bytes
-    kv = batch * mean_context * per_token
+    # a sliding-window layer reads its window's keys at most
+    contexts = [mean_context if arch.layer_window(i) is None
+                else min(mean_context, arch.layer_window(i)) for i in range(arch.num_layers)]
+    kv = batch * sum(contexts) * 2 * arch.num_kv_heads * arch.head_dim * kv_elem_bytes
     return {"weights": float(weights), "kv": float(kv), "total": float(weights + kv)}
 
 

@@ -29,6 +29,33 @@ SHAPES = {
                          intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                          num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192,
                          rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
+    # issue 39's families: sliding windows, soft caps, head_dim 256, merged projections
+    "gemma2-9b": dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2", hidden_size=3584,
+                      intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16,
+                      num_key_value_heads=8, head_dim=256, vocab_size=256000,
+                      max_position_embeddings=8192, rope_theta=10000.0, rms_norm_eps=1e-6,
+                      tie_word_embeddings=True, sliding_window=4096, query_pre_attn_scalar=256,
+                      attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                      hidden_activation="gelu_pytorch_tanh"),
+    "gemma3-12b": dict(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
+                       hidden_size=3840, intermediate_size=15360, num_hidden_layers=48,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=256,
+                       vocab_size=262208, max_position_embeddings=131072, rope_theta=1000000.0,
+                       rope_local_base_freq=10000.0, sliding_window=1024,
+                       sliding_window_pattern=6, rope_scaling={"rope_type": "linear",
+                                                               "factor": 8.0},
+                       query_pre_attn_scalar=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       hidden_activation="gelu_pytorch_tanh"),
+    "phi3-mini": dict(architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=3072,
+                      intermediate_size=8192, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=32, vocab_size=32064, max_position_embeddings=4096,
+                      rope_theta=10000.0, rms_norm_eps=1e-5, sliding_window=2047,
+                      tie_word_embeddings=False),
+    "mistral-nemo-12b": dict(architectures=["MistralForCausalLM"], model_type="mistral",
+                             hidden_size=5120, intermediate_size=14336, num_hidden_layers=40,
+                             num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                             vocab_size=131072, max_position_embeddings=131072,
+                             rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
     # CPU smoke runs of the benchmarks (every K a multiple of the group size 128)
     "tiny-llama": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=128,
                        intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
@@ -40,13 +67,25 @@ FORMATS = ("awq", "gptq", "gptq-act", "fp16")
 
 def _linears(cfg: dict) -> list[tuple[str, int, int, bool]]:
     h, i = cfg["hidden_size"], cfg["intermediate_size"]
-    d = h // cfg["num_attention_heads"]
-    kv = cfg["num_key_value_heads"] * d
+    d = cfg.get("head_dim") or h // cfg["num_attention_heads"]  # Gemma, Mistral-Nemo: given
+    q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
     bias = cfg["model_type"] == "qwen2"
-    return [("self_attn.q_proj", h, h, bias), ("self_attn.k_proj", h, kv, bias),
-            ("self_attn.v_proj", h, kv, bias), ("self_attn.o_proj", h, h, False),
+    if cfg["model_type"] == "phi3":  # merged in the checkpoint: [q | k | v], [gate | up]
+        return [("self_attn.qkv_proj", h, q + 2 * kv, False), ("self_attn.o_proj", q, h, False),
+                ("mlp.gate_up_proj", h, 2 * i, False), ("mlp.down_proj", i, h, False)]
+    return [("self_attn.q_proj", h, q, bias), ("self_attn.k_proj", h, kv, bias),
+            ("self_attn.v_proj", h, kv, bias), ("self_attn.o_proj", q, h, False),
             ("mlp.gate_proj", h, i, False), ("mlp.up_proj", h, i, False),
             ("mlp.down_proj", i, h, False)]
+
+
+def _norms(cfg: dict) -> tuple[tuple[str, ...], float]:
+    """A layer's norm names, and the value their weights centre on (Gemma stores w of a
+    (1 + w) scale)."""
+    if cfg["model_type"].startswith("gemma"):
+        return ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                "post_feedforward_layernorm"), 0.0
+    return ("input_layernorm", "post_attention_layernorm"), 1.0
 
 
 # linears that read the same layer input
@@ -105,16 +144,22 @@ def make_random_checkpoint(shape: str, fmt: str, out: Path, group_size: int = 12
     def rnd(*s, scale=0.02):
         return (torch.randn(*s, generator=gen, device=device) * scale).half().cpu()
 
-    shard: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rnd(vocab, h),
-                                      "model.norm.weight": (1 + rnd(h, scale=0.1).float()).half()}
+    norms, centre = _norms(cfg)
+    shard: dict[str, torch.Tensor] = {
+        "model.embed_tokens.weight": rnd(vocab, h),
+        "model.norm.weight": (centre + rnd(h, scale=0.1).float()).half()}
     if not cfg["tie_word_embeddings"]:
         shard["lm_head.weight"] = rnd(vocab, h)
     shards = [shard]
     for layer in range(cfg["num_hidden_layers"]):
         t: dict[str, torch.Tensor] = {}
         p = f"model.layers.{layer}"
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            t[f"{p}.{norm}.weight"] = (1 + rnd(h, scale=0.1).float()).half()
+        for norm in norms:
+            t[f"{p}.{norm}.weight"] = (centre + rnd(h, scale=0.1).float()).half()
+        if cfg["model_type"] in ("gemma3_text", "qwen3"):  # q/k norms over each head
+            d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+            for norm in ("q_norm", "k_norm"):
+                t[f"{p}.self_attn.{norm}.weight"] = (centre + rnd(d, scale=0.1).float()).half()
         # act-order: one g_idx per layer input, as GPTQ gives the linears that read it (one
         # Hessian per input, so one column order for q/k/v and one for gate/up)
         shared: dict[str, torch.Tensor] = {}

@@ -14,7 +14,7 @@ from . import paged_attention as _pa
 from . import rotary as _rot
 from . import rotary_kv as _rkv
 from . import w4a16 as _w4
-from .fused import add_rms_norm_ref, rms_norm_ref, silu_and_mul_ref
+from .fused import add_rms_norm_ref, gelu_tanh_and_mul_ref, rms_norm_ref, silu_and_mul_ref
 from .gather import gather_columns_ref
 from .paged_attention import paged_attention_ref, write_kv_ref
 from .rotary import rotary_ref
@@ -30,6 +30,7 @@ __all__ = [
     "rms_norm",
     "add_rms_norm",
     "silu_and_mul",
+    "gelu_tanh_and_mul",
     "rotary",
     "rotary_write_kv",
     "gather_columns",
@@ -44,6 +45,7 @@ __all__ = [
     "rms_norm_ref",
     "add_rms_norm_ref",
     "silu_and_mul_ref",
+    "gelu_tanh_and_mul_ref",
     "rotary_ref",
     "gather_columns_ref",
 ]
@@ -97,8 +99,12 @@ def paged_attention(
     max_seq_len: int | None = None,
     scratch: dict | None = None,
     split_seqs: int | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new queries over its paged context, (T, H, D).
+    ``window``: a query at position p sees keys at p - window + 1 .. p only (sliding-window
+    layers); ``softcap``: scores become softcap * tanh(scores / softcap) (Gemma 2).
 
     ``max_query_len`` / ``max_seq_len`` (host ints, e.g. from AttentionMetadata) are optional
     hints for the CUDA path: the first picks decode vs prefill without reading
@@ -110,8 +116,9 @@ def paged_attention(
     if q.is_cuda and q.dtype in _HALF and _triton():
         return _pa.paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc,
                                           seq_lens, scale, max_query_len, max_seq_len,
-                                          scratch, split_seqs)
-    return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale)
+                                          scratch, split_seqs, window=window, softcap=softcap)
+    return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
+                               window=window, softcap=softcap)
 
 
 def w4a16_matmul(
@@ -195,6 +202,13 @@ def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Te
     if _fused_ok(*((gate,) if up is None else (gate, up))):
         return _fused.silu_and_mul(gate, up)
     return silu_and_mul_ref(gate, up)
+
+
+def gelu_tanh_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+    """gelu_tanh(gate) * up (Gemma's MLP); ``up`` None: gate holds [gate | up]."""
+    if _fused_ok(*((gate,) if up is None else (gate, up))):
+        return _fused.gelu_tanh_and_mul(gate, up)
+    return gelu_tanh_and_mul_ref(gate, up)
 
 
 def rotary(

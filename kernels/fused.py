@@ -13,6 +13,7 @@ an occasional element (rsqrt/exp approximations, summation order, fused multiply
                    permuted): the input order of an act-order linear that reads y, so that
                    linear needs no gather of its own
     silu_and_mul:  y = dtype(dtype(silu(g_f32)) * u_f32)
+    gelu_tanh_and_mul: the same with GeLU's tanh approximation (Gemma's MLP) for silu
 
 The wrappers read no tensor on the host and size their grids from shapes only, so they can be
 captured in CUDA graphs. Outputs are new tensors (nothing is updated in place).
@@ -28,8 +29,8 @@ from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 
 __all__ = [
-    "add_rms_norm", "add_rms_norm_ref", "rms_norm", "rms_norm_ref", "silu_and_mul",
-    "silu_and_mul_ref",
+    "add_rms_norm", "add_rms_norm_ref", "gelu_tanh_and_mul", "gelu_tanh_and_mul_ref", "rms_norm",
+    "rms_norm_ref", "silu_and_mul", "silu_and_mul_ref",
 ]
 
 MAX_ROW_BLOCK = 8192  # row elements held in registers at once; longer rows go in chunks
@@ -67,6 +68,14 @@ def silu_and_mul_ref(gate: torch.Tensor, up: torch.Tensor | None = None) -> torc
     if up is None:
         gate, up = _split_gate_up(gate)
     return torch.nn.functional.silu(gate) * up
+
+
+def gelu_tanh_and_mul_ref(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+    """``gelu_tanh(gate) * up`` (transformers' ``gelu_pytorch_tanh``); ``up`` None: as
+    ``silu_and_mul_ref``."""
+    if up is None:
+        gate, up = _split_gate_up(gate)
+    return torch.nn.functional.gelu(gate, approximate="tanh") * up
 
 
 def _split_gate_up(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,15 +177,21 @@ def _rms_norm_kernel(
 
 @triton.jit
 def _silu_mul_kernel(g_ptr, u_ptr, out_ptr, n_cols, stride_g, stride_u, stride_o,
-                     BLOCK: tl.constexpr, PDL: tl.constexpr = False):
-    """Grid (rows, column blocks): one BLOCK of one row per program."""
+                     BLOCK: tl.constexpr, PDL: tl.constexpr = False, GELU: tl.constexpr = False):
+    """Grid (rows, column blocks): one BLOCK of one row per program. ``GELU``: GeLU's tanh
+    form, 0.5 g (1 + tanh(y)) = g sigmoid(2 y), y = sqrt(2 / pi) (g + 0.044715 g^3)."""
     pdl_enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
     g = tl.load(g_ptr + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
-    act = (g / (1.0 + tl.exp(-g))).to(out_ptr.dtype.element_ty).to(tl.float32)
+    if GELU:  # g sigmoid(2 y): no cancellation in 1 + tanh(y) where g is far negative
+        y = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        act = g / (1.0 + tl.exp(-2.0 * y))
+    else:
+        act = g / (1.0 + tl.exp(-g))
+    act = act.to(out_ptr.dtype.element_ty).to(tl.float32)
     tl.store(out_ptr + row * stride_o + cols, (act * u).to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -261,9 +276,10 @@ def add_rms_norm(
     return out, res_out
 
 
-def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None,
+                 gelu: bool = False) -> torch.Tensor:
     """Triton ``silu_and_mul_ref`` (same arguments); a new tensor shaped like ``gate`` (half
-    of its last axis when ``up`` is None)."""
+    of its last axis when ``up`` is None). ``gelu``: ``gelu_tanh_and_mul_ref`` instead."""
     if up is None:
         gate, up = _split_gate_up(gate)
     if gate.shape != up.shape or gate.dtype != up.dtype:
@@ -277,5 +293,10 @@ def silu_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Te
     o2 = out.view(-1, n)
     _silu_mul_kernel[(m, cdiv(n, SILU_BLOCK))](
         g2, u2, o2, n, g2.stride(0), u2.stride(0), o2.stride(0), BLOCK=SILU_BLOCK, num_warps=4,
-        **pdl_kwargs(g2.device))
+        GELU=gelu, **pdl_kwargs(g2.device))
     return out
+
+
+def gelu_tanh_and_mul(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+    """Triton ``gelu_tanh_and_mul_ref`` (same arguments and result shape)."""
+    return silu_and_mul(gate, up, gelu=True)

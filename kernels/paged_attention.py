@@ -19,6 +19,11 @@ A step's batch is flat: the query tokens of all sequences are concatenated.
                          |<- from the cache ->|<----- new queries ----->|
     query i (0-based among the new ones) sees keys 0 .. seq_len - num_q + i (causal).
 
+Sliding-window layers (``window`` W): a query at position p sees keys p - W + 1 .. p only
+(transformers' ``kv_idx > q_idx - W``); the kernels start each key loop at the first tile
+holding a visible key, so a step's work is bounded by the window, not the context. Gemma 2's
+``softcap`` c turns each score s (after the scale) into c * tanh(s / c) before the masks.
+
 The torch references below are the CPU path and the oracle for the Triton kernels.
 """
 
@@ -81,8 +86,11 @@ def paged_attention_ref(
     query_start_loc: torch.Tensor,  # (B + 1,) int32, on the host or the device
     seq_lens: torch.Tensor,  # (B,) int32
     scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """Causal attention of each sequence's new queries over its whole cached context.
+    """Causal attention of each sequence's new queries over its whole cached context (the
+    last ``window`` positions of it, with a window; scores soft-capped with ``softcap``).
 
     The K/V of the new tokens must already be in the cache (``write_kv`` first). Computes in
     fp32 and returns q's dtype, (T, H, D).
@@ -94,7 +102,7 @@ def paged_attention_ref(
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
     if len(lens) and all(starts[b + 1] - starts[b] == 1 for b in range(len(lens))):
-        return _decode_ref(q, k_cache, v_cache, block_tables, seq_lens, scale)
+        return _decode_ref(q, k_cache, v_cache, block_tables, seq_lens, scale, window, softcap)
     for b, seq_len in enumerate(lens):
         qs, qe = starts[b], starts[b + 1]
         nq = qe - qs
@@ -103,10 +111,13 @@ def paged_attention_ref(
         k = from_cache_ref(_gather_context(k_cache, block_tables[b], seq_len))  # (L, Hkv, D)
         v = from_cache_ref(_gather_context(v_cache, block_tables[b], seq_len))
         qb = q[qs:qe].float().view(nq, hkv, group, d)  # (nq, Hkv, G, D)
-        scores = torch.einsum("qhgd,khd->hgqk", qb, k) * scale  # (Hkv, G, nq, L)
+        scores = _softcap(torch.einsum("qhgd,khd->hgqk", qb, k) * scale, softcap)
         qpos = torch.arange(seq_len - nq, seq_len, device=q.device).view(nq, 1)
         kpos = torch.arange(seq_len, device=q.device).view(1, seq_len)
-        scores.masked_fill_(kpos > qpos, float("-inf"))
+        hidden = kpos > qpos  # (nq, L)
+        if window is not None:
+            hidden |= kpos <= qpos - window
+        scores.masked_fill_(hidden, float("-inf"))
         probs = scores.softmax(dim=-1)
         ob = torch.einsum("hgqk,khd->qhgd", probs, v)  # (nq, Hkv, G, D)
         out[qs:qe] = ob.reshape(nq, h, d).to(q.dtype)
@@ -120,6 +131,8 @@ def _decode_ref(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Batched single-query attention: gather every table padded to the longest context."""
     b, h, d = q.shape
@@ -131,15 +144,22 @@ def _decode_ref(
     k = from_cache_ref(k_cache[table]).reshape(b, nblk * bs, hkv, d)  # (B, S, Hkv, D)
     v = from_cache_ref(v_cache[table]).reshape(b, nblk * bs, hkv, d)
     qf = q.float().view(b, hkv, group, d)  # (B, Hkv, G, D)
-    scores = torch.einsum("bhgd,bshd->bhgs", qf, k) * scale  # (B, Hkv, G, S)
+    scores = _softcap(torch.einsum("bhgd,bshd->bhgs", qf, k) * scale, softcap)  # (B, Hkv, G, S)
     kpos = torch.arange(nblk * bs, device=q.device).view(1, -1)
-    pad = kpos >= seq_lens.to(q.device).view(-1, 1).long()  # (B, S)
+    lens = seq_lens.to(q.device).view(-1, 1).long()
+    pad = kpos >= lens  # (B, S)
+    if window is not None:  # the query sits at position seq_len - 1
+        pad |= kpos <= lens - 1 - window
     scores.masked_fill_(pad.view(b, 1, 1, -1), float("-inf"))
     # slots past a sequence's end hold whatever was there (possibly NaN): 0 * NaN is NaN
     v = v.masked_fill(pad.view(b, -1, 1, 1), 0.0)
     probs = scores.softmax(dim=-1)
     out = torch.einsum("bhgs,bshd->bhgd", probs, v)  # (B, Hkv, G, D)
     return out.reshape(b, h, d).to(q.dtype)
+
+
+def _softcap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
+    return scores if not cap else torch.tanh(scores / cap) * cap
 
 
 # Triton kernels: write_kv below; decode in paged_decode.py, prefill in paged_prefill.py.
@@ -224,6 +244,8 @@ def paged_attention_triton(
     max_seq_len: int | None = None,
     scratch: dict | None = None,
     split_seqs: int | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Same contract as ``paged_attention_ref``; decode kernel when every sequence has exactly
     one new query, else the prefill kernel (``scratch``, ``split_seqs``: see
@@ -240,9 +262,11 @@ def paged_attention_triton(
         else:
             max_query_len = 1 if q.shape[0] == b else 2
     if max_query_len == 1 and q.shape[0] == b:
-        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, max_seq_len)
+        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, max_seq_len,
+                            window=window, softcap=softcap)
     return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
-                         scratch=scratch, max_seq_len=max_seq_len, split_seqs=split_seqs)
+                         scratch=scratch, max_seq_len=max_seq_len, split_seqs=split_seqs,
+                         window=window, softcap=softcap)
 
 
 def check_kv_write(k, v, k_cache, v_cache, slot_mapping) -> int:

@@ -15,7 +15,8 @@ from .pdl import prefetch_l2
 
 __all__ = ["LOG2E", "check_cache", "context_partition", "fp8_cvt", "kv_line", "load_k_tile",
            "load_kv_tile", "load_v_tile", "load_values", "merge_partials", "num_sms",
-           "prefetch_kv_lines", "value_cache", "values_token_minor", "values_token_minor_for"]
+           "prefetch_kv_lines", "softcap_scores", "value_cache", "values_token_minor",
+           "values_token_minor_for", "window_floor"]
 
 LOG2E = 1.4426950408889634
 
@@ -145,6 +146,21 @@ def prefetch_kv_lines(k_ptr, v_ptr, table_row_ptr, tok, kvh, stride_kb, stride_k
     else:
         prefetch_l2(_kv_ptrs(v_ptr, blk, tok, kvh, offs, stride_vb, stride_vs, stride_vh,
                              BLOCK_SIZE))
+
+
+@triton.jit
+def window_floor(pos, window, BLOCK_N: tl.constexpr):
+    """The first key tile (a multiple of BLOCK_N) holding a key that a query at ``pos`` sees
+    through a sliding window of ``window`` positions (keys pos - window + 1 .. pos)."""
+    return (tl.maximum(pos - window + 1, 0) // BLOCK_N) * BLOCK_N
+
+
+@triton.jit
+def softcap_scores(s, cap):
+    """cap * tanh(s / cap), ``s`` and ``cap`` in the same (log2) units: tanh(x) = 1 - 2 /
+    (e^2x + 1), which saturates to +-1 without overflow (e^2x = inf gives 1)."""
+    e = tl.exp2((2.0 * 1.4426950408889634) * (s / cap))
+    return cap * (1.0 - 2.0 / (e + 1.0))
 
 
 @triton.jit

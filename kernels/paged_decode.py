@@ -36,7 +36,9 @@ from .paged_common import (
     merge_partials,
     num_sms,
     prefetch_kv_lines,
+    softcap_scores,
     values_token_minor,
+    window_floor,
 )
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import counters as splitk_counters
@@ -85,7 +87,12 @@ def _paged_decode_kernel(
     PREFETCH: tl.constexpr = 0,
     LINE: tl.constexpr = 64,
     V_TOKEN_MINOR: tl.constexpr = False,
+    window=0, softcap_log2=0.0,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
 ):
+    """WINDOW: the splits cover keys from the first tile of the window on (``window_floor``),
+    and keys before seq_len - window are masked; SOFTCAP: scores soft-capped at
+    ``softcap_log2`` (the cap in log2 units)."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -95,8 +102,11 @@ def _paged_decode_kernel(
                             BLOCK_SIZE, BLOCK_N, D_PAD, LINE, PREFETCH, V_TOKEN_MINOR)
     pdl_enter(PDL)
     seq_len = tl.load(seq_lens_ptr + b)
-    partition_size = context_partition(seq_len, tl.num_programs(2), BLOCK_N)
-    start = split * partition_size
+    lo = 0
+    if WINDOW:
+        lo = window_floor(seq_len - 1, window, BLOCK_N)
+    partition_size = context_partition(seq_len - lo, tl.num_programs(2), BLOCK_N)
+    start = lo + split * partition_size
     end = tl.minimum(seq_len, start + partition_size)
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, D_PAD)
@@ -116,6 +126,10 @@ def _paged_decode_kernel(
         k = load_k_tile(k_ptr, table_row, n0, end, kvh, offs_d, d_mask, stride_kb, stride_ks,
                         stride_kh, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT)  # (BLOCK_N, D_PAD)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
+        if SOFTCAP:
+            s = softcap_scores(s, softcap_log2)
+        if WINDOW:  # the first tile of the window holds one visible key at least
+            t_mask = t_mask & (tok > seq_len - 1 - window)
         s = tl.where(t_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
@@ -139,7 +153,7 @@ def _paged_decode_kernel(
             tile = b * tl.num_programs(1) + kvh
             if last_of_tile(cnt_ptr, tile, tl.num_programs(2)):
                 _sum_splits(part_out_ptr, part_lse_ptr, out_ptr, b, heads, g_mask, offs_d,
-                            o_mask, tl.cdiv(seq_len, partition_size), stride_ps, stride_pb,
+                            o_mask, tl.cdiv(seq_len - lo, partition_size), stride_ps, stride_pb,
                             stride_ph, stride_ot, stride_oh, HEAD_DIM, SPLITS_PAD)
                 release_tile(cnt_ptr, tile)
 
@@ -181,12 +195,15 @@ def _paged_decode_reduce_kernel(
     num_splits, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PDL: tl.constexpr = False,
+    window=0, WINDOW: tl.constexpr = False,
 ):
     """out[b, h] = sum_s w_s * part[b, h, s] with w_s = 2^lse_s / sum 2^lse (valid splits)."""
     pdl_enter(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + b)
+    if WINDOW:  # the splits cover the window's tiles only (as in _paged_decode_kernel)
+        seq_len = seq_len - window_floor(seq_len - 1, window, BLOCK_N)
     num_valid = tl.cdiv(seq_len, context_partition(seq_len, num_splits, BLOCK_N))
     offs_s = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, D_PAD)
@@ -243,10 +260,13 @@ def paged_decode(
     scale: float,
     max_seq_len: int | None = None,
     config: DecodeConfig | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Decode attention (Triton). No host sync: safe to capture in a CUDA graph.
 
     ``max_seq_len`` (host int) sizes the context split; default block_tables' width.
+    ``window``, ``softcap``: as ``paged_attention_ref``.
     """
     check_cache(q, k_cache, v_cache)
     cfg = config or DecodeConfig()
@@ -257,6 +277,8 @@ def paged_decode(
     if b == 0:
         return out
     max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
+    if window is not None:  # the keys one sequence's splits cover
+        max_ctx = min(max_ctx, window + cfg.block_n)
     splits, _ = decode_split_plan(b * hkv, max_ctx, num_sms(q.device), cfg.block_n,
                                   cfg.num_splits)
     d_pad = next_pow2(d)
@@ -284,12 +306,13 @@ def paged_decode(
         SPLITS_PAD=next_pow2(splits) if cnt is not None else 1,
         FP8_CVT=fp8_cvt(k_cache), PREFETCH=prefetch, LINE=kv_line(k_cache, d_pad),
         V_TOKEN_MINOR=values_token_minor(v_cache),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        window=window or 0, softcap_log2=(softcap or 0.0) * LOG2E, WINDOW=window is not None,
+        SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         maxnreg=cfg.max_registers if cnt is not None else None, **pdl)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,
             out.stride(0), out.stride(1), splits, HEAD_DIM=d, D_PAD=d_pad,
             SPLITS_PAD=next_pow2(splits), BLOCK_N=cfg.block_n, num_warps=4,
-            **pdl_kwargs(out.device))
+            window=window or 0, WINDOW=window is not None, **pdl_kwargs(out.device))
     return out

@@ -39,7 +39,9 @@ from .paged_common import (
     load_values,
     merge_partials,
     num_sms,
+    softcap_scores,
     values_token_minor,
+    window_floor,
 )
 from .paged_decode import decode_split_plan
 from .pdl import pdl_enter, pdl_kwargs
@@ -88,7 +90,12 @@ def _paged_prefill_kernel(
     SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False,
     V_TOKEN_MINOR: tl.constexpr = False,
+    window=0, softcap_log2=0.0,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
 ):
+    """WINDOW: a tile's keys start at the first tile its first query sees through the window
+    (``window_floor``), keys before each query's window masked; SOFTCAP: scores soft-capped
+    at ``softcap_log2`` (log2 units)."""
     pdl_enter(PDL)
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -114,11 +121,14 @@ def _paged_prefill_kernel(
     q_pos = seq_len - num_q + q_local  # (BLOCK_M,) absolute position of each row's query
     last_pos = tl.minimum(seq_len - num_q + first_q + BLOCK_Q - 1, seq_len - 1)
     kv_end = tl.where(tile_valid, last_pos + 1, 0)
-    kv_start = 0
+    kv_lo = 0
+    if WINDOW:
+        kv_lo = window_floor(seq_len - num_q + first_q, window, BLOCK_N)
+    kv_start = kv_lo
     if SPLIT:  # this program's partition of the tile's keys (past kv_end: none)
-        partition = tl.maximum(context_partition(kv_end, tl.num_programs(2), BLOCK_N),
+        partition = tl.maximum(context_partition(kv_end - kv_lo, tl.num_programs(2), BLOCK_N),
                                MIN_PARTITION_TILES * BLOCK_N)
-        kv_start = tl.program_id(2) * partition
+        kv_start = kv_lo + tl.program_id(2) * partition
         kv_end = tl.minimum(kv_end, kv_start + partition)
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -131,7 +141,11 @@ def _paged_prefill_kernel(
         k = load_k_tile(k_ptr, table_row, n0, kv_end, kvh, offs_d, d_mask, stride_kb,
                         stride_ks, stride_kh, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_M, BLOCK_N)
+        if SOFTCAP:
+            s = softcap_scores(s, softcap_log2)
         visible = (kpos[None, :] <= q_pos[:, None]) & t_mask[None, :]
+        if WINDOW:
+            visible = visible & (kpos[None, :] > q_pos[:, None] - window)
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
@@ -185,6 +199,16 @@ class PrefillConfig:
     pow2_rows: bool | None = None
 
 
+def default_prefill_config(head_dim: int) -> PrefillConfig:
+    """The launch for ``head_dim``: the defaults up to 128; above (Gemma's 256), 32-key
+    tiles: with 64, q [64, 256] and two stages of K and V tiles took 104 KB of shared memory
+    for sm_86 (Triton 3.9), past the 99 KB of a 3090 / 4090; with 32, 68 KB. (Decode's
+    defaults take 76 KB at 256: kept.) tests/test_kernels_compile.py checks both."""
+    if head_dim <= 128:
+        return PrefillConfig()
+    return PrefillConfig(block_n=32)
+
+
 def prefill_splits(programs: int, max_context: int, sms: int, block_n: int,
                    num_splits: int = 0, rows: int = 0) -> int:
     """Key partitions per q tile for a launch of ``programs`` (q tiles x kv heads) whose
@@ -217,8 +241,11 @@ def paged_prefill(
     scratch: dict | None = None,
     max_seq_len: int | None = None,
     split_seqs: int | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """Prefill / chunked-prefill / mixed-batch attention (Triton), causal over the cache.
+    """Prefill / chunked-prefill / mixed-batch attention (Triton), causal over the cache
+    (``window``, ``softcap``: as ``paged_attention_ref``).
 
     ``scratch`` (a dict that lives for one forward, ``AttentionMetadata.scratch``): the tile
     table (six small torch ops, the same for every layer of the step) is computed by the
@@ -229,7 +256,7 @@ def paged_prefill(
     graph with many empty slots may plan for fewer (each tile then sizes its partitions from
     its own keys; the programs past its last partition store empty ones)."""
     check_cache(q, k_cache, v_cache)
-    cfg = config or PrefillConfig()
+    cfg = config or default_prefill_config(q.shape[2])
     t, h, d = q.shape
     _, bs, hkv, _ = k_cache.shape
     group = h // hkv
@@ -254,6 +281,8 @@ def paged_prefill(
         qsl, tile_starts = cached
     tiles = t // block_q + num_seqs  # >= sum over b of ceil(num_q_b / block_q)
     max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
+    if window is not None:  # the keys one q tile walks at most
+        max_ctx = min(max_ctx, window + block_q + cfg.block_n)
     plan_seqs = num_seqs if split_seqs is None else max(1, min(split_seqs, num_seqs))
     splits = prefill_splits((t // block_q + plan_seqs) * hkv, max_ctx, num_sms(q.device),
                             cfg.block_n, cfg.num_splits, rows=t * h)
@@ -272,8 +301,10 @@ def paged_prefill(
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
         # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
         SEARCH_STEPS=max(12, num_seqs.bit_length()), FP8_CVT=fp8_cvt(k_cache),
-        SPLIT=splits > 1, V_TOKEN_MINOR=values_token_minor(v_cache), num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, **pdl_kwargs(q.device))
+        SPLIT=splits > 1, V_TOKEN_MINOR=values_token_minor(v_cache),
+        window=window or 0, softcap_log2=(softcap or 0.0) * LOG2E, WINDOW=window is not None,
+        SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **pdl_kwargs(q.device))
     if splits > 1:
         _merge_partitions_kernel[(t, h)](
             part_out, part_lse, out, t, splits, out.stride(0), out.stride(1), HEAD_DIM=d,

@@ -1,7 +1,8 @@
 """Quantize a transformers Llama-family causal LM into an AWQ or GPTQ checkpoint state dict.
 
-Works on ``LlamaForCausalLM``, ``Qwen2``/``Qwen3``/``Mistral`` (``model.model.layers[i]`` with
-``self_attn.{q,k,v,o}_proj`` and ``mlp.{gate,up,down}_proj``). Every ``nn.Linear`` inside a decoder
+Works on ``LlamaForCausalLM``, ``Qwen2``/``Qwen3``/``Mistral``/``Gemma2``/``Gemma3``
+(``model.model.layers[i]`` with ``self_attn.{q,k,v,o}_proj`` and ``mlp.{gate,up,down}_proj``) and
+``Phi3`` (``self_attn.qkv_proj``, ``mlp.gate_up_proj``). Every ``nn.Linear`` inside a decoder
 layer is quantized; embeddings, norms and ``lm_head`` stay floating point (fp16 in the output).
 
 Side effect, on purpose: each quantized linear's ``weight`` is overwritten in place with its
@@ -35,9 +36,9 @@ from .rtn import fake_quantize, rtn_quantize
 logger = logging.getLogger(__name__)
 # AutoGPTQ's true-sequential order; linears not named here form one last group
 SEQUENTIAL_GROUPS = (
-    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.qkv_proj"),
     ("self_attn.o_proj",),
-    ("mlp.gate_proj", "mlp.up_proj"),
+    ("mlp.gate_proj", "mlp.up_proj", "mlp.gate_up_proj"),  # Phi-3: merged in the model
     ("mlp.down_proj",),
 )
 Result = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # q, scales, zeros, g_idx

@@ -31,21 +31,55 @@ ARCH_CASES = {
     "MistralForCausalLM": dict(model_type="mistral"),
     "Qwen2ForCausalLM": dict(model_type="qwen2", tie_word_embeddings=True),
     "Qwen3ForCausalLM": dict(model_type="qwen3"),
+    # the families of issue 39; the tests run 40-45 tokens: past every window here and past
+    # every scaling threshold (original_max_position_embeddings)
+    "Gemma2ForCausalLM": dict(
+        model_type="gemma2", layers=3, sliding_window=8, query_pre_attn_scalar=24,
+        # q/k weights scaled so that scores reach the cap's range; caps that change them
+        qk_gain=6.0, attn_logit_softcapping=1.0, final_logit_softcapping=2.0,
+    ),
+    "Gemma3ForCausalLM": dict(
+        model_type="gemma3_text", layers=3, sliding_window=8, query_pre_attn_scalar=24,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                         "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                            "rope_theta": 1000.0}},
+    ),
+    "Phi3ForCausalLM": dict(
+        model_type="phi3", max_pos=128, original_max_position_embeddings=32, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2,
+        sliding_window=24, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0,
+            "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0],
+            "long_factor": [1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0, 16.0]},
+    ),
+    # Mistral-Nemo: head_dim 32 where hidden / heads is 16
+    "MistralNemo": dict(model_type="mistral", arch="MistralForCausalLM", head_dim=32,
+                        sliding_window=16),
+    # Qwen2.5 with YaRN past 16 positions
+    "Qwen2.5-yarn": dict(model_type="qwen2", arch="Qwen2ForCausalLM", rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
 }
 
 
 def tiny_hf_model(arch: str, *, hidden: int = 64, inter: int = 128, vocab: int = 160,
                   heads: int = 4, kv_heads: int = 2, layers: int = 2, seed: int = 0,
                   max_pos: int = 2048):
-    """A random transformers model of the given architecture (fp32, eval)."""
+    """A random transformers model of ``ARCH_CASES[arch]`` (fp32, eval); a case's ``layers``,
+    ``max_pos`` and ``head_dim`` override the arguments, ``arch`` names its class."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     extra = dict(ARCH_CASES[arch])
     model_type = extra.pop("model_type")
+    layers = extra.pop("layers", layers)
+    max_pos = extra.pop("max_pos", max_pos)
+    extra.setdefault("head_dim", hidden // heads)
+    arch = extra.pop("arch", arch)
+    qk_gain = extra.pop("qk_gain", 1.0)
     cfg = AutoConfig.for_model(
         model_type, vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        head_dim=hidden // heads, max_position_embeddings=max_pos, **extra,
+        max_position_embeddings=max_pos, **extra,
     )
     cfg.architectures = [arch]
     torch.manual_seed(seed)
@@ -54,6 +88,8 @@ def tiny_hf_model(arch: str, *, hidden: int = 64, inter: int = 128, vocab: int =
         for name, p in model.named_parameters():
             if name.endswith(".bias") or "norm" in name:
                 p.add_(torch.randn_like(p) * 0.1)
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.mul_(qk_gain)
     return model
 
 

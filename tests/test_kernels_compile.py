@@ -385,3 +385,44 @@ def test_pdl_every_kernel_waits_before_it_reads(on, monkeypatch):
         if on:  # the wait comes before the kernel's first global or shared memory access
             first = re.search(r"\b(ld|st|cp\.async|atom|red)\.(global|shared)", ptx)
             assert first and ptx.index("griddepcontrol.wait") < first.start(), name
+
+
+@pytest.mark.parametrize("arch,cache", [(86, torch.float16), (89, torch.uint8)])
+def test_head_dim_256_window_softcap_fit(arch, cache, monkeypatch):
+    """Gemma 2 / 3's head_dim 256 (Gemma-2-9B: 16 query and 8 kv heads) with a sliding
+    window and soft-capped scores: decode (its splits summed in the kernel), prefill (keys
+    split and not), the K/V write with rotary and the GeLU MLP, on the 3090 with an fp16
+    cache and the 4090 with an fp8 one, within their 99 KB of shared memory. Prefill takes
+    its head_dim-256 config (paged_prefill.default_prefill_config), decode its defaults."""
+    pc = importlib.import_module("edge_llm.kernels.paged_common")
+    rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
+    monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: arch >= 89)
+    d, h, hkv = 256, 16, 8
+    kc = torch.zeros(64, 16, hkv, d, dtype=cache)
+    vc = pc.value_cache(tuple(kc.shape), cache)
+    table = torch.randint(0, 64, (4, 16), dtype=torch.int32)
+    sl = torch.full((4,), 200, dtype=torch.int32)
+    q = torch.randn(4, h, d).half()
+    kw = dict(window=64, softcap=50.0)
+    with compile_only(arch) as records:
+        pa.paged_decode(q, kc, vc, table, sl, 0.1, max_seq_len=1000, **kw)
+        qsl = torch.tensor([0, 100, 150, 151, 200], dtype=torch.int32)
+        pa.paged_prefill(torch.randn(200, h, d).half(), kc, vc, table, qsl, sl, 0.1, **kw)
+        pa.paged_prefill(torch.randn(8, h, d).half(), kc, vc, table[:1],
+                         torch.tensor([0, 8], dtype=torch.int32), sl[:1], 0.1,
+                         pa.PrefillConfig(block_n=32, num_splits=4), **kw)
+        k = torch.randn(5, hkv, d).half()
+        cos = torch.randn(4096, d // 2)
+        rkv.rotary_write_kv(torch.randn(5, h, d).half(), k, k.clone(), cos, cos.clone(),
+                            torch.arange(5), kc, vc, torch.arange(5))
+        fu.silu_and_mul(torch.randn(3, 14336).half(), torch.randn(3, 14336).half(), gelu=True)
+    _assert_fits(records)
+    assert {name for name, _, _ in records} == {
+        "_paged_decode_kernel", "_paged_prefill_kernel",
+        "_merge_partitions_kernel", "_rotary_write_kv_kernel", "_silu_mul_kernel"}
+    for name, kw_, kern in records:
+        if name in ("_paged_decode_kernel", "_paged_prefill_kernel"):
+            assert kw_["HEAD_DIM"] == 256 and kw_["WINDOW"] and kw_["SOFTCAP"]
+            assert "mma.sync" in kern.asm["ptx"], name
+    assert [kw_["BLOCK_N"] for name, kw_, _ in records if name == "_paged_prefill_kernel"] == [
+        32, 32]

@@ -190,6 +190,33 @@ def case_silu_and_mul():
         _check(silu_and_mul(g, u), silu_and_mul_ref(g, u), f"silu 3-D {dtype}")
 
 
+def case_gelu_tanh_and_mul():
+    """Gemma's MLP activation: GeLU's tanh form times up, separate and merged [gate | up],
+    gates far past the bend on both sides (the exponential saturates, no inf / NaN). Where
+    gelu(g) is below 1e-3 (g < -3) the kernel's g sigmoid(2 y) keeps digits that torch's
+    0.5 g (1 + tanh(y)) cancels away, so the bit-equality count skips those elements."""
+    import torch
+
+    from edge_llm.kernels.fused import gelu_tanh_and_mul, gelu_tanh_and_mul_ref
+
+    def check(out, ref, what):
+        assert out.dtype == ref.dtype and bool(torch.isfinite(out).all()), what
+        err = float((out.double() - ref.double()).norm() / ref.double().norm())
+        assert err < TOL[str(ref.dtype).removeprefix("torch.")], f"{what}: rel err {err:.2e}"
+        if ref.dtype == torch.float16:
+            differ = float(((out != ref) & (ref.float().abs() >= 1e-3)).float().mean())
+            assert differ < MAX_DIFFERING, f"{what}: {differ:.1%} of the elements differ"
+
+    for dtype in _dtypes():
+        for m in (1, 3):
+            g = (torch.randn(m, 1536) * 6).to(dtype)
+            g[0, :4] = torch.tensor([-60.0, -9.0, 9.0, 60.0])
+            u = torch.randn(m, 1536).to(dtype)
+            check(gelu_tanh_and_mul(g, u), gelu_tanh_and_mul_ref(g, u), f"gelu m={m} {dtype}")
+        gu = (torch.randn(5, 2 * 1100) * 3).to(dtype)
+        check(gelu_tanh_and_mul(gu), gelu_tanh_and_mul_ref(gu), f"merged gelu {dtype}")
+
+
 def case_rotary():
     """Head dims 64/128 (and 24: a padded half), GQA 1/3/4/8, odd head counts, 1..37 tokens,
     random positions, q and k as strided views of one qkv projection."""

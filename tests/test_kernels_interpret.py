@@ -42,7 +42,9 @@ def _paged_problem(nq, ctx, h, hkv, d, bs, dtype):
     return q, kc, vc, table, qsl, torch.tensor(ctx, dtype=torch.int32)
 
 
-def _check_attention(nq, ctx, h, hkv, d, bs, dtype, decode_cfg=None, prefill_cfg=None):
+def _check_attention(nq, ctx, h, hkv, d, bs, dtype, decode_cfg=None, prefill_cfg=None,
+                     **kw):
+    """``kw``: ``window`` / ``softcap``, passed to the reference and the kernel alike."""
     from edge_llm.kernels.paged_attention import (
         paged_attention_ref,
         paged_attention_triton,
@@ -52,16 +54,17 @@ def _check_attention(nq, ctx, h, hkv, d, bs, dtype, decode_cfg=None, prefill_cfg
 
     q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, h, hkv, d, bs, dtype)
     scale = d ** -0.5
-    ref = paged_attention_ref(q, kc, vc, table, qsl, sl, scale)
+    ref = paged_attention_ref(q, kc, vc, table, qsl, sl, scale, **kw)
     if all(n == 1 for n in nq):
-        out = paged_decode(q, kc, vc, table, sl, scale, max(ctx), decode_cfg)
+        out = paged_decode(q, kc, vc, table, sl, scale, max(ctx), decode_cfg, **kw)
     elif prefill_cfg is not None:
-        out = paged_prefill(q, kc, vc, table, qsl, sl, scale, prefill_cfg)
+        out = paged_prefill(q, kc, vc, table, qsl, sl, scale, prefill_cfg, **kw)
     else:
-        out = paged_attention_triton(q, kc, vc, table, qsl, sl, scale)
+        out = paged_attention_triton(q, kc, vc, table, qsl, sl, scale, **kw)
     err = ic.rel_err(out, ref)
-    assert err < ic.tolerance(dtype), (f"nq={nq} ctx={ctx} H={h}/{hkv} D={d} bs={bs}: "
+    assert err < ic.tolerance(dtype), (f"nq={nq} ctx={ctx} H={h}/{hkv} D={d} bs={bs} {kw}: "
                                        f"rel err {err:.2e}")
+    return out, ref
 
 
 # ------------------------------------------------------------------------------ cases (child)
@@ -283,6 +286,56 @@ def case_stale_slots_never_reach_the_outputs():
                                 PrefillConfig(block_n=block_n, num_splits=splits))
         assert bool(torch.isfinite(out).all()), (nq, ctx, bs, block_n)
         assert ic.rel_err(out, ref) < ic.tolerance(torch.float32), (nq, ctx, bs, block_n)
+
+
+def case_sliding_window_and_softcap():
+    """Sliding windows (keys p - W + 1 .. p) and soft-capped scores: decode with one split,
+    splits summed in the kernel and by the second launch, prefill chunks and decode rows in
+    one step, keys split per q tile; windows shorter than, equal to and longer than a key
+    tile, contexts past them, GQA 2 / 4; a window wider than the context changes
+    nothing. The reference with the window must differ from the one without (the cases reach
+    past the windows)."""
+    import torch
+
+    from edge_llm.kernels.paged_attention import DecodeConfig, PrefillConfig
+
+    dcfgs = (DecodeConfig(block_n=16, num_splits=1), DecodeConfig(block_n=16, num_splits=3),
+             DecodeConfig(block_n=16, num_splits=3, fused_reduce=False))
+    cases = ((5, None), (16, 2.0), (1, None), (300, 0.7))
+    for i, (window, cap) in enumerate(cases):
+        _check_attention([1] * 3, [45, 9, 60], 4, 2, 16, 8, torch.float32,
+                         decode_cfg=dcfgs[i % 3], window=window, softcap=cap)
+        pcfg = PrefillConfig(block_m=16, block_n=16, num_splits=(1, 3)[i % 2])
+        _check_attention([5, 1, 30], [50, 41, 30], 8, 2, 16, 8, torch.float32,
+                         prefill_cfg=pcfg, window=window, softcap=cap)
+    _check_attention([9, 2], [60, 40], 4, 1, 32, 16, torch.float16,
+                     prefill_cfg=PrefillConfig(block_m=16, block_n=16, num_splits=3),
+                     window=20, softcap=2.0)
+    from edge_llm.kernels.paged_attention import paged_attention_ref
+
+    q, kc, vc, table, qsl, sl = _paged_problem([1, 1], [40, 70], 4, 2, 16, 8, torch.float32)
+    full = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
+    assert ic.rel_err(paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25, window=16),
+                      full) > 1e-2
+    assert ic.rel_err(paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25, window=70),
+                      full) < 1e-6
+
+
+def case_head_dim_256():
+    """Gemma's head_dim 256 (GQA 2) with a window and a soft cap: decode split and not,
+    prefill through the dispatcher (its head_dim-256 config), fp16 and fp32, short contexts
+    (the interpreter is slow at this width)."""
+    import torch
+
+    from edge_llm.kernels.paged_attention import DecodeConfig
+
+    for dtype in (torch.float32, torch.float16):
+        for splits in (1, 2):
+            _check_attention([1, 1], [40, 7], 4, 2, 256, 16, dtype,
+                             decode_cfg=DecodeConfig(block_n=16, num_splits=splits),
+                             window=24, softcap=1.5)
+        _check_attention([6, 1], [40, 20], 4, 2, 256, 16, dtype, window=24, softcap=1.5)
+        _check_attention([3], [3], 2, 1, 256, 16, dtype)
 
 
 def case_write_kv():

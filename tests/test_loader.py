@@ -87,7 +87,8 @@ def test_folder_without_config(tmp_path):
 def test_bf16_needs_sm80(monkeypatch, caplog):
     """dtype resolution on a GPU without bf16 (the T4's sm_75; capability stubbed, a unit
     test): "auto" on a bf16 checkpoint takes fp16 with a warning, an explicit bfloat16 is
-    refused in one line; sm_80 keeps bf16; 4-bit checkpoints run fp16, the CPU fp32."""
+    refused in one line; sm_80 keeps bf16; 4-bit checkpoints run fp16 (Gemma's bf16 where
+    the GPU has it), the CPU fp32."""
     from types import SimpleNamespace
 
     from edge_llm.model.loader import resolve_dtype
@@ -95,7 +96,9 @@ def test_bf16_needs_sm80(monkeypatch, caplog):
     cap = [(7, 5)]
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
-    gpu, bf16 = torch.device("cuda", 0), SimpleNamespace(torch_dtype="bfloat16")
+    gpu = torch.device("cuda", 0)
+    bf16 = SimpleNamespace(torch_dtype="bfloat16", prefers_bf16=False)
+    gemma = SimpleNamespace(torch_dtype="bfloat16", prefers_bf16=True, architecture="Gemma")
     with caplog.at_level("WARNING"):
         assert resolve_dtype("auto", bf16, False, gpu) == torch.float16
     assert "no bfloat16 support" in caplog.text
@@ -103,7 +106,12 @@ def test_bf16_needs_sm80(monkeypatch, caplog):
         resolve_dtype("bfloat16", bf16, False, gpu)
     assert resolve_dtype("float16", bf16, False, gpu) == torch.float16
     assert resolve_dtype("auto", bf16, True, gpu) == torch.float16
+    with caplog.at_level("WARNING"):  # Gemma (bf16 preferred) on a T4: fp16, said
+        assert resolve_dtype("auto", gemma, True, gpu) == torch.float16
+    assert "overflow float16" in caplog.text
     cap[0] = (8, 0)
     assert resolve_dtype("auto", bf16, False, gpu) == torch.bfloat16
+    assert resolve_dtype("auto", bf16, True, gpu) == torch.float16  # 4-bit: fp16
+    assert resolve_dtype("auto", gemma, True, gpu) == torch.bfloat16  # 4-bit Gemma: bf16
     assert resolve_dtype("bfloat16", bf16, False, gpu) == torch.bfloat16
     assert resolve_dtype("auto", bf16, False, torch.device("cpu")) == torch.float32

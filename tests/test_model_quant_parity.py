@@ -21,7 +21,8 @@ from edge_llm.quant import (
 from tests.helpers import ARCH_CASES, rel_err, save_hf_checkpoint, tiny_hf_model
 from tests.test_model_parity import run_prefill_then_decode
 
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+           "qkv_proj", "gate_up_proj")  # the last two: Phi-3's merged checkpoint linears
 
 
 def _random_qweight(k: int, n: int, gs: int, sym: bool, act_order: bool, gen) -> QuantizedWeight:
@@ -76,7 +77,8 @@ CASES = [
 
 # which layer input each linear reads (act-order GPTQ gives linears of one input one g_idx)
 INPUT_GROUPS = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "o",
-                "gate_proj": "gate_up", "up_proj": "gate_up", "down_proj": "down"}
+                "gate_proj": "gate_up", "up_proj": "gate_up", "down_proj": "down",
+                "qkv_proj": "qkv", "gate_up_proj": "gate_up"}
 
 
 def _quantized_checkpoint(hf, case, path, shared_perm: bool = False,

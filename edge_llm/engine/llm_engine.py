@@ -120,14 +120,16 @@ class LLMEngine:
         mc = self.config.model
         path = resolve_model_path(model, mc.revision)
         check_tokenizer_files(path)  # the tokenizer loads after the weights: refuse first
+        # RoPE tables for the context asked for (LongRoPE picks its factors by it; see
+        # model/layers.py); None: the model's whole context
         return load_model(str(path), revision=mc.revision, dtype=mc.dtype, device=mc.device,
-                          progress=progress)
+                          progress=progress, max_positions=mc.max_model_len)
 
     def _resolve_max_model_len(self) -> int:
         arch = self.loaded.arch
+        # sliding-window layers attend to their window at any length (the attention kernels
+        # mask and skip the keys before it), so the model's context is the limit
         limit = arch.max_position_embeddings
-        if arch.sliding_window:  # full attention is exact only within the window
-            limit = min(limit, arch.sliding_window)
         asked = self.config.model.max_model_len
         if asked is not None and asked > limit:
             raise ValueError(

@@ -60,8 +60,29 @@ def apply_chat_template(
     )
 
 
+# Turn-ending special tokens of chat formats (Gemma, Phi-3, ChatML as in Phi-4 and Qwen, Llama
+# 3). A chat model's generation_config.json lists its own among the EOS ids, but many 4-bit
+# re-uploads ship without that file; llama.cpp ends generation on these too.
+END_OF_TURN_TOKENS = ("<end_of_turn>", "<|end|>", "<|im_end|>", "<|eot_id|>")
+
+
+def end_of_turn_ids(tokenizer) -> set[int]:
+    """The ids of ``END_OF_TURN_TOKENS`` that are special tokens of ``tokenizer`` and appear
+    in its chat template (so a base model's completions are not cut by them)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # named templates
+        template = "\n".join(str(t) for t in template.values())
+    if not template:
+        return set()
+    added = getattr(tokenizer, "added_tokens_encoder", None) or {}
+    return {int(added[t]) for t in END_OF_TURN_TOKENS if t in added and t in template}
+
+
 def eos_token_ids(tokenizer, arch_eos: tuple[int, ...], generation_config: dict) -> set[int]:
-    ids = set(arch_eos)
+    """What ends a sequence unless ``ignore_eos``: config.json's and generation_config.json's
+    EOS ids, the tokenizer's EOS and the chat template's turn-ending token
+    (``end_of_turn_ids``)."""
+    ids = set(arch_eos) | end_of_turn_ids(tokenizer)
     gen = generation_config.get("eos_token_id")
     if isinstance(gen, int):
         ids.add(gen)

@@ -144,7 +144,7 @@ def fold_act_order(lm: CausalLM) -> int:
     for layer in lm.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         for norm, lin in ((layer.input_layernorm, attn.qkv_proj),
-                          (layer.post_attention_layernorm, mlp.gate_up_proj)):
+                          (layer.mlp_input_norm, mlp.gate_up_proj)):
             if _act_order(lin) and norm.out_perm is None:
                 norm.out_perm = lin.perm
                 lin.take_permuted_input()

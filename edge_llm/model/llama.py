@@ -1,4 +1,5 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) over a paged KV cache.
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3) over a paged
+KV cache; what a family changes is a field of ``ArchConfig`` (edge_llm/model/arch.py).
 
 Module names follow transformers' so checkpoint tensors map one to one. Linear layers come from
 a factory so the same code runs fp16/bf16/fp32 weights and every 4-bit format.
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from edge_llm.kernels import paged_attention, rotary_write_kv, silu_and_mul
+from edge_llm.kernels import gelu_tanh_and_mul, paged_attention, rotary_write_kv, silu_and_mul
 from edge_llm.kernels.pdl import forward_tokens
 
 from .arch import ArchConfig
@@ -29,23 +30,31 @@ def plain_linear(in_features: int, out_features: int, bias: bool) -> nn.Module:
 
 
 class Attention(nn.Module):
-    def __init__(self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding) -> None:
+    def __init__(self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding,
+                 window: int | None = None) -> None:
         super().__init__()
         self.num_heads = arch.num_heads
         self.num_kv_heads = arch.num_kv_heads
         self.head_dim = arch.head_dim
-        self.scale = arch.head_dim**-0.5
+        self.scale = arch.attn_scale if arch.attn_scale is not None else arch.head_dim**-0.5
+        self.window = window  # keys at positions > query position - window (None: all)
+        self.softcap = arch.attn_softcap
         h, d = arch.hidden_size, arch.head_dim
-        self.q_proj = linear(h, self.num_heads * d, arch.qkv_bias)
-        self.k_proj = linear(h, self.num_kv_heads * d, arch.qkv_bias)
-        self.v_proj = linear(h, self.num_kv_heads * d, arch.qkv_bias)
-        self.o_proj = linear(self.num_heads * d, h, False)
-        # set by edge_llm/model/fuse.py after loading: [q | k | v] columns in one linear, and
-        # q_proj/k_proj/v_proj deleted (the checkpoint names above still load first)
+        qkv_out = (self.num_heads + 2 * self.num_kv_heads) * d
+        # [q | k | v] columns in one linear: in the checkpoint (Phi-3), or set by
+        # edge_llm/model/fuse.py after loading, which deletes q_proj/k_proj/v_proj (the
+        # checkpoint names still load first)
         self.qkv_proj: nn.Module | None = None
+        if arch.merged_checkpoint:
+            self.qkv_proj = linear(h, qkv_out, arch.qkv_bias)
+        else:
+            self.q_proj = linear(h, self.num_heads * d, arch.qkv_bias)
+            self.k_proj = linear(h, self.num_kv_heads * d, arch.qkv_bias)
+            self.v_proj = linear(h, self.num_kv_heads * d, arch.qkv_bias)
+        self.o_proj = linear(self.num_heads * d, h, False)
         if arch.qk_norm:
-            self.q_norm = RMSNorm(d, arch.rms_norm_eps)
-            self.k_norm = RMSNorm(d, arch.rms_norm_eps)
+            self.q_norm = RMSNorm(d, arch.rms_norm_eps, arch.norm_plus_one)
+            self.k_norm = RMSNorm(d, arch.rms_norm_eps, arch.norm_plus_one)
         self.qk_norm = arch.qk_norm
         self._rotary = [rotary]  # shared, kept out of this module's state dict
 
@@ -71,7 +80,7 @@ class Attention(nn.Module):
         o = paged_attention(
             q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
             self.scale, meta.max_query_len, meta.max_seq_len, meta.scratch,
-            split_seqs=meta.split_seqs,
+            split_seqs=meta.split_seqs, window=self.window, softcap=self.softcap,
         )
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 
@@ -79,29 +88,60 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, arch: ArchConfig, linear: LinearFactory) -> None:
         super().__init__()
-        self.gate_proj = linear(arch.hidden_size, arch.intermediate_size, False)
-        self.up_proj = linear(arch.hidden_size, arch.intermediate_size, False)
-        self.down_proj = linear(arch.intermediate_size, arch.hidden_size, False)
-        # set by edge_llm/model/fuse.py: [gate | up] columns in one linear, the two deleted
+        h, i = arch.hidden_size, arch.intermediate_size
+        # [gate | up] columns in one linear: in the checkpoint (Phi-3), or set by
+        # edge_llm/model/fuse.py, which deletes the two
         self.gate_up_proj: nn.Module | None = None
+        if arch.merged_checkpoint:
+            self.gate_up_proj = linear(h, 2 * i, False)
+        else:
+            self.gate_proj = linear(h, i, False)
+            self.up_proj = linear(h, i, False)
+        self.down_proj = linear(i, h, False)
+        self.gelu = arch.mlp_act == "gelu_tanh"  # else SiLU
+
+    def _act(self, gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+        return gelu_tanh_and_mul(gate, up) if self.gelu else silu_and_mul(gate, up)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_proj is not None:
-            fused = getattr(self.gate_up_proj, "forward_silu_mul", None)  # QuantLinear's
+            fused = None if self.gelu else getattr(self.gate_up_proj, "forward_silu_mul", None)
             h = fused(x) if fused is not None else None  # maybe in the GEMV's epilogue
             if h is None:
-                h = silu_and_mul(self.gate_up_proj(x))  # (T, 2I) -> (T, I)
+                h = self._act(self.gate_up_proj(x))  # (T, 2I) -> (T, I)
             return self.down_proj(h)
-        return self.down_proj(silu_and_mul(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(self._act(self.gate_proj(x), self.up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding) -> None:
+    """Llama order: x -> input norm -> attention -> + residual -> post-attention norm -> MLP.
+    Gemma's sandwich (``arch.sandwich_norms``): attention's output goes through
+    post_attention_layernorm before the residual add, the MLP's input comes from
+    pre_feedforward_layernorm and its output goes through post_feedforward_layernorm::
+
+        h = attn(input_layernorm(x));  x = x + post_attention_layernorm(h)
+        h = mlp(pre_feedforward_layernorm(x));  x = x + post_feedforward_layernorm(h)
+
+    Each residual add is fused into the next norm (``add_forward``), so ``forward`` returns
+    the branch output not yet added, beside the residual."""
+
+    def __init__(self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding,
+                 window: int | None = None) -> None:
         super().__init__()
-        self.self_attn = Attention(arch, linear, rotary)
+        self.self_attn = Attention(arch, linear, rotary, window)
         self.mlp = MLP(arch, linear)
-        self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        hidden, eps, one = arch.hidden_size, arch.rms_norm_eps, arch.norm_plus_one
+        self.input_layernorm = RMSNorm(hidden, eps, one)
+        self.post_attention_layernorm = RMSNorm(hidden, eps, one)
+        self.sandwich = arch.sandwich_norms
+        if self.sandwich:
+            self.pre_feedforward_layernorm = RMSNorm(hidden, eps, one)
+            self.post_feedforward_layernorm = RMSNorm(hidden, eps, one)
+
+    @property
+    def mlp_input_norm(self) -> RMSNorm:
+        """The norm whose output is the MLP's input (model/fuse.py folds gathers into it)."""
+        return self.pre_feedforward_layernorm if self.sandwich else self.post_attention_layernorm
 
     def forward(
         self,
@@ -117,20 +157,26 @@ class DecoderLayer(nn.Module):
         else:
             h, residual = self.input_layernorm.add_forward(x, residual)
         h = self.self_attn(h, positions, kv, meta)
-        h, residual = self.post_attention_layernorm.add_forward(h, residual)
-        return self.mlp(h), residual
+        if self.sandwich:
+            h = self.post_attention_layernorm(h)
+        h, residual = self.mlp_input_norm.add_forward(h, residual)
+        h = self.mlp(h)
+        if self.sandwich:
+            h = self.post_feedforward_layernorm(h)
+        return h, residual
 
 
 class Model(nn.Module):
-    def __init__(
-        self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding
-    ) -> None:
+    def __init__(self, arch: ArchConfig, linear: LinearFactory, rotary: RotaryEmbedding,
+                 local_rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
-        self.embed_tokens = Embedding(arch.vocab_size, arch.hidden_size)
+        self.embed_tokens = Embedding(arch.vocab_size, arch.hidden_size, arch.embed_scale)
+        windows = [arch.layer_window(i) for i in range(arch.num_layers)]
         self.layers = nn.ModuleList(
-            DecoderLayer(arch, linear, rotary) for _ in range(arch.num_layers)
+            DecoderLayer(arch, linear, rotary if w is None or local_rotary is None
+                         else local_rotary, w) for w in windows
         )
-        self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, arch.norm_plus_one)
 
 
 class CausalLM(nn.Module):
@@ -142,10 +188,25 @@ class CausalLM(nn.Module):
         super().__init__()
         self.arch = arch
         self.rotary = RotaryEmbedding(arch, max_positions)
-        self.model = Model(arch, linear, self.rotary)
+        # the sliding layers' own table (Gemma 3), else None
+        self.local_rotary = (RotaryEmbedding(arch, max_positions, local=True)
+                             if arch.local_rope_theta is not None else None)
+        self.model = Model(arch, linear, self.rotary, self.local_rotary)
         # lm_head stays unquantized in every published 4-bit checkpoint
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
         self.num_active_layers: int | None = None  # see first_layers
+
+    def build_tables(self, device: torch.device | str | None) -> None:
+        """The RoPE tables on ``device`` (the loader builds the model on meta)."""
+        for rot in (self.rotary, self.local_rotary):
+            if rot is not None:
+                rot.build_tables(device)
+
+    def finish_loading(self) -> None:
+        """After the checkpoint's tensors are in: Gemma's (1 + weight) norms folded."""
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                module.fold_offset()
 
     @contextlib.contextmanager
     def first_layers(self, n: int) -> Iterator[None]:
@@ -183,6 +244,11 @@ class CausalLM(nn.Module):
         w = self.lm_head.weight  # (vocab, hidden)
         if hidden.shape[0] == 1 and hidden.device.type == "cpu" and w.dtype == torch.bfloat16:
             # one bf16 row on the CPU (a batch-1 decode): torch.mv reads the weight as it is,
-            # linear's bf16 matmul took 1.8x its CPU time there (BENCHMARKS.md, "CPU decode")
-            return torch.mv(w, hidden[0]).float().unsqueeze(0)  # (1, vocab)
-        return self.lm_head(hidden).float()  # (rows, vocab)
+            # where linear's bf16 matmul is slower (BENCHMARKS.md, "CPU")
+            logits = torch.mv(w, hidden[0]).float().unsqueeze(0)  # (1, vocab)
+        else:
+            logits = self.lm_head(hidden).float()  # (rows, vocab)
+        cap = self.arch.final_softcap
+        if cap:  # Gemma 2: cap * tanh(logits / cap), in fp32
+            logits = torch.tanh(logits / cap) * cap
+        return logits

@@ -19,7 +19,13 @@ from tqdm.auto import tqdm
 
 from edge_llm import envs
 
-from .arch import ArchConfig, InvalidConfigError, parse_arch_config, read_config
+from .arch import (
+    ArchConfig,
+    InvalidConfigError,
+    checkpoint_tensor_name,
+    parse_arch_config,
+    read_config,
+)
 from .fuse import fold_act_order, fuse_projections, merge_enabled
 from .llama import CausalLM, plain_linear
 from .plane_pack import pack_weight_planes, planes_enabled
@@ -57,9 +63,10 @@ def resolve_dtype(dtype: str, arch: ArchConfig, quantized: bool, device: torch.d
     """The activations' dtype. "auto": on the CPU bf16 for 4-bit checkpoints (torch's int4 CPU
     kernel is fast for bf16 only: quant/cpu_int4.py; vLLM's CPU backend also defaults to bf16)
     and fp32 otherwise (the reference path; ``dtype="float32"`` gives it for 4-bit ones too);
-    on a GPU fp16 for 4-bit checkpoints, else the checkpoint's bf16 or fp16. bf16 needs sm_80
-    or later (no bf16 tensor cores on the T4's sm_75): "auto" then takes fp16, as vLLM does,
-    and an explicit bfloat16 is refused."""
+    on a GPU bf16 for Gemma (``ArchConfig.prefers_bf16``: its activations overflow fp16), fp16
+    for other 4-bit checkpoints, else the checkpoint's bf16 or fp16. bf16 needs sm_80 or later
+    (no bf16 tensor cores on the T4's sm_75): "auto" then takes fp16, as vLLM does, and an
+    explicit bfloat16 is refused."""
     bf16_ok = device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 0)
     if dtype != "auto":
         if _DTYPES[dtype] == torch.bfloat16 and not bf16_ok:
@@ -70,6 +77,13 @@ def resolve_dtype(dtype: str, arch: ArchConfig, quantized: bool, device: torch.d
         return _DTYPES[dtype]
     if device.type == "cpu":
         return torch.bfloat16 if quantized else torch.float32
+    if arch.prefers_bf16:
+        if bf16_ok:
+            return torch.bfloat16
+        logger.warning("%s runs in bfloat16 (its activations overflow float16), which %s "
+                       "lacks: float16 may give inf/NaN", arch.architecture,
+                       torch.cuda.get_device_name(device))
+        return torch.float16
     if quantized:
         return torch.float16
     if arch.torch_dtype == "bfloat16" and not bf16_ok:
@@ -133,18 +147,20 @@ def load_model(
     with torch.device("meta"):
         lm = CausalLM(arch, positions, _linear_factory(spec, torch_dtype))
     use_staged = staged_enabled(staged, dev, total, max(n for n, _ in headers))
-    groups = [iter_tensors_staged([f], dev) if use_staged else iter_tensors([f])
+    groups = [_renamed(arch, iter_tensors_staged([f], dev) if use_staged else iter_tensors([f]))
               for f in files]  # one per file; each reads its file when iterated
-    names = [n for _, file_names in headers for n in file_names]
+    names = [m for _, file_names in headers for n in file_names
+             if (m := checkpoint_tensor_name(arch, n)) is not None]
     _load_weights(lm, groups, names, torch_dtype, dev, progress, copy=use_staged)
     if use_staged and dev.type == "cuda":
         torch.cuda.empty_cache()  # the files' blobs, now converted
+    lm.finish_loading()
     if merge_enabled() if merge_projections is None else merge_projections:
         fuse_projections(lm)
         fold_act_order(lm)
     if planes_enabled() if plane_packed is None else plane_packed:
         pack_weight_planes(lm)  # after merging: concat refuses packed words
-    lm.rotary.build_tables(dev)
+    lm.build_tables(dev)
     lm.eval()
     seconds = time.perf_counter() - start
     logger.info(
@@ -167,6 +183,15 @@ def check_layer_count(num_layers: int, names: list[str], path: Path) -> None:
     raise InvalidConfigError(
         f"{path / 'config.json'}: num_hidden_layers={num_layers}, but the checkpoint's "
         f"tensors hold {held}: the config does not match the weights.")
+
+
+def _renamed(arch: ArchConfig, group):
+    """``group``'s (name, tensor) pairs under our names; the tensors we do not load (a
+    multimodal checkpoint's vision tower) left out, unread where the reader is lazy."""
+    for name, tensor in group:
+        ours = checkpoint_tensor_name(arch, name)
+        if ours is not None:
+            yield ours, tensor
 
 
 def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int,
