@@ -18,11 +18,18 @@ from pathlib import Path
 import pytest
 from litestar.testing import AsyncTestClient
 
-from edge_llm.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from edge_llm.config import (
+    CacheConfig,
+    EngineConfig,
+    ModelConfig,
+    SchedulerConfig,
+    ServerConfig,
+)
 from edge_llm.engine.llm import LLM
 from edge_llm.sampling_params import SamplingParams
 from edge_llm.server.app import create_app
 from tests.helpers import save_hf_checkpoint, tiny_hf_model
+from tests.test_server_fake_engine import TEST_CLIENT_HOSTS
 
 GEMMA2_TEMPLATE = (
     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role "
@@ -159,7 +166,7 @@ def _hf_prompt_ids(path: Path, messages) -> list[int]:
 def test_llm_chat_renders_the_template_and_stops_at_the_turn_end(case, generation_config,
                                                                  tmp_path):
     path, eot = family_checkpoint(case, tmp_path / case, generation_config)
-    llm = LLM(str(path), device="cpu", max_num_batched_tokens=256, swap_space=0)
+    llm = LLM(str(path), device="cpu", dtype="float32", max_num_batched_tokens=256, swap_space=0)
     free = llm.chat(MESSAGES, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True),
                     use_tqdm=False)[0]
     assert free.prompt_token_ids == _hf_prompt_ids(path, MESSAGES)
@@ -176,7 +183,7 @@ def test_gemma2_template_refuses_a_system_message(tmp_path):
     import jinja2
 
     path, _ = family_checkpoint("gemma2", tmp_path / "g")
-    llm = LLM(str(path), device="cpu", max_num_batched_tokens=256, swap_space=0)
+    llm = LLM(str(path), device="cpu", dtype="float32", max_num_batched_tokens=256, swap_space=0)
     with pytest.raises(jinja2.TemplateError, match="System role not supported"):
         llm.chat([{"role": "system", "content": "Be brief."}, *MESSAGES], use_tqdm=False)
 
@@ -191,7 +198,8 @@ async def test_served_chat_stops_at_the_turn_end(case, tmp_path):
     cfg = EngineConfig(model=ModelConfig(model=str(path), device="cpu"),
                        cache=CacheConfig(swap_space=0),
                        scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=256))
-    async with AsyncTestClient(create_app(cfg)) as c:
+    app = create_app(cfg, ServerConfig(allowed_hosts=TEST_CLIENT_HOSTS))
+    async with AsyncTestClient(app) as c:
         r = await c.post("/v1/chat/completions", json={
             "model": path.name, "messages": MESSAGES, "max_tokens": 4, "temperature": 0,
             "logit_bias": {str(eot): 100}})
@@ -218,7 +226,7 @@ def test_engine_generates_past_the_window_as_transformers(case, tmp_path):
 
     path, _ = family_checkpoint(case, tmp_path / case)
     cfg = json.loads((path / "config.json").read_text())
-    llm = LLM(str(path), device="cpu", max_num_batched_tokens=16, max_num_seqs=4,
+    llm = LLM(str(path), device="cpu", dtype="float32", max_num_batched_tokens=16, max_num_seqs=4,
               swap_space=0)
     assert llm.engine.max_model_len == cfg["max_position_embeddings"]
     prompt = torch.randint(0, 256, (30,), generator=torch.Generator().manual_seed(5)).tolist()

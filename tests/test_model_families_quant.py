@@ -52,7 +52,7 @@ def test_our_quantizer_matches_transformers(family, fmt, opts, tmp_path):
                 p.copy_(p.half().float())
     qcfg = quantization_config_for(fmt, group_size=32, desc_act=opts.get("desc_act", False))
     out = save_quantized(tmp_path / "q", state, hf.config.to_dict(), qcfg)
-    loaded = load_model(str(out), device="cpu", progress=False)
+    loaded = load_model(str(out), device="cpu", dtype="float32", progress=False)
     assert loaded.quant_spec is not None and loaded.quant_spec.method == fmt
     assert loaded.dtype == torch.float32
     torch.manual_seed(4)
@@ -71,7 +71,7 @@ def test_gemma_act_order_gathers_fold_into_its_sandwich_norms(tmp_path):
 
     hf = tiny_hf_model("Gemma2ForCausalLM")
     path = _quantized_checkpoint(hf, CASES[2], tmp_path / "g", shared_perm=True)
-    lm = load_model(str(path), device="cpu", progress=False).model
+    lm = load_model(str(path), device="cpu", dtype="float32", progress=False).model
     for layer in lm.model.layers:
         assert layer.input_layernorm.out_perm is not None
         assert layer.pre_feedforward_layernorm.out_perm is not None
@@ -97,7 +97,7 @@ def test_benchmark_shapes_load(shape, tmp_path, monkeypatch):
         small["sliding_window"] = 16
     monkeypatch.setitem(rc.SHAPES, shape, small)
     path = rc.make_random_checkpoint(shape, "gptq-act", tmp_path / shape, device="cpu")
-    loaded = load_model(str(path), device="cpu", progress=False)
+    loaded = load_model(str(path), device="cpu", dtype="float32", progress=False)
     arch = loaded.arch
     assert arch.head_dim == rc.SHAPES[shape].get("head_dim", 64)
     assert [arch.layer_window(i) for i in range(2)] == {
