@@ -155,14 +155,11 @@ def test_expandable_segments_unless_the_allocator_is_configured(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", calls.append,
                         raising=False)
-    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", envs.EXPANDABLE_SEGMENTS.name):
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         monkeypatch.delenv(var, raising=False)
     cuda = torch.device("cuda", 0)
     assert not use_expandable_segments(torch.device("cpu")) and calls == []
     assert use_expandable_segments(cuda) and calls == ["expandable_segments:True"]
-    monkeypatch.setenv(envs.EXPANDABLE_SEGMENTS.name, "0")
-    assert not use_expandable_segments(cuda)
-    monkeypatch.setenv(envs.EXPANDABLE_SEGMENTS.name, "1")
     for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):  # the user's own settings
         monkeypatch.setenv(var, "max_split_size_mb:128")
         assert not use_expandable_segments(cuda)

@@ -256,8 +256,3 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
                        kv_dtype=torch.uint8)
     assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)] + [(4, 2)]
     assert kv_dtypes == {torch.float32, torch.uint8}  # an fp8 cache's kernels warmed too
-    # EDGE_LLM_WARMUP_LAYERS=all: every layer
-    monkeypatch.setenv(envs.WARMUP_LAYERS.name, "all")
-    layer_calls[:] = [0] * len(layer_calls)
-    sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 2)
-    assert layer_calls == [2] * len(layer_calls), layer_calls

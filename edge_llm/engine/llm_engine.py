@@ -68,8 +68,8 @@ class LLMEngine:
 
             model = str(ensure_demo_model())
         if use_expandable_segments(resolve_device(mc.device)):  # before any CUDA memory
-            logger.info("CUDA allocator: expandable segments (%s=0 keeps the default)",
-                        envs.EXPANDABLE_SEGMENTS.name)
+            logger.info("CUDA allocator: expandable segments (%s=expandable_segments:False "
+                        "keeps the default)", envs.PYTORCH_CUDA_ALLOC_CONF.name)
         self.loaded = self._load(model)
         arch = self.loaded.arch
         self.max_model_len = self._resolve_max_model_len()
