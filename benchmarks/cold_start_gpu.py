@@ -262,7 +262,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="how many starts, from the first, follow a page-cache drop")
     ap.add_argument("--start-env", action="append", default=[], metavar="I:KEY=VALUE",
                     help="an environment variable for start I only (repeat), e.g. "
-                         "3:EDGE_LLM_PREFETCH=0, to compare starts of the same state")
+                         "3:EDGE_LLM_PROBE_CACHE=0, to compare starts of the same state")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per start")
     ap.add_argument("--engine-only", action="store_true",
                     help="start the engine in a subprocess even where the server could run")

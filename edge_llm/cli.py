@@ -188,7 +188,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT: then new requests get 503 (or a refused connection), those
     in flight get ``--drain-timeout`` seconds to finish, and the exit code is 0."""
     started = time.time()
-    from edge_llm.model.prefetch import prefetch_method, start_prefetch
+    from edge_llm.model.prefetch import start_prefetch
     from edge_llm.server.hooks import set_compile_cache_env
 
     set_compile_cache_env()  # before torch/triton load: a second cold start reuses kernels
@@ -203,12 +203,11 @@ def run_serve(args: argparse.Namespace) -> int:
     check_model_path(args.model)
     try:
         envs.check_all()  # every declared variable's value, before anything loads
-        method = prefetch_method()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if method:  # the checkpoint into the page cache while torch is imported
-        start_prefetch(args.model, engine_cfg.model.revision,
-                       compile_cache=envs.TRITON_CACHE_DIR.get(), method=method)
+    # the checkpoint into the page cache while torch is imported
+    start_prefetch(args.model, engine_cfg.model.revision,
+                   compile_cache=envs.TRITON_CACHE_DIR.get())
     failures: list[BaseException] = []
     server: Any = None
 

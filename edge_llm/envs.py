@@ -6,8 +6,6 @@ rest, in groups (``edge-llm --help`` lists them from ``REGISTRY``):
 
 * ``user``: settings a deployment may need.
 * ``debug``: ways to compare or bisect; nobody needs them to serve.
-* ``experiment``: switches between two implementations that are still to be measured against
-  each other on a GPU. When one wins, the other's code and the switch are deleted.
 * ``foreign``: variables of other programs whose values change what edge-llm does.
 
 Values are read lazily, on each ``get()``, so a test's ``monkeypatch.setenv`` takes effect at
@@ -20,7 +18,7 @@ Usage::
 
     from edge_llm import envs
 
-    if envs.FUSED_KERNELS.get(): ...
+    if envs.KERNELS.get() == "torch": ...
 """
 
 from __future__ import annotations
@@ -33,11 +31,10 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-USER, DEBUG, EXPERIMENT, FOREIGN = "user", "debug", "experiment", "foreign"
+USER, DEBUG, FOREIGN = "user", "debug", "foreign"
 GROUP_TITLES = {
     USER: "settings",
     DEBUG: "debugging and comparisons",
-    EXPERIMENT: "experiments, to be decided (each picks between two implementations)",
     FOREIGN: "other programs' variables that edge-llm reads",
 }
 
@@ -132,11 +129,6 @@ def parse_truthy(text: str) -> bool:
     return text.strip().lower() in _TRUE
 
 
-def parse_auto_switch(text: str) -> bool | None:
-    """``auto`` -> None (the code decides), else a switch."""
-    return None if text.strip().lower() == "auto" else parse_switch(text)
-
-
 def _choice(*values: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         low = text.strip().lower()
@@ -145,13 +137,6 @@ def _choice(*values: str) -> Callable[[str], str]:
         return low
 
     return parse
-
-
-def parse_pow2_or_zero(text: str) -> int:
-    value = int(text)
-    if value < 0 or value & (value - 1):
-        raise ValueError(text)
-    return value
 
 
 def parse_path(text: str) -> Path:
@@ -185,18 +170,6 @@ PROBE_CACHE = _declare(
     "EDGE_LLM_PROBE_CACHE", parse_switch, "1",
     "keep the start-up memory measurements per model and code version, so a second cold start "
     "skips them", USER, SWITCH)
-PREFETCH = _declare(
-    "EDGE_LLM_PREFETCH", _choice("0", "1", "fadvise", "read"), "1",
-    "read the checkpoint into the page cache while torch is imported (1: fadvise; read: every "
-    "byte, for file systems that ignore the advice; 0: off)", USER, "0, 1, fadvise or read")
-STAGED_LOAD = _declare(
-    "EDGE_LLM_STAGED_LOAD", parse_auto_switch, "auto",
-    "read weights through a pinned staging buffer (auto: on CUDA when the largest file fits "
-    "beside the model) rather than memory-mapped", USER, "auto, 0 or 1")
-EXPANDABLE_SEGMENTS = _declare(
-    "EDGE_LLM_EXPANDABLE_SEGMENTS", parse_switch, "1",
-    "CUDA allocator in expandable segments, so steps of new token counts stay inside the "
-    "memory plan (left alone when PYTORCH_CUDA_ALLOC_CONF is set)", USER, SWITCH)
 
 # ---- debugging and comparisons -------------------------------------------------------------
 
@@ -204,62 +177,6 @@ KERNELS = _declare(
     "EDGE_LLM_KERNELS", _choice("triton", "torch"), "triton",
     "torch: run the plain-torch references on CUDA too, to compare the two paths end to end",
     DEBUG, "triton or torch")
-WARMUP_LAYERS = _declare(
-    "EDGE_LLM_WARMUP_LAYERS", _choice("1", "all"), "1",
-    "layers the start-up warm-up forwards run through: the first (every layer launches the "
-    "same kernels), or all, for a model whose later layers differ", DEBUG, "1 or all")
-
-PREFILL_SPLIT = _declare(
-    "EDGE_LLM_PREFILL_SPLIT", parse_switch, "1",
-    "0: prefill attention never splits a q tile's keys, even where the split is planned",
-    DEBUG, SWITCH)
-
-# ---- experiments, to be decided ------------------------------------------------------------
-
-FUSED_KERNELS = _declare(
-    "EDGE_LLM_FUSED_KERNELS", parse_switch, "1",
-    "fused RMSNorm / residual add / SiLU-and-mul / rotary Triton kernels instead of torch ops",
-    EXPERIMENT, SWITCH)
-GEMV_SILU = _declare(
-    "EDGE_LLM_GEMV_SILU", parse_switch, "1",
-    "the one-row W4A16 GEMV computes silu(gate) * up in its epilogue instead of a second kernel",
-    EXPERIMENT, SWITCH)
-MERGE_PROJECTIONS = _declare(
-    "EDGE_LLM_MERGE_PROJECTIONS", parse_switch, "1",
-    "merge q/k/v and gate/up projections into one matmul each at load",
-    EXPERIMENT, SWITCH)
-PLANE_PACKED = _declare(
-    "EDGE_LLM_PLANE_PACKED", parse_switch, "1",
-    "repack 4-bit weights in the plane order the CUDA kernels unpack with fewer instructions",
-    EXPERIMENT, SWITCH)
-PREFILL_GRAPHS = _declare(
-    "EDGE_LLM_PREFILL_GRAPHS", parse_switch, "1",
-    "CUDA graphs for short one-sequence prefill steps (a cached prefix's first token)",
-    EXPERIMENT, SWITCH)
-PREFILL_SPLIT_GRAPHS = _declare(
-    "EDGE_LLM_PREFILL_SPLIT_GRAPHS", parse_switch, "0",
-    "prefill graphs plan the attention key split for one sequence rather than for every slot",
-    EXPERIMENT, SWITCH)
-PREFILL_POW2_ROWS = _declare(
-    "EDGE_LLM_PREFILL_POW2_ROWS", parse_switch, "0",
-    "prefill attention lays a token's G query heads out at a power-of-two row stride",
-    EXPERIMENT, SWITCH)
-V_TOKEN_MINOR = _declare(
-    "EDGE_LLM_V_TOKEN_MINOR", parse_auto_switch, "auto",
-    "store the value cache token-minor (auto: for the fp8 cache only)",
-    EXPERIMENT, "auto, 0 or 1")
-PDL = _declare(
-    "EDGE_LLM_PDL", _choice("auto", "0", "1"), "auto",
-    "programmatic dependent launch on sm_90+ (auto: in forwards of at most 4 tokens)",
-    EXPERIMENT, "auto, 0 or 1")
-GEMV_PREFETCH = _declare(
-    "EDGE_LLM_GEMV_PREFETCH", parse_pow2_or_zero, "0",
-    "weight K tiles each one-row GEMV program asks L2 for before its PDL wait",
-    EXPERIMENT, "0 or a power of two")
-DECODE_PREFETCH = _declare(
-    "EDGE_LLM_DECODE_PREFETCH", parse_pow2_or_zero, "1",
-    "context tiles each decode attention program asks L2 for before its PDL wait",
-    EXPERIMENT, "0 or a power of two")
 
 # ---- other programs' variables ---------------------------------------------------------------
 
@@ -277,7 +194,9 @@ HF_HUB_OFFLINE = _declare(
     FOREIGN, "any value; 0, false, off or no: online")
 PYTORCH_CUDA_ALLOC_CONF = _declare(
     "PYTORCH_CUDA_ALLOC_CONF", _text, None,
-    "the user configured the CUDA allocator: edge-llm leaves it alone", FOREIGN, "torch's syntax")
+    "the user configured the CUDA allocator: edge-llm leaves it alone (else it turns on "
+    "expandable segments on CUDA; expandable_segments:False keeps torch's default)",
+    FOREIGN, "torch's syntax")
 PYTORCH_ALLOC_CONF = _declare(
     "PYTORCH_ALLOC_CONF", _text, None,
     "the same, under torch's newer name", FOREIGN, "torch's syntax")

@@ -61,11 +61,6 @@ def _triton() -> bool:
     return envs.KERNELS.get() == "triton"
 
 
-def _fused_on() -> bool:
-    """The fused norm / rotary / SiLU kernels (fused.py, rotary*.py) rather than torch ops."""
-    return envs.FUSED_KERNELS.get()
-
-
 def triton_enabled(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the dispatchers below run the Triton kernels for tensors on ``device`` in
     ``dtype``. Only then is a decode forward free of host syncs (the references read sequence
@@ -98,7 +93,6 @@ def paged_attention(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     scratch: dict | None = None,
-    split_seqs: int | None = None,
     window: int | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
@@ -110,13 +104,12 @@ def paged_attention(
     hints for the CUDA path: the first picks decode vs prefill without reading
     ``query_start_loc``, the second sizes the decode context split and the prefill key
     split. ``scratch`` (``AttentionMetadata.scratch``, one forward's): where the prefill
-    kernel keeps its tile table for the next layers. ``split_seqs``: the sequences the
-    prefill key split is planned for (``AttentionMetadata.split_seqs``).
+    kernel keeps its tile table for the next layers.
     """
     if q.is_cuda and q.dtype in _HALF and _triton():
         return _pa.paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc,
                                           seq_lens, scale, max_query_len, max_seq_len,
-                                          scratch, split_seqs, window=window, softcap=softcap)
+                                          scratch, window=window, softcap=softcap)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
                                window=window, softcap=softcap)
 
@@ -152,9 +145,9 @@ def w4a16_silu_mul(
     """``silu_and_mul(w4a16_matmul(x, ...))``, (..., I). On CUDA, for one row, the one-row
     GEMV computes it in its epilogue where it serves the shape in one split
     (kernels/w4a16.py ``gemv16_silu``: a 7B-sized MLP): one kernel and no (..., 2 I)
-    intermediate. ``EDGE_LLM_GEMV_SILU=0`` keeps two kernels."""
+    intermediate."""
     if (x.is_cuda and x.dtype in _HALF and x.numel() <= GEMV_SILU_MAX_ROWS * x.shape[-1]
-            and _triton() and _fused_on() and envs.GEMV_SILU.get()):
+            and _triton()):
         return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size,
                                 integer_zeros=integer_zeros, planes_packed=planes_packed,
                                 silu_mul=True)
@@ -173,7 +166,7 @@ def _fused_ok(*tensors: torch.Tensor) -> bool:
     """Triton for the fused ops: CUDA tensors of one fp16/bf16 dtype (anything else, e.g. an
     fp32 norm weight beside fp16 activations, keeps the reference's type promotion)."""
     first = tensors[0]
-    return (first.is_cuda and _triton() and _fused_on() and first.dtype in _HALF
+    return (first.is_cuda and _triton() and first.dtype in _HALF
             and all(t.dtype == first.dtype for t in tensors))
 
 

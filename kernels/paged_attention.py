@@ -5,10 +5,6 @@ KV cache layout, one pair of tensors per layer (vLLM's "flash" layout):
     k_cache, v_cache: (num_blocks, block_size, num_kv_heads, head_dim)
     slot = block_id * block_size + offset_in_block
 
-An fp8 cache's v_cache (any cache's with EDGE_LLM_V_TOKEN_MINOR=1) is that shape's
-token-minor view (paged_common.value_cache: memory (num_blocks, num_kv_heads, head_dim,
-block_size)); every function here takes either layout.
-
 A step's batch is flat: the query tokens of all sequences are concatenated.
 
     query_start_loc: (B + 1,) int32   seq b's queries are q[query_start_loc[b]:query_start_loc[b+1]]
@@ -35,7 +31,6 @@ import triton.language as tl
 
 from .grid import next_pow2
 from .kv_fp8 import from_cache_ref, to_cache, to_cache_ref
-from .paged_common import values_token_minor
 from .paged_decode import DecodeConfig, decode_split_plan, paged_decode
 from .paged_prefill import PrefillConfig, paged_prefill
 from .pdl import pdl_enter, pdl_kwargs
@@ -59,13 +54,11 @@ def write_kv_ref(
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
-    if values_finite(v_cache):
-        v = finite_ref(v, v_cache.dtype)
     for cache, x in ((k_cache, k), (v_cache, v)):
         x = to_cache_ref(x, cache.dtype)
         if cache.is_contiguous():
             cache.view(num_blocks * bs, hkv, d).index_copy_(0, slot_mapping, x)
-        else:  # a token-minor value cache (paged_common.value_cache)
+        else:  # a strided view of a cache
             cache[slot_mapping // bs, slot_mapping % bs] = x
 
 
@@ -168,55 +161,25 @@ def _softcap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
 @triton.jit
 def copy_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, keep,
                NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-               D_PAD: tl.constexpr, stride_dst_d=1, FINITE: tl.constexpr = False):
+               D_PAD: tl.constexpr):
     """One token's heads [NUM_HEADS, HEAD_DIM] from src to dst (cast to dst's dtype, or fp8
-    codes for a uint8 cache) where ``keep`` ([1, D_PAD] bools) holds; ``stride_dst_d``: the
-    block size in a token-minor value cache (paged_common.value_cache). ``FINITE``: NaN
-    stored as 0 and infinities as the dtype's largest finite values, as a token-minor cache
-    of a float dtype needs (``finite_ref``; fp8 codes saturate anyway)."""
+    codes for a uint8 cache) where ``keep`` ([1, D_PAD] bools) holds."""
     h = tl.arange(0, H_PAD)
     d = tl.arange(0, D_PAD)
     mask = (h[:, None] < NUM_HEADS) & (d[None, :] < HEAD_DIM) & keep
     x = tl.load(src_ptr + h[:, None] * stride_src_h + d[None, :], mask=mask)
-    if FINITE:
-        x = _finite(x.to(tl.float32), dst_ptr.dtype.element_ty)
-    tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :] * stride_dst_d,
+    tl.store(dst_ptr + h[:, None] * stride_dst_h + d[None, :],
              to_cache(x, dst_ptr.dtype.element_ty, src_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _finite(x, dst_ty: tl.constexpr):
-    """fp32 ``x`` with NaN as 0, then clamped to the finite range of ``dst_ty``."""
-    if dst_ty == tl.float16:
-        big: tl.constexpr = 65504.0
-    elif dst_ty == tl.bfloat16:
-        big: tl.constexpr = 3.3895313892515355e38
-    else:
-        big: tl.constexpr = 3.4028234663852886e38
-    x = tl.where(x == x, x, 0.0)
-    return tl.minimum(tl.maximum(x, -big), big)
-
-
-def finite_ref(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``x`` in fp32 with NaN as 0, clamped to ``dtype``'s finite range (``_finite``)."""
-    big = torch.finfo(dtype).max
-    return torch.nan_to_num(x.float(), nan=0.0).clamp(-big, big)
-
-
-def values_finite(v_cache: torch.Tensor) -> bool:
-    """Whether writes into ``v_cache`` must keep it finite: a token-minor cache of a float
-    dtype (the attention kernels read its blocks whole; fp8 codes never encode NaN)."""
-    return values_token_minor(v_cache) and v_cache.dtype != torch.uint8
 
 
 @triton.jit
 def _write_kv_kernel(
     k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, stride_vcd,
+    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, H_PAD: tl.constexpr,
     D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    PDL: tl.constexpr = False, V_FINITE: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Copy token t's K and V (Hkv, D) into cache slot slot_mapping[t]; slot < 0 is skipped."""
     pdl_enter(PDL)
@@ -229,7 +192,7 @@ def _write_kv_kernel(
     copy_heads(k_ptr + t * stride_kt, kc_ptr + blk * stride_kcb + off * stride_kcs, stride_kh,
                stride_kch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD)
     copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs, stride_vh,
-               stride_vch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD, stride_vcd, V_FINITE)
+               stride_vch, keep, NUM_KV_HEADS, H_PAD, HEAD_DIM, D_PAD)
 
 
 def paged_attention_triton(
@@ -243,13 +206,11 @@ def paged_attention_triton(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     scratch: dict | None = None,
-    split_seqs: int | None = None,
     window: int | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
     """Same contract as ``paged_attention_ref``; decode kernel when every sequence has exactly
-    one new query, else the prefill kernel (``scratch``, ``split_seqs``: see
-    ``paged_prefill``).
+    one new query, else the prefill kernel (``scratch``: see ``paged_prefill``).
 
     Without ``max_query_len`` a host ``query_start_loc`` is read directly; a device one is not
     read (no sync): T == B is then taken as one query per sequence, which holds because the
@@ -265,8 +226,7 @@ def paged_attention_triton(
         return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, max_seq_len,
                             window=window, softcap=softcap)
     return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
-                         scratch=scratch, max_seq_len=max_seq_len, split_seqs=split_seqs,
-                         window=window, softcap=softcap)
+                         scratch=scratch, max_seq_len=max_seq_len, window=window, softcap=softcap)
 
 
 def check_kv_write(k, v, k_cache, v_cache, slot_mapping) -> int:
@@ -298,7 +258,7 @@ def write_kv(
         k, v, k_cache, v_cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         NUM_KV_HEADS=hkv, HEAD_DIM=d, H_PAD=next_pow2(hkv),
-        D_PAD=next_pow2(d), BLOCK_SIZE=k_cache.shape[1], V_FINITE=values_finite(v_cache),
+        D_PAD=next_pow2(d), BLOCK_SIZE=k_cache.shape[1],
         num_warps=1, **pdl_kwargs(k_cache.device))

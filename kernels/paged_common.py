@@ -7,16 +7,13 @@ import torch
 import triton
 import triton.language as tl
 
-from edge_llm import envs
-
 from .device import has_fp8_cvt, num_sms
 from .kv_fp8 import fp8_decode
 from .pdl import prefetch_l2
 
 __all__ = ["LOG2E", "check_cache", "context_partition", "fp8_cvt", "kv_line", "load_k_tile",
-           "load_kv_tile", "load_v_tile", "load_values", "merge_partials", "num_sms",
-           "prefetch_kv_lines", "softcap_scores", "value_cache", "values_token_minor",
-           "values_token_minor_for", "window_floor"]
+           "load_kv_tile", "merge_partials", "num_sms", "prefetch_kv_lines", "softcap_scores",
+           "window_floor"]
 
 LOG2E = 1.4426950408889634
 
@@ -35,9 +32,9 @@ def load_kv_tile(cache_ptr, table_row_ptr, tok, t_mask, kvh, offs_d, d_mask,
                   stride_b, stride_s, stride_h, BLOCK_SIZE: tl.constexpr, OUT_TY: tl.constexpr,
                   FP8_CVT: tl.constexpr):
     """[BLOCK_N, D_PAD] values of context tokens ``tok`` from a token-major cache, gathered
-    per token (``t_mask`` off: zeros); keys come by whole blocks (``load_k_tile``), and
-    token-minor values by ``load_v_tile``. An fp8 cache (uint8 codes, kernels/kv_fp8.py) is
-    decoded to ``OUT_TY``, the queries' dtype, by the hardware conversion when ``FP8_CVT``."""
+    per token (``t_mask`` off: zeros); keys come by whole blocks (``load_k_tile``). An fp8
+    cache (uint8 codes, kernels/kv_fp8.py) is decoded to ``OUT_TY``, the queries' dtype, by
+    the hardware conversion when ``FP8_CVT``."""
     blk = tl.load(table_row_ptr + tok // BLOCK_SIZE, mask=t_mask, other=0).to(tl.int64)
     ptrs = _kv_ptrs(cache_ptr, blk, tok, kvh, offs_d, stride_b, stride_s, stride_h, BLOCK_SIZE)
     x = tl.load(ptrs, mask=t_mask[:, None] & d_mask[None, :], other=0)
@@ -68,8 +65,8 @@ def load_k_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b
     """[BLOCK_N, D_PAD] keys of context tokens n0 .. n0 + BLOCK_N (n0 a multiple of
     min(BLOCK_N, BLOCK_SIZE)), gathered by whole blocks: one table read and one base address
     per block of the tile ([blocks, slots, D_PAD], reshaped), where ``load_kv_tile`` takes
-    both per token (Triton 3.6, sm_89 decode: 629 -> 577 instructions a key tile with fp16,
-    632 -> 492 with fp8 codes and token-minor values). Blocks from ``end`` on read as zeros;
+    both per token (Triton 3.6, sm_89 decode: 629 -> 577 instructions a key tile with fp16).
+    Blocks from ``end`` on read as zeros;
     the slots past ``end`` of a block that starts before it are read as they are, whatever
     they hold: the caller masks those scores. (Values gathered so, with a mask per token,
     lost the 16-byte asynchronous copies: Triton loaded them into registers first.)"""
@@ -84,68 +81,18 @@ def load_k_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b
 
 
 @triton.jit
-def load_v_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b, stride_h,
-                stride_d, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                OUT_TY: tl.constexpr, FP8_CVT: tl.constexpr):
-    """[BLOCK_N, D_PAD] values of context tokens n0 .. n0 + BLOCK_N from a token-minor cache
-    (``values_token_minor``; n0 a multiple of min(BLOCK_N, BLOCK_SIZE)). Each block's tokens
-    are contiguous, so the tile comes in as [D_PAD, blocks, slots] runs of up to BLOCK_SIZE
-    codes (16-byte copies for an fp8 cache of 16-token blocks) and is transposed in
-    registers: the p @ v dot then reads pairs of consecutive tokens, where a token-major
-    uint8 tile was read from shared memory one byte per load (no 8-bit ldmatrix.trans).
-
-    Whole blocks are read: slots past ``end`` inside a block that starts before it are
-    loaded too (a softmax weight of exactly 0 meets them), so every slot of an allocated
-    block must hold a finite value: ``value_cache`` zero-fills, the writes store fp8 codes
-    saturated at +-448 (never the NaN code), and other dtypes with NaN as 0 and infinities
-    clamped (paged_attention.copy_heads ``FINITE``)."""
-    blk, b_mask, slots = _tile_blocks(table_row_ptr, n0, end, BLOCK_SIZE, BLOCK_N)
-    ptrs = cache_ptr + blk[None, :, None] * stride_b + kvh * stride_h \
-        + offs_d[:, None, None] * stride_d + slots[None, None, :]
-    x = tl.load(ptrs, mask=d_mask[:, None, None] & b_mask[None, :, None], other=0)
-    x = tl.reshape(x, (offs_d.shape[0], BLOCK_N))
-    if cache_ptr.dtype.element_ty == tl.uint8:
-        x = fp8_decode(x, FP8_CVT).to(OUT_TY)
-    return tl.trans(x)
-
-
-@triton.jit
-def load_values(cache_ptr, table_row_ptr, n0, end, tok, t_mask, kvh, offs_d, d_mask, stride_b,
-                stride_s, stride_h, stride_d, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                OUT_TY: tl.constexpr, FP8_CVT: tl.constexpr, TOKEN_MINOR: tl.constexpr):
-    """[BLOCK_N, D_PAD] values of context tokens ``tok`` = n0 .. n0 + BLOCK_N (``t_mask``:
-    before ``end``): by blocks from a token-minor cache (``load_v_tile``), else per token
-    (``load_kv_tile``)."""
-    if TOKEN_MINOR:
-        v = load_v_tile(cache_ptr, table_row_ptr, n0, end, kvh, offs_d, d_mask, stride_b,
-                        stride_h, stride_d, BLOCK_SIZE, BLOCK_N, OUT_TY, FP8_CVT)
-    else:
-        v = load_kv_tile(cache_ptr, table_row_ptr, tok, t_mask, kvh, offs_d, d_mask, stride_b,
-                         stride_s, stride_h, BLOCK_SIZE, OUT_TY, FP8_CVT)
-    return v
-
-
-@triton.jit
 def prefetch_kv_lines(k_ptr, v_ptr, table_row_ptr, tok, kvh, stride_kb, stride_ks, stride_kh,
                       stride_vb, stride_vs, stride_vh, BLOCK_SIZE: tl.constexpr,
-                      D_PAD: tl.constexpr, LINE: tl.constexpr,
-                      V_TOKEN_MINOR: tl.constexpr = False):
+                      D_PAD: tl.constexpr, LINE: tl.constexpr):
     """Ask L2 for the keys and values of kv head ``kvh`` at context tokens ``tok`` (every one
     a valid position of the table row): D_PAD / LINE lines per token and cache, LINE the
-    elements of one 128-byte line (or the whole head, if shorter). Reads the block table.
-    Token-minor values: token t of a block stands for lines t * D_PAD / LINE .. of its
-    block's [D, BLOCK_SIZE] run of this head (so a whole block's tokens ask for the run)."""
+    elements of one 128-byte line (or the whole head, if shorter). Reads the block table."""
     blk = tl.load(table_row_ptr + tok // BLOCK_SIZE).to(tl.int64)
     offs = tl.arange(0, D_PAD // LINE) * LINE
     prefetch_l2(_kv_ptrs(k_ptr, blk, tok, kvh, offs, stride_kb, stride_ks, stride_kh,
                          BLOCK_SIZE))
-    if V_TOKEN_MINOR:  # stride_vh: the run's length; never past it
-        run = (tok % BLOCK_SIZE)[:, None] * D_PAD + offs[None, :]
-        prefetch_l2(v_ptr + blk[:, None] * stride_vb + kvh * stride_vh
-                    + tl.minimum(run, stride_vh - 1))
-    else:
-        prefetch_l2(_kv_ptrs(v_ptr, blk, tok, kvh, offs, stride_vb, stride_vs, stride_vh,
-                             BLOCK_SIZE))
+    prefetch_l2(_kv_ptrs(v_ptr, blk, tok, kvh, offs, stride_vb, stride_vs, stride_vh,
+                         BLOCK_SIZE))
 
 
 @triton.jit
@@ -196,35 +143,6 @@ def fp8_cvt(k_cache: torch.Tensor) -> bool:
     return k_cache.dtype == torch.uint8 and has_fp8_cvt(k_cache.device)
 
 
-def values_token_minor(v_cache: torch.Tensor) -> bool:
-    """Whether a (num_blocks, block_size, Hkv, D) value cache is the token-minor view of
-    ``value_cache``: each (block, kv head) holds [D, block_size], the tokens contiguous."""
-    n, bs, hkv, d = v_cache.shape
-    return bs > 1 and v_cache.stride()[1:] == (1, d * bs, bs)
-
-
-def value_cache(shape: tuple[int, int, int, int], dtype: torch.dtype, device=None,
-                pin_memory: bool = False, zero: bool = True) -> torch.Tensor:
-    """A value cache of logical ``shape`` (num_blocks, block_size, Hkv, D): token-minor
-    (``load_v_tile``) for fp8 codes (uint8), which the attention kernels otherwise read one
-    byte per shared-memory load, token-major like the keys for other dtypes.
-    ``EDGE_LLM_V_TOKEN_MINOR``: ``auto`` (default) that choice, ``1`` token-minor for every
-    dtype, ``0`` for none. A token-minor cache is zero-filled unless ``zero`` is False (the
-    kernels read whole blocks, so every slot must be finite; the writes keep it so)."""
-    n, bs, hkv, d = shape
-    if not values_token_minor_for(dtype):
-        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin_memory)
-    make = torch.zeros if zero else torch.empty
-    return make((n, hkv, d, bs), dtype=dtype, device=device,
-                pin_memory=pin_memory).permute(0, 3, 1, 2)
-
-
-def values_token_minor_for(dtype: torch.dtype) -> bool:
-    """Whether ``value_cache`` stores values of ``dtype`` token-minor."""
-    switch = envs.V_TOKEN_MINOR.get()  # None: auto, for the fp8 (uint8) cache only
-    return dtype == torch.uint8 if switch is None else switch
-
-
 def check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
     if k_cache.shape != v_cache.shape or k_cache.dim() != 4:
         raise ValueError(f"k_cache/v_cache: expected equal (num_blocks, block_size, Hkv, D) "
@@ -232,7 +150,5 @@ def check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -
     if q.dim() != 3 or q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
         raise ValueError(f"q: expected (T, H, D) with D = {k_cache.shape[3]} and H a multiple "
                          f"of Hkv = {k_cache.shape[2]}, got {tuple(q.shape)}")
-    if q.stride(2) != 1 or k_cache.stride(3) != 1 or (v_cache.stride(3) != 1
-                                                       and not values_token_minor(v_cache)):
-        raise ValueError("q, k_cache, v_cache: the head_dim axis must be contiguous (or "
-                         "v_cache token-minor, as value_cache makes it)")
+    if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError("q, k_cache, v_cache: the head_dim axis must be contiguous")

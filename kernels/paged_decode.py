@@ -22,8 +22,6 @@ import torch
 import triton
 import triton.language as tl
 
-from edge_llm import envs
-
 from .grid import cdiv, next_pow2
 from .paged_common import (
     LOG2E,
@@ -32,12 +30,11 @@ from .paged_common import (
     fp8_cvt,
     kv_line,
     load_k_tile,
-    load_values,
+    load_kv_tile,
     merge_partials,
     num_sms,
     prefetch_kv_lines,
     softcap_scores,
-    values_token_minor,
     window_floor,
 )
 from .pdl import pdl_enter, pdl_kwargs
@@ -61,8 +58,7 @@ def _prefetch_tokens(seq_len, split, num_splits, BLOCK_N: tl.constexpr,
 def _prefetch_partition(k_ptr, v_ptr, table_ptr, seq_lens_ptr, b, kvh, split, stride_kb,
                         stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
                         BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, D_PAD: tl.constexpr,
-                        LINE: tl.constexpr, PREFETCH: tl.constexpr,
-                        V_TOKEN_MINOR: tl.constexpr):
+                        LINE: tl.constexpr, PREFETCH: tl.constexpr):
     """Before the PDL wait: the keys and values of the first PREFETCH tiles of this
     program's context split asked into L2 (tokens past the split repeat its last one; an
     empty split repeats the sequence's last token). Reads ``seq_lens`` and the block table,
@@ -70,8 +66,7 @@ def _prefetch_partition(k_ptr, v_ptr, table_ptr, seq_lens_ptr, b, kvh, split, st
     tok = _prefetch_tokens(tl.load(seq_lens_ptr + b), split, tl.num_programs(2), BLOCK_N,
                            PREFETCH)
     prefetch_kv_lines(k_ptr, v_ptr, table_ptr + b * stride_bt, tok, kvh, stride_kb, stride_ks,
-                      stride_kh, stride_vb, stride_vs, stride_vh, BLOCK_SIZE, D_PAD, LINE,
-                      V_TOKEN_MINOR)
+                      stride_kh, stride_vb, stride_vs, stride_vh, BLOCK_SIZE, D_PAD, LINE)
 
 
 @triton.jit(do_not_specialize=["stride_bt"])
@@ -79,14 +74,13 @@ def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr, cnt_ptr,
     scale_log2,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    stride_vd, stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
+    stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     FUSED_REDUCE: tl.constexpr, SPLITS_PAD: tl.constexpr, FP8_CVT: tl.constexpr,
     PDL: tl.constexpr = False,
     PREFETCH: tl.constexpr = 0,
     LINE: tl.constexpr = 64,
-    V_TOKEN_MINOR: tl.constexpr = False,
     window=0, softcap_log2=0.0,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
 ):
@@ -99,7 +93,7 @@ def _paged_decode_kernel(
     if PDL and PREFETCH > 0:
         _prefetch_partition(k_ptr, v_ptr, table_ptr, seq_lens_ptr, b, kvh, split, stride_kb,
                             stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                            BLOCK_SIZE, BLOCK_N, D_PAD, LINE, PREFETCH, V_TOKEN_MINOR)
+                            BLOCK_SIZE, BLOCK_N, D_PAD, LINE, PREFETCH)
     pdl_enter(PDL)
     seq_len = tl.load(seq_lens_ptr + b)
     lo = 0
@@ -135,9 +129,8 @@ def _paged_decode_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = load_values(v_ptr, table_row, n0, end, tok, t_mask, kvh, offs_d, d_mask, stride_vb,
-                        stride_vs, stride_vh, stride_vd, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT,
-                        V_TOKEN_MINOR)
+        v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask, stride_vb,
+                         stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros
@@ -215,6 +208,8 @@ def _paged_decode_reduce_kernel(
 
 
 MAX_FUSED_SPLITS = 16
+# context tiles each decode program asks L2 for before its PDL wait (with PDL only)
+PREFETCH_TILES = 1
 
 
 @dataclass(frozen=True)
@@ -293,19 +288,18 @@ def paged_decode(
         cnt = splitk_counters(q.device, b * hkv) if fused else None
     seq_lens = seq_lens.to(q.device)
     pdl = pdl_kwargs(q.device)
-    prefetch = envs.DECODE_PREFETCH.get() if pdl["PDL"] else 0
+    prefetch = PREFETCH_TILES if pdl["PDL"] else 0
     _paged_decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
         out if cnt is None else cnt, scale * LOG2E, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1), h * splits, splits, 1,
         GROUP=group, GROUP_PAD=max(16, next_pow2(group)), HEAD_DIM=d,
         D_PAD=d_pad, BLOCK_SIZE=bs, BLOCK_N=cfg.block_n, SPLIT=splits > 1,
         FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=next_pow2(splits) if cnt is not None else 1,
         FP8_CVT=fp8_cvt(k_cache), PREFETCH=prefetch, LINE=kv_line(k_cache, d_pad),
-        V_TOKEN_MINOR=values_token_minor(v_cache),
         window=window or 0, softcap_log2=(softcap or 0.0) * LOG2E, WINDOW=window is not None,
         SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         maxnreg=cfg.max_registers if cnt is not None else None, **pdl)

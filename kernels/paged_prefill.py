@@ -3,7 +3,7 @@ cached prefix; the oracle is ``paged_attention_ref`` (kernels/paged_attention.py
 
     grid (num_q_tiles_upper_bound, Hkv): a q tile is BLOCK_Q consecutive new tokens of one
     sequence times its G heads, flattened into BLOCK_M >= BLOCK_Q * S rows (row = token * S +
-    head, S = G, or the power of two above it with ``pow2_rows``). tile_starts[b] = sum of
+    head, S = G). tile_starts[b] = sum of
     q tiles of sequences < b (device cumsum, no host sync); a program finds its sequence by
     binary search. Key loop: 0 .. last query position + 1,
     masked causally (query at position p sees keys <= p) and by seq_len.
@@ -27,8 +27,6 @@ import torch
 import triton
 import triton.language as tl
 
-from edge_llm import envs
-
 from .grid import next_pow2
 from .paged_common import (
     LOG2E,
@@ -36,11 +34,10 @@ from .paged_common import (
     context_partition,
     fp8_cvt,
     load_k_tile,
-    load_values,
+    load_kv_tile,
     merge_partials,
     num_sms,
     softcap_scores,
-    values_token_minor,
     window_floor,
 )
 from .paged_decode import decode_split_plan
@@ -83,13 +80,12 @@ def _paged_prefill_kernel(
     part_out_ptr, part_lse_ptr,
     scale_log2, num_seqs, num_tokens,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    stride_vd, stride_bt, stride_ot, stride_oh,
-    GROUP: tl.constexpr, ROW_STRIDE: tl.constexpr, HEAD_DIM: tl.constexpr,
+    stride_bt, stride_ot, stride_oh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8_CVT: tl.constexpr,
     SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False,
-    V_TOKEN_MINOR: tl.constexpr = False,
     window=0, softcap_log2=0.0,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
 ):
@@ -107,10 +103,10 @@ def _paged_prefill_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     first_q = (tile - tl.load(tile_starts_ptr + b)) * BLOCK_Q  # among this seq's new tokens
     rows = tl.arange(0, BLOCK_M)
-    q_local = first_q + rows // ROW_STRIDE
-    head_in = rows % ROW_STRIDE  # >= GROUP: an idle row (ROW_STRIDE a power of two)
+    q_local = first_q + rows // GROUP
+    head_in = rows % GROUP
     # (rows * 0 + tile): a tensor, as the interpreter cannot AND a tensor with a scalar bool
-    row_mask = (rows < BLOCK_Q * ROW_STRIDE) & (head_in < GROUP) & (q_local < num_q) \
+    row_mask = (rows < BLOCK_Q * GROUP) & (q_local < num_q) \
         & (rows * 0 + tile < num_tiles)
     heads = kvh * GROUP + head_in
     offs_d = tl.arange(0, D_PAD)
@@ -152,9 +148,8 @@ def _paged_prefill_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = load_values(v_ptr, table_row, n0, kv_end, kpos, t_mask, kvh, offs_d, d_mask,
-                        stride_vb, stride_vs, stride_vh, stride_vd, BLOCK_SIZE, BLOCK_N, q.dtype,
-                        FP8_CVT, V_TOKEN_MINOR)
+        v = load_kv_tile(v_ptr, table_row, kpos, t_mask, kvh, offs_d, d_mask, stride_vb,
+                         stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -194,9 +189,6 @@ class PrefillConfig:
     num_warps: int = 4
     num_stages: int = 2
     num_splits: int = 0  # key partitions per q tile: 0 = planned (prefill_splits), 1 = none
-    # rows per token a power of two (GQA 5 -> 8 rows, 3 idle): no division by the group,
-    # which made sm_8x spill at GQA 5-7; None: EDGE_LLM_PREFILL_POW2_ROWS (default off)
-    pow2_rows: bool | None = None
 
 
 def default_prefill_config(head_dim: int) -> PrefillConfig:
@@ -219,7 +211,7 @@ def prefill_splits(programs: int, max_context: int, sms: int, block_n: int,
     SPLIT_KEYS_PER_ROW per row). A few new tokens over a long context gain most; launches
     that already come close to filling the GPU lose, hence the programs cut-off."""
     if num_splits <= 0:
-        if programs >= sms or not envs.PREFILL_SPLIT.get():
+        if programs >= sms:
             return 1
         num_splits = min(decode_split_plan(programs, max_context, sms, block_n)[0],
                          MAX_SPLITS)
@@ -240,7 +232,6 @@ def paged_prefill(
     config: PrefillConfig | None = None,
     scratch: dict | None = None,
     max_seq_len: int | None = None,
-    split_seqs: int | None = None,
     window: int | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
@@ -250,11 +241,8 @@ def paged_prefill(
     ``scratch`` (a dict that lives for one forward, ``AttentionMetadata.scratch``): the tile
     table (six small torch ops, the same for every layer of the step) is computed by the
     first layer and kept there for the others. ``max_seq_len`` (host int; default the block
-    tables' width) plans the key split; no sync, so a captured graph passes a fixed one.
-    ``split_seqs`` (default all): the sequences that plan assumes have queries. The grid
-    holds a q tile per sequence slot; the tiles past the real ones exit at once, so a CUDA
-    graph with many empty slots may plan for fewer (each tile then sizes its partitions from
-    its own keys; the programs past its last partition store empty ones)."""
+    tables' width) plans the key split; no sync, so a captured graph passes a fixed one. The
+    plan assumes every sequence slot has queries (a graph's empty slots too)."""
     check_cache(q, k_cache, v_cache)
     cfg = config or default_prefill_config(q.shape[2])
     t, h, d = q.shape
@@ -265,9 +253,7 @@ def paged_prefill(
     if t == 0 or num_seqs == 0:
         return out
     block_m = max(cfg.block_m, 16, next_pow2(group))
-    pow2 = cfg.pow2_rows if cfg.pow2_rows is not None else envs.PREFILL_POW2_ROWS.get()
-    row_stride = next_pow2(group) if pow2 else group
-    block_q = block_m // row_stride
+    block_q = block_m // group
     key = ("prefill_tiles", block_q, num_seqs, q.device)
     cached = scratch.get(key) if scratch is not None else None
     if cached is None:
@@ -283,8 +269,7 @@ def paged_prefill(
     max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * bs
     if window is not None:  # the keys one q tile walks at most
         max_ctx = min(max_ctx, window + block_q + cfg.block_n)
-    plan_seqs = num_seqs if split_seqs is None else max(1, min(split_seqs, num_seqs))
-    splits = prefill_splits((t // block_q + plan_seqs) * hkv, max_ctx, num_sms(q.device),
+    splits = prefill_splits((t // block_q + num_seqs) * hkv, max_ctx, num_sms(q.device),
                             cfg.block_n, cfg.num_splits, rows=t * h)
     part_out = part_lse = out  # placeholders, unused without a split
     if splits > 1:
@@ -295,13 +280,13 @@ def paged_prefill(
         part_out, part_lse,
         scale * LOG2E, num_seqs, t, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        GROUP=group, ROW_STRIDE=row_stride, HEAD_DIM=d, D_PAD=next_pow2(d), BLOCK_SIZE=bs,
+        GROUP=group, HEAD_DIM=d, D_PAD=next_pow2(d), BLOCK_SIZE=bs,
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=cfg.block_n,
         # extra binary-search steps are no-ops: one variant serves up to 4,095 sequences
         SEARCH_STEPS=max(12, num_seqs.bit_length()), FP8_CVT=fp8_cvt(k_cache),
-        SPLIT=splits > 1, V_TOKEN_MINOR=values_token_minor(v_cache),
+        SPLIT=splits > 1,
         window=window or 0, softcap_log2=(softcap or 0.0) * LOG2E, WINDOW=window is not None,
         SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **pdl_kwargs(q.device))

@@ -8,22 +8,20 @@ the kernel's launch latency and set-up overlap the previous kernel's tail instea
 following it; the wait keeps every read after the write it depends on, and as each kernel
 waits for the one before it, for every earlier one too. ``pdl_kwargs(device)`` gives a
 launch both switches together (a kernel launched with ``launch_pdl`` but no wait would race).
-The exception: asking L2 for lines the kernel will read (``prefetch_l2``: weights, or the
-keys and values of decode attention) before the wait. A prefetch changes no value and L2 is
-where every multiprocessor's writes land, so any line may be asked for early. Decode
-attention asks for its first tile by default (``EDGE_LLM_DECODE_PREFETCH``); the GEMV only if
-``EDGE_LLM_GEMV_PREFETCH`` asks (both are experiments, edge_llm/envs.py).
-To find its lines decode attention also *loads* the context length and block table early,
-which is right only because no kernel of a forward writes them (the engine copies them in
-before it): Triton's loads are pure inline asm, and the compiler merges two loads of one
-address across the wait.
+The exception: asking L2 for lines the kernel will read (``prefetch_l2``: the keys and values of
+decode attention) before the wait. A prefetch changes no value and L2 is where every
+multiprocessor's writes land, so any line may be asked for early. Decode attention asks for its
+first tile (``paged_decode.PREFETCH_TILES``). To find its lines decode attention also *loads* the
+context length and block table early, which is right only because no kernel of a forward writes them
+(the engine copies them in before it): Triton's loads are pure inline asm, and the compiler merges
+two loads of one address across the wait.
 
-``EDGE_LLM_PDL``: ``auto`` (the default) launches with PDL the kernels of forwards of at most
-``AUTO_MAX_TOKENS`` tokens (the model's forward says its size through ``forward_tokens``;
-kernels outside a forward launch without); ``1`` every kernel; ``0`` none. Only on sm_90 and
-later (sm_8x has no griddepcontrol: the 3090 / 4090 path is unchanged). It speeds up decode
-steps of a few rows, whose kernels are short enough for launch gaps to matter, and slows
-down those of 12 rows and more (BENCHMARKS.md, "Kernels"), hence the cut-off.
+The kernels of forwards of at most ``AUTO_MAX_TOKENS`` tokens launch with PDL (the model's
+forward says its size through ``forward_tokens``; kernels outside a forward launch without),
+on sm_90 and later only (sm_8x has no griddepcontrol: the 3090 / 4090 path is unchanged). It
+speeds up decode steps of a few rows, whose kernels are short enough for launch gaps to
+matter, and slows down those of 12 rows and more (BENCHMARKS.md, "Kernels"), hence the
+cut-off.
 """
 
 from __future__ import annotations
@@ -37,8 +35,6 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from edge_llm import envs
-
 from .device import compute_capability
 
 AUTO_MAX_TOKENS = 4
@@ -47,7 +43,7 @@ _tokens: contextvars.ContextVar[int | None] = contextvars.ContextVar("pdl_tokens
 
 @contextlib.contextmanager
 def forward_tokens(n: int) -> Iterator[None]:
-    """Within it, kernels belong to a forward of ``n`` tokens (``auto`` decides by it)."""
+    """Within it, kernels belong to a forward of ``n`` tokens (``pdl_on`` decides by it)."""
     token = _tokens.set(n)
     try:
         yield
@@ -56,17 +52,13 @@ def forward_tokens(n: int) -> Iterator[None]:
 
 
 def pdl_on(device: torch.device) -> bool:
-    """Whether a kernel launched now on ``device`` uses PDL: a CUDA sm_90+ device, and the
-    mode is 1, or auto inside a forward of at most ``AUTO_MAX_TOKENS`` tokens."""
+    """Whether a kernel launched now on ``device`` uses PDL: a CUDA sm_90+ device, inside a
+    forward of at most ``AUTO_MAX_TOKENS`` tokens."""
     if device.type != "cuda":
         return False
-    mode = envs.PDL.get()
-    if mode == "0":
+    n = _tokens.get()
+    if n is None or n > AUTO_MAX_TOKENS:
         return False
-    if mode == "auto":
-        n = _tokens.get()
-        if n is None or n > AUTO_MAX_TOKENS:
-            return False
     return compute_capability(device)[0] >= 9
 
 

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .grid import next_pow2
-from .paged_attention import check_kv_write, copy_heads, values_finite
+from .paged_attention import check_kv_write, copy_heads
 from .pdl import pdl_enter, pdl_kwargs
 from .rotary import _cos_sin, _rotate_heads, check_rotary
 
@@ -23,11 +23,11 @@ def _rotary_write_kv_kernel(
     q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, qo_ptr, kc_ptr, vc_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_qot, stride_qoh,
     stride_cos, stride_sin, stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs,
-    stride_vch, stride_vcd,
+    stride_vch,
     NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    PDL: tl.constexpr = False, V_FINITE: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """One program per token: q rotated into qo; k rotated and v copied into cache slot
     slot_mapping[t] (slot < 0: padding, nothing stored)."""
@@ -47,8 +47,7 @@ def _rotary_write_kv_kernel(
                   HALF)
     keep_v = tl.arange(0, D_PAD)[None, :] * 0 + slot >= 0
     copy_heads(v_ptr + t * stride_vt, vc_ptr + blk * stride_vcb + off * stride_vcs,
-               stride_vh, stride_vch, keep_v, NUM_KV_HEADS, HK_PAD, HEAD_DIM, D_PAD,
-               stride_vcd, V_FINITE)
+               stride_vh, stride_vch, keep_v, NUM_KV_HEADS, HK_PAD, HEAD_DIM, D_PAD)
 
 
 def rotary_write_kv(
@@ -81,10 +80,10 @@ def rotary_write_kv(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         q_out.stride(0), q_out.stride(1), cos.stride(0), sin.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=d // 2, HALF_PAD=half_pad, HQ_PAD=hq_pad,
         HK_PAD=hk_pad, HEAD_DIM=d, D_PAD=next_pow2(d),
-        BLOCK_SIZE=k_cache.shape[1], V_FINITE=values_finite(v_cache),
+        BLOCK_SIZE=k_cache.shape[1],
         num_warps=max(1, min(8, hq_pad * half_pad // 512)),
         **pdl_kwargs(q.device))
     return q_out

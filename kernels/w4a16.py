@@ -66,7 +66,6 @@ from .w4a16_config import W4A16Config, auto_split, pick_config
 from .w4a16_dequant import dequantize_w4a16
 from .w4a16_dot import launch_dot, launch_gemv
 from .w4a16_gemv import launch_gemv16
-from .w4a16_gemv_tile import gemv_prefetch
 from .w4a16_ref import (  # noqa: F401 - the references are part of this module's API
     PACK,
     PLANE_TILE,
@@ -223,7 +222,7 @@ def _launch_fused(x2, qweight, scales, zeros, out, group_size: int, cfg: W4A16Co
                       chain4=cfg.chain4, fold_zero=cfg.fold_zero,
                       flat_scales=cfg.flat_scales, pipe=cfg.pipe_stages,
                       final=out if cnt is not None else None, counters=cnt,
-                      planes=gemv_planes, silu=silu, prefetch=gemv_prefetch())
+                      planes=gemv_planes, silu=silu)
     elif cfg.kind == "swap":
         launch_swap(x2, qweight, scales, zeros, target, final, cnt, group_size, block_m,
                     cfg.block_n, block_k, k_per_split, split, one_group,

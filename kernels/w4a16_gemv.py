@@ -50,7 +50,7 @@ from .w4a16_gemv_ptx import (
     CON4,
     CON4F,
 )
-from .w4a16_gemv_tile import _prefetch_first_tiles, _tile_loads
+from .w4a16_gemv_tile import _tile_loads
 from .w4a16_gemv_x import _bits_half, _pair, _x_pairs
 
 
@@ -208,7 +208,6 @@ def _w4a16_gemv16_kernel(
     PLANES: tl.constexpr = False,
     SILU: tl.constexpr = False,
     PDL: tl.constexpr = False,
-    PREFETCH: tl.constexpr = 0,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -231,13 +230,7 @@ def _w4a16_gemv16_kernel(
     projection of 2 N columns and ``out`` gets silu(gate) * up, N columns: each program
     reads BLOCK_N / 2 gate columns and the same up columns (N further on), and its epilogue
     stores their product (``_store_silu_row``): no [M, 2 N] intermediate, no second kernel.
-    PREFETCH > 0 (with PDL, compiled only): the first PREFETCH K tiles' words, scales and
-    zeros are requested into L2 before the wait for the previous kernel
-    (``_prefetch_first_tiles``).
     """
-    if PDL and PREFETCH > 0:
-        _prefetch_first_tiles(qw_ptr, s_ptr, z_ptr, N, K, k_per_split, group_size, stride_qk,
-                              stride_sg, stride_zg, BLOCK_N, BLOCK_K, PREFETCH, SILU)
     pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -326,7 +319,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
                   chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
                   pipe: int = 0, final: torch.Tensor | None = None,
                   counters: torch.Tensor | None = None, planes: bool = False,
-                  silu: bool = False, prefetch: int = 0) -> None:
+                  silu: bool = False) -> None:
     """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
 
     ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
@@ -339,10 +332,7 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
     [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
     ``final`` (no second launch). ``planes``: plane-packed words (PLANES; fp16 x, block_k
     and k_per_split multiples of 128). ``silu``: the weights are a merged [gate | up]
-    projection and ``target`` [1, M, N / 2] gets silu(gate) * up (SILU; one split only).
-    ``prefetch``: K tiles (a power of two) whose words, scales and zeros each program asks
-    L2 for before it waits on the previous kernel (PREFETCH; only where the launch uses PDL
-    and the PTX runs: ``use_asm``)."""
+    projection and ``target`` [1, M, N / 2] gets silu(gate) * up (SILU; one split only)."""
     m, k = x2.shape
     n = qweight.shape[1]
     if silu and (split != 1 or n % 2 or final is not None or block_n % 2):
@@ -352,9 +342,6 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         raise ValueError(f"plane-packed words need fp16 x and K tiles and splits of whole "
                          f"128-row tiles: {x2.dtype}, block_k={block_k}, "
                          f"k_per_split={k_per_split}")
-    if prefetch < 0 or prefetch & (prefetch - 1) or (prefetch and block_n < 32):
-        raise ValueError(f"prefetch must be 0 or a power of two K tiles, with block_n >= 32: "
-                         f"prefetch={prefetch}, block_n={block_n}")
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     fp16 = x2.dtype == torch.float16
@@ -376,5 +363,4 @@ def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int
         CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
         EVEN=flat and k % block_k == 0 and n_out % tile_n == 0, PIPE=pipe, REDUCE=reduce,
         SPLIT_P2=next_pow2(split) if reduce else 1, PLANES=planes, SILU=silu,
-        PREFETCH=prefetch if use_asm and pdl["PDL"] else 0, num_warps=num_warps,
-        num_stages=num_stages, **pdl)
+        num_warps=num_warps, num_stages=num_stages, **pdl)

@@ -63,11 +63,11 @@ def test_bad_environment_value_exits_2():
         "for int() with base 10: 'many'"]
 
 
-def test_bad_prefetch_switch_exits_2():
-    res = run_cli("serve", env={"EDGE_LLM_PREFETCH": "on"})
+def test_bad_kernels_choice_exits_2():
+    res = run_cli("serve", env={"EDGE_LLM_KERNELS": "cuda"})
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        "edge-llm serve: error: EDGE_LLM_PREFETCH must be 0, 1, fadvise or read, got 'on'."]
+        "edge-llm serve: error: EDGE_LLM_KERNELS must be triton or torch, got 'cuda'."]
 
 
 def test_bad_probe_cache_switch_exits_2():

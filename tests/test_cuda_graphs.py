@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from edge_llm import LLM, CompletionOutput, SamplingParams, envs
+from edge_llm import LLM, CompletionOutput, SamplingParams
 from edge_llm.engine.cuda_graphs import (
     DecodeGraphs,
     GraphStats,
@@ -296,7 +296,7 @@ def test_capture_stats_and_release(monkeypatch):
 def test_capture_warms_up_through_the_first_layer_only(monkeypatch):
     """``capture_graph`` (unit, the CUDA calls stubbed): given the model, the eager run
     before the capture goes through its first layer only and the captured run through all
-    of them; without the model, or with ``EDGE_LLM_WARMUP_LAYERS=all``, both run whole."""
+    of them; without the model, both run whole."""
     import contextlib
 
     import edge_llm.engine.graph_capture as cg
@@ -334,19 +334,11 @@ def test_capture_warms_up_through_the_first_layer_only(monkeypatch):
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
     model = FakeModel()
     forward = lambda: events.append(("forward", model.num_active_layers))  # noqa: E731
-    monkeypatch.delenv(envs.WARMUP_LAYERS.name, raising=False)
     cg.capture_graph(forward, None, torch.device("cpu"), model)
     assert events == [("forward", 1), "sync", "begin", ("forward", None), "end"]
     events.clear()
     cg.capture_graph(forward, None, torch.device("cpu"))
     assert events == [("forward", None), "sync", "begin", ("forward", None), "end"]
-    events.clear()
-    monkeypatch.setenv(envs.WARMUP_LAYERS.name, "all")  # every layer
-    cg.capture_graph(forward, None, torch.device("cpu"), model)
-    assert events == [("forward", None), "sync", "begin", ("forward", None), "end"]
-    monkeypatch.setenv(envs.WARMUP_LAYERS.name, "2")
-    with pytest.raises(ValueError, match="EDGE_LLM_WARMUP_LAYERS must be 1 or all, got '2'"):
-        cg.capture_graph(forward, None, torch.device("cpu"), model)
 
 
 def test_capture_or_release(monkeypatch, caplog):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from edge_llm import LLM, SamplingParams, envs
+from edge_llm import LLM, SamplingParams
 from tests.engine_fixtures import demo_dir, tiny_dir  # noqa: F401
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
@@ -284,8 +284,6 @@ def test_other_block_sizes_same_greedy_output(tiny_dir, tiny_llm, block_size):  
 def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
     import torch
 
-    from edge_llm.kernels.paged_common import values_token_minor
-
     budget = 1 << 20
     plain = LLM(str(tiny_dir), device="cpu", kv_cache_memory=budget, max_num_batched_tokens=256)
     fp8 = LLM(str(tiny_dir), device="cpu", kv_cache_memory=budget, max_num_batched_tokens=256,
@@ -293,7 +291,7 @@ def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
     k_cache, v_cache = fp8.engine.runner.kv.layers[0]
     assert k_cache.dtype == torch.uint8 and plain.engine.runner.kv.layers[0][0].dtype == \
         torch.float32
-    assert values_token_minor(v_cache)  # the layout the attention kernels read fastest
+    assert v_cache.dtype == torch.uint8 and v_cache.is_contiguous()  # token-major, as the keys
     # one byte per element against fp32's four: four times the blocks in the same memory
     assert fp8.engine.runner.plan.num_gpu_blocks == 4 * plain.engine.runner.plan.num_gpu_blocks
     info = fp8.engine.stats()["cache_config"]
@@ -317,24 +315,6 @@ def test_fp8_kv_cache(tiny_dir, tiny_llm):  # noqa: F811
     same = sum(a == b for o, f in zip(ref, full, strict=True)
                for a, b in zip(o.outputs[0].token_ids, f.outputs[0].token_ids, strict=True))
     assert same > 0.5 * 10 * 30
-
-
-def test_token_minor_values_change_no_output(tiny_dir, tiny_llm, monkeypatch):  # noqa: F811
-    """EDGE_LLM_V_TOKEN_MINOR=1 stores fp32 values token-minor too (the layout the attention
-    kernels read fastest, opt-in for float caches): greedy outputs as with the default
-    layout, under swapping preemption as well."""
-    from edge_llm.kernels.paged_common import values_token_minor
-
-    prompts = _prompts(8, seed=11, lo=10, hi=40)
-    params = SamplingParams(max_tokens=24, **GREEDY)
-    ref = tiny_llm.generate(prompts, params, use_tqdm=False)
-    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "1")
-    small = LLM(str(tiny_dir), device="cpu", block_size=8, num_gpu_blocks_override=24,
-                swap_space=1.0, max_num_batched_tokens=128, max_num_seqs=16,
-                max_model_len=160, growth_reserve=0, preemption_mode="swap")
-    assert values_token_minor(small.engine.runner.kv.layers[0][1])
-    assert _texts(small.generate(prompts, params, use_tqdm=False)) == _texts(ref)
-    assert small.engine.scheduler.stats()["num_preemptions"] > 0
 
 
 def test_kv_cache_dtype_is_checked(tiny_dir):  # noqa: F811

@@ -5,11 +5,13 @@ stay separate and still compute correctly; sleep/wake keeps the merged layout (C
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import torch
 from torch import nn
 
+from edge_llm.engine import llm_engine
 from edge_llm.model.fuse import fuse_projections, merge_linears, merge_mismatch
 from edge_llm.model.loader import load_model
 from edge_llm.quant import (
@@ -83,12 +85,18 @@ def test_fuse_projections_counts_groups_and_frees_parts(tmp_path):
     assert rel_err(_logits(lm, ids), before) < 1e-5
 
 
-def test_env_var_switches_merging_off(tmp_path, monkeypatch):
+def unmerged_engine_loads(monkeypatch) -> None:
+    """Engines built from now on load their models with separate projections (the reference
+    the merged layers are compared with)."""
+    monkeypatch.setattr(llm_engine, "load_model",
+                        functools.partial(load_model, merge_projections=False))
+
+
+def test_load_model_merges_by_default(tmp_path):
     path = save_hf_checkpoint(tiny_hf_model("LlamaForCausalLM"), tmp_path / "m")
-    monkeypatch.setenv("EDGE_LLM_MERGE_PROJECTIONS", "0")
-    assert _layout(load_model(str(path), device="cpu", progress=False).model)[0] == (False, False)
-    monkeypatch.setenv("EDGE_LLM_MERGE_PROJECTIONS", "1")
     assert _layout(load_model(str(path), device="cpu", progress=False).model)[0] == (True, True)
+    plain = load_model(str(path), device="cpu", progress=False, merge_projections=False)
+    assert _layout(plain.model)[0] == (False, False)
 
 
 def _checkpoint(hf, case, path, shared_perm: bool = True, keep_plain: tuple[str, ...] = ()):
@@ -237,11 +245,11 @@ def test_sleep_wake_keeps_merged_layers(tiny_dir, level, monkeypatch):  # noqa: 
 
     prompts = ["The capital of France is", "1, 2, 3, 4,", "def main():"]
     params = SamplingParams(max_tokens=8, temperature=0.0)
-    monkeypatch.setenv("EDGE_LLM_MERGE_PROJECTIONS", "0")
-    plain = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256)
+    with monkeypatch.context() as patch:
+        unmerged_engine_loads(patch)
+        plain = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256)
     assert _layout(plain.engine.runner.model)[0] == (False, False)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, params, use_tqdm=False)]
-    monkeypatch.delenv("EDGE_LLM_MERGE_PROJECTIONS")
     llm = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256)
     assert _layout(llm.engine.runner.model) == [(True, True)] * 2
     before = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]

@@ -33,6 +33,7 @@ from edge_llm.model.full_forward import full_logits  # noqa: E402
 from edge_llm.model.loader import load_model  # noqa: E402
 from tests.helpers import rel_err  # noqa: E402
 from tests.test_cuda_graphs_gpu import _scale_lm_head, assert_same_or_near_tie  # noqa: E402
+from tests.test_fuse import unmerged_engine_loads  # noqa: E402
 
 VOCAB = 1024
 SHAPES = {
@@ -128,10 +129,12 @@ def test_merged_logits_equal_unmerged(awq_dirs, shape):
 
 
 def _llm(path: Path, monkeypatch, merge: bool) -> LLM:
-    monkeypatch.setenv("EDGE_LLM_MERGE_PROJECTIONS", "1" if merge else "0")
-    return LLM(str(path), device="cuda", dtype="float16", max_model_len=512, block_size=16,
-               max_num_seqs=4, max_num_batched_tokens=256, kv_cache_memory=1 << 28,
-               swap_space=0.0, enable_prefix_caching=False)
+    with monkeypatch.context() as patch:
+        if not merge:
+            unmerged_engine_loads(patch)
+        return LLM(str(path), device="cuda", dtype="float16", max_model_len=512,
+                   block_size=16, max_num_seqs=4, max_num_batched_tokens=256,
+                   kv_cache_memory=1 << 28, swap_space=0.0, enable_prefix_caching=False)
 
 
 def test_greedy_equals_unmerged_engine(awq_dirs, monkeypatch):

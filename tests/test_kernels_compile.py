@@ -18,8 +18,6 @@ import re
 import pytest
 import torch
 
-from edge_llm import envs
-
 triton = pytest.importorskip("triton")
 try:
     from triton.backends.compiler import GPUTarget
@@ -189,41 +187,6 @@ def test_fp8_kv_configs_compile(arch, monkeypatch):
             assert "cvt.rn.f16x2.e4m3x2" in kern.asm["ptx"], name
 
 
-@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16])
-@pytest.mark.parametrize("arch", [86, 89, 120])
-def test_token_minor_values_read_without_byte_loads(arch, dtype, monkeypatch):
-    """An fp8 cache's values stored token-minor (paged_common.value_cache, the engine's
-    layout): decode and prefill attention read them for the p @ v dot with no byte-wide
-    shared-memory loads. A token-major uint8 tile needs one ``ld.shared.u8`` per code there
-    (Triton 3.6 for sm_86 / 89: 64 a thread and key tile), as there is no 8-bit
-    ldmatrix.trans; token-minor, the runs of a block come in 16-byte copies and the tile is
-    transposed in registers (sm_89 decode: 108 registers against 166, BENCHMARKS.md).
-    fp16 values token-minor (EDGE_LLM_V_TOKEN_MINOR=1) compile too, still through 16-byte
-    asynchronous copies, with the writes keeping them finite."""
-    pc = importlib.import_module("edge_llm.kernels.paged_common")
-    monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: arch >= 89)
-    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "1")
-    d, h, hkv = 128, 32, 8
-    kc = torch.zeros(64, 16, hkv, d, dtype=dtype)
-    vc = pc.value_cache(tuple(kc.shape), dtype)
-    table = torch.randint(0, 64, (4, 16), dtype=torch.int32)
-    sl = torch.full((4,), 200, dtype=torch.int32)
-    qsl = torch.tensor([0, 100, 150, 151, 200], dtype=torch.int32)
-    with compile_only(arch) as records:
-        pa.paged_decode(torch.randn(4, h, d).half(), kc, vc, table, sl, 0.1, max_seq_len=200)
-        pa.paged_prefill(torch.randn(200, h, d).half(), kc, vc, table, qsl, sl, 0.1)
-        k = torch.randn(5, hkv, d).half()
-        pa.write_kv(k, k.clone(), kc, vc, torch.arange(5))
-    _assert_fits(records)
-    kernels = {name: kern for name, kw, kern in records if kw.get("V_TOKEN_MINOR")}
-    assert set(kernels) == {"_paged_decode_kernel", "_paged_prefill_kernel"}
-    for name, kern in kernels.items():
-        assert not re.findall(r"ld\.shared\.[usb]8", kern.asm["ptx"]), name
-        assert "cp.async" in kern.asm["ptx"], name
-    writes = [kw.get("V_FINITE") for name, kw, _ in records if name == "_write_kv_kernel"]
-    assert writes == [dtype != torch.uint8]
-
-
 @pytest.mark.parametrize("hidden,inter,h,hkv,d", [(4096, 11008, 32, 32, 128),
                                                   (3584, 18944, 28, 4, 128),
                                                   (576, 1536, 9, 3, 64)])
@@ -373,7 +336,8 @@ def test_pdl_every_kernel_waits_before_it_reads(on, monkeypatch):
     tests/test_prefetch_compile.py checks that; it is off here.)"""
     pdl = importlib.import_module("edge_llm.kernels.pdl")
     monkeypatch.setattr(pdl, "pdl_on", lambda device: on)
-    monkeypatch.setenv("EDGE_LLM_DECODE_PREFETCH", "0")
+    monkeypatch.setattr(importlib.import_module("edge_llm.kernels.paged_decode"),
+                        "PREFETCH_TILES", 0)
     with compile_only(90) as records:
         _launch_every_kernel(monkeypatch)
     assert {name for name, _, _ in records} == ALL_KERNELS
@@ -399,7 +363,7 @@ def test_head_dim_256_window_softcap_fit(arch, cache, monkeypatch):
     monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: arch >= 89)
     d, h, hkv = 256, 16, 8
     kc = torch.zeros(64, 16, hkv, d, dtype=cache)
-    vc = pc.value_cache(tuple(kc.shape), cache)
+    vc = torch.zeros_like(kc)
     table = torch.randint(0, 64, (4, 16), dtype=torch.int32)
     sl = torch.full((4,), 200, dtype=torch.int32)
     q = torch.randn(4, h, d).half()

@@ -18,17 +18,11 @@ if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
 
 import importlib  # noqa: E402
 
-from edge_llm import envs  # noqa: E402
 from edge_llm.kernels import dispatch as kernels  # noqa: E402
 
 fu = importlib.import_module("edge_llm.kernels.fused")
 rot = importlib.import_module("edge_llm.kernels.rotary")
 
-
-@pytest.fixture(autouse=True)
-def _fused_on(monkeypatch):
-    """The dispatchers take the fused kernels unless EDGE_LLM_FUSED_KERNELS=0."""
-    monkeypatch.setenv(envs.FUSED_KERNELS.name, "1")
 
 DEV = torch.device("cuda")
 SHARED_LIMIT = 99 * 1024

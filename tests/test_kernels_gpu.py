@@ -99,14 +99,7 @@ def test_w4a16_group_sizes_and_splits(gs):
         assert err < 1e-2, f"gs={gs} M={m} {cfg}: rel err {err:.2e}"
 
 
-def _token_minor(vc):
-    """A copy of ``vc`` in paged_common.value_cache's token-minor layout (any dtype)."""
-    n, bs, hkv, d = vc.shape
-    return torch.empty((n, hkv, d, bs), device=vc.device, dtype=vc.dtype).permute(
-        0, 3, 1, 2).copy_(vc)
-
-
-def _paged(b, ctx_lens, hkv, d, bs, dtype, token_minor=False):
+def _paged(b, ctx_lens, hkv, d, bs, dtype):
     nblk = [-(-c // bs) for c in ctx_lens]
     total = sum(nblk) + 7
     perm = torch.randperm(total, device=DEV).to(torch.int32)
@@ -117,16 +110,15 @@ def _paged(b, ctx_lens, hkv, d, bs, dtype, token_minor=False):
         start += used
     kc = torch.randn(total, bs, hkv, d, device=DEV, dtype=dtype)
     vc = torch.randn_like(kc)
-    return kc, _token_minor(vc) if token_minor else vc, table
+    return kc, vc, table
 
 
-@pytest.mark.parametrize("token_minor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("hkv", [8, 4])  # 32 query heads: GQA 4 and 8
-def test_decode_32x2048(hkv, dtype, token_minor):
+def test_decode_32x2048(hkv, dtype):
     b, ctx, h, d, bs = 32, 2048, 32, 128, 16
     lens = [ctx - (i * 37) % 50 for i in range(b)]  # partial last blocks
-    kc, vc, table = _paged(b, lens, hkv, d, bs, dtype, token_minor)
+    kc, vc, table = _paged(b, lens, hkv, d, bs, dtype)
     q = torch.randn(b, h, d, device=DEV, dtype=dtype)
     seq_lens = torch.tensor(lens, device=DEV, dtype=torch.int32)
     qsl = torch.arange(b + 1, dtype=torch.int32)
@@ -138,13 +130,12 @@ def test_decode_32x2048(hkv, dtype, token_minor):
     assert rel_err(out, ref) < 1e-2
 
 
-@pytest.mark.parametrize("token_minor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_chunked_prefill_and_mixed_batch(dtype, token_minor):
+def test_chunked_prefill_and_mixed_batch(dtype):
     hkv, h, d, bs = 4, 28, 128, 16
     nq = [700, 1, 1, 130, 1024, 3]
     ctx = [2000, 61, 3000, 130, 1024, 900]
-    kc, vc, table = _paged(len(nq), ctx, hkv, d, bs, dtype, token_minor)
+    kc, vc, table = _paged(len(nq), ctx, hkv, d, bs, dtype)
     t = sum(nq)
     q = torch.randn(t, h, d, device=DEV, dtype=dtype)
     qsl = torch.tensor([0] + nq).cumsum(0).to(torch.int32)

@@ -12,8 +12,6 @@ import sys
 
 import pytest
 
-from edge_llm import envs
-
 try:
     import tests.interpret_child as ic
 except ImportError:  # run as the interpreted child script: tests/ is sys.path[0]
@@ -111,8 +109,7 @@ def case_prefill_split_keys():
     """Keys cut into partitions per q tile (PrefillConfig.num_splits, or planned from the
     grid and ``max_seq_len``), merged by a second launch: a few cached-prefix queries over a
     long context, partitions past a tile's last key (empty), decode rows and a fresh prompt
-    in one step, GQA 1 / 4 / 7, fp32 and fp16; the planner and its switch."""
-    import os
+    in one step, GQA 1 / 4 / 7, fp32 and fp16; the planner."""
 
     import torch
 
@@ -140,11 +137,7 @@ def case_prefill_split_keys():
     assert prefill_splits(29 * 4, 1000, 132, 64, rows=256 * 28) == 1
     assert prefill_splits(29 * 4, 4000, 132, 64, rows=256 * 28) == 3
     assert prefill_splits(4, 300, 132, 64, rows=8 * 28) == 1
-    os.environ[envs.PREFILL_SPLIT.name] = "0"
-    try:
-        assert prefill_splits(4, 2048, 8, 64) == 1 and prefill_splits(4, 2048, 8, 64, 3) == 3
-    finally:
-        del os.environ[envs.PREFILL_SPLIT.name]
+    assert prefill_splits(4, 2048, 8, 64, 3) == 3  # a configured split is taken as it is
     nq, ctx = [3], [1100]
     q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 4, 16, 16, torch.float16)
     ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
@@ -153,26 +146,20 @@ def case_prefill_split_keys():
     assert ic.rel_err(out, ref) < ic.tolerance(torch.float16)
 
 
-def case_prefill_pow2_rows():
-    """``PrefillConfig.pow2_rows``: each token's heads take a power-of-two stride of rows (GQA
-    3 / 5 / 6 / 7 -> 4 / 8 / 8 / 8 rows, the rest idle), alone and with split keys, also
-    through the dispatcher with EDGE_LLM_PREFILL_POW2_ROWS=1."""
-    import os
-
+def case_prefill_groups_not_a_power_of_two():
+    """Prefill rows are token * G + head for any GQA group G (3 / 5 / 6 / 7 here: a q tile
+    of 16 rows holds 5 / 3 / 2 / 2 tokens, the last rows idle), alone and with split keys,
+    also through the dispatcher."""
     import torch
 
     from edge_llm.kernels.paged_attention import PrefillConfig
 
     for group in (3, 5, 6, 7):
         for splits in (1, 3):
-            cfg = PrefillConfig(block_m=16, block_n=16, num_splits=splits, pow2_rows=True)
+            cfg = PrefillConfig(block_m=16, block_n=16, num_splits=splits)
             _check_attention([5, 1, 12], [40, 9, 12], 2 * group, 2, 16, 8, torch.float32,
                              prefill_cfg=cfg)
-    os.environ[envs.PREFILL_POW2_ROWS.name] = "1"
-    try:
-        _check_attention([7, 2, 1], [30, 18, 2], 14, 2, 16, 16, torch.float16)
-    finally:
-        del os.environ[envs.PREFILL_POW2_ROWS.name]
+    _check_attention([7, 2, 1], [30, 18, 2], 14, 2, 16, 16, torch.float16)
 
 
 def case_prefill_short_step_graph_layout():
@@ -191,20 +178,6 @@ def case_prefill_short_step_graph_layout():
         out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.25,
                                      max_query_len=q.shape[0], max_seq_len=64)
         assert ic.rel_err(out, ref) < ic.tolerance(torch.float16), (nq, ctx)
-    # planned for one sequence (AttentionMetadata.split_seqs, EDGE_LLM_PREFILL_SPLIT_GRAPHS):
-    # the 9-token step's keys split 4 ways over the CPU's 8 "multiprocessors", where all six
-    # slots planned would not split; each tile sizes its partitions from its own keys
-    from edge_llm.kernels.paged_prefill import prefill_splits
-
-    nq, ctx = [6, 1, 0, 0, 0, 2], [300, 150, 0, 0, 0, 2]
-    assert prefill_splits((9 // 32 + 1) * 2, 1024, 8, 64, rows=9 * 4) == 4
-    assert prefill_splits((9 // 32 + 6) * 2, 1024, 8, 64, rows=9 * 4) == 1
-    q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 4, 2, 16, 8, torch.float16)
-    ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.25)
-    for split_seqs in (None, 1):
-        out = paged_attention_triton(q, kc, vc, table, qsl, sl, 0.25, max_query_len=9,
-                                     max_seq_len=1024, split_seqs=split_seqs)
-        assert ic.rel_err(out, ref) < ic.tolerance(torch.float16), split_seqs
 
 
 def case_prefill_tile_table_kept_for_the_next_layers():

@@ -9,9 +9,7 @@ import types
 import pytest
 import torch
 
-from edge_llm import envs
 from edge_llm.engine.kv_cache import KVCache, KVCachePlan, slot_runs
-from edge_llm.kernels.paged_common import values_token_minor
 
 
 def test_slot_runs():
@@ -26,11 +24,9 @@ def test_swap_out_and_in_through_fragmented_slots(dtype):
     arch = types.SimpleNamespace(num_layers=3, num_kv_heads=2, head_dim=8)
     plan = KVCachePlan(num_gpu_blocks=12, num_cpu_blocks=10, block_bytes=0, budget_bytes=0)
     kv = KVCache(arch, plan, 4, dtype, torch.device("cpu"))
-    # fp8 values are token-minor (paged_common.value_cache), on the device and in the swap
-    # space alike, and start zero-filled; the keys and fp32 values token-major
+    # keys and values token-major for every dtype, on the device and in the swap space alike
     for k, v in kv.layers + kv.cpu_layers:
-        assert k.is_contiguous() and values_token_minor(v) == (dtype == torch.uint8)
-    assert all(not v.any() for _, v in kv.layers) or dtype != torch.uint8
+        assert k.is_contiguous() and v.is_contiguous() and k.shape == v.shape
     for k, v in kv.layers:
         k.copy_(torch.randint(0, 200, k.shape).to(dtype))
         v.copy_(torch.randint(0, 200, v.shape).to(dtype))
@@ -50,23 +46,6 @@ def test_swap_out_and_in_through_fragmented_slots(dtype):
         assert torch.equal(k[back], k0[blocks]) and torch.equal(v[back], v0[blocks])
         untouched = [b for b in range(12) if b not in back]
         assert not k[untouched].any() and not v[untouched].any()
-
-
-def test_value_layout_switch(monkeypatch):
-    """EDGE_LLM_V_TOKEN_MINOR: auto (fp8 values token-minor, others token-major), 1 (every
-    dtype token-minor, zero-filled), 0 (none); anything else is refused."""
-    from edge_llm.kernels.paged_common import value_cache
-
-    assert values_token_minor(value_cache((3, 16, 2, 8), torch.uint8))
-    assert value_cache((3, 16, 2, 8), torch.float16).is_contiguous()
-    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "1")
-    half = value_cache((3, 16, 2, 8), torch.float16)
-    assert values_token_minor(half) and not half.any()
-    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "0")
-    assert value_cache((3, 16, 2, 8), torch.uint8).is_contiguous()
-    monkeypatch.setenv(envs.V_TOKEN_MINOR.name, "yes")
-    with pytest.raises(ValueError, match=envs.V_TOKEN_MINOR.name):
-        value_cache((3, 16, 2, 8), torch.uint8)
 
 
 def _arch():
@@ -115,10 +94,10 @@ def test_scratch_prefill_splits_a_step_into_sequences_of_max_seq_len():
     assert meta.max_query_len == meta.max_seq_len == 6
     _, one = scratch_prefill(lm, 10, 4, torch.float16, torch.device("cpu"))
     assert one.seq_lens.tolist() == [10] and one.block_tables.tolist() == [[0, 1, 2]]
-    # an fp8 scratch cache holds its values as the engine's does, so that the start-up
-    # warm-ups compile the attention variants serving will launch
+    # an fp8 scratch cache holds its values as the engine's does (token-major), so that the
+    # start-up warm-ups compile the attention variants serving will launch
     (k8, v8), = scratch_prefill(lm, 10, 4, torch.uint8, torch.device("cpu"))[0]
-    assert k8.is_contiguous() and values_token_minor(v8)
+    assert k8.is_contiguous() and v8.is_contiguous() and v8.dtype == torch.uint8
 
 
 def test_dequant_buffer_released_on_sleep_comes_back_at_its_size(monkeypatch):
@@ -155,14 +134,11 @@ def test_expandable_segments_unless_the_allocator_is_configured(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", calls.append,
                         raising=False)
-    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", envs.EXPANDABLE_SEGMENTS.name):
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         monkeypatch.delenv(var, raising=False)
     cuda = torch.device("cuda", 0)
     assert not use_expandable_segments(torch.device("cpu")) and calls == []
     assert use_expandable_segments(cuda) and calls == ["expandable_segments:True"]
-    monkeypatch.setenv(envs.EXPANDABLE_SEGMENTS.name, "0")
-    assert not use_expandable_segments(cuda)
-    monkeypatch.setenv(envs.EXPANDABLE_SEGMENTS.name, "1")
     for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):  # the user's own settings
         monkeypatch.setenv(var, "max_split_size_mb:128")
         assert not use_expandable_segments(cuda)

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
 import importlib  # noqa: E402
 
 from edge_llm.kernels.kv_fp8 import fp8_decode_ref, fp8_encode_ref  # noqa: E402
-from tests.test_kernels_gpu import _paged, _token_minor  # noqa: E402
+from tests.test_kernels_gpu import _paged  # noqa: E402
 
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 pc = importlib.import_module("edge_llm.kernels.paged_common")
@@ -30,18 +30,11 @@ def _rel(out, ref) -> float:
     return float((out.double() - ref.double()).norm() / ref.double().norm())
 
 
-def _layout(vc, token_minor: bool):
-    """``vc`` itself, or a copy in the token-minor layout the engine allocates for fp8."""
-    return _token_minor(vc) if token_minor else vc
-
-
-@pytest.mark.parametrize("token_minor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_writes_match_reference_codes(dtype, token_minor):
+def test_writes_match_reference_codes(dtype):
     blocks, bs, hkv, d, t = 512, 16, 8, 128, 300
     kc = torch.randint(0, 120, (blocks, bs, hkv, d), dtype=torch.uint8, device=DEV)
-    vc = _layout(torch.randint(0, 120, (blocks, bs, hkv, d), dtype=torch.uint8, device=DEV),
-                 token_minor)
+    vc = torch.randint(0, 120, (blocks, bs, hkv, d), dtype=torch.uint8, device=DEV)
     slots = torch.randperm(blocks * bs, device=DEV)[:t]
     slots[7] = -1
     k = (torch.randn(t, hkv, d, device=DEV) * 3).to(dtype)
@@ -55,7 +48,7 @@ def test_writes_match_reference_codes(dtype, token_minor):
     h, pos = 32, torch.randint(0, 4096, (t,), device=DEV)
     freqs = torch.outer(torch.arange(4096.0), 1e4 ** -(torch.arange(0, d, 2) / d)).to(DEV)
     q = torch.randn(t, h, d, device=DEV).to(dtype)
-    kc2, vc2 = torch.zeros_like(kc), _layout(torch.zeros_like(kc), token_minor)
+    kc2, vc2 = torch.zeros_like(kc), torch.zeros_like(kc)
     kr2, vr2 = kc2.clone(), vc2.clone()
     rkv.rotary_write_kv(q, k, v, freqs.cos(), freqs.sin(), pos, kc2, vc2, slots)
     _, k_rot = rot.rotary_ref(q, k, freqs.cos(), freqs.sin(), pos)
@@ -65,7 +58,6 @@ def test_writes_match_reference_codes(dtype, token_minor):
     assert _rel(fp8_decode_ref(kc2), fp8_decode_ref(kr2)) < 1e-2
 
 
-@pytest.mark.parametrize("token_minor", [False, True])
 @pytest.mark.parametrize("cvt", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("nq,ctx,h,hkv", [
@@ -73,15 +65,15 @@ def test_writes_match_reference_codes(dtype, token_minor):
     ([1] * 5, [1, 17, 300, 4000, 900], 32, 32),  # decode, MHA, ragged
     ([512, 1, 77, 300], [2048, 50, 77, 1324], 28, 4),  # prefill and mixed, Qwen heads
 ])
-def test_attention_over_fp8_cache(dtype, nq, ctx, h, hkv, cvt, token_minor, monkeypatch):
+def test_attention_over_fp8_cache(dtype, nq, ctx, h, hkv, cvt, monkeypatch):
     """Both decodings of the codes: the hardware conversion (``cvt``, where the GPU has it)
-    and the integer one that sm_86 runs; values token-major or token-minor."""
+    and the integer one that sm_86 runs."""
     if cvt and not pc.has_fp8_cvt(DEV):
         pytest.skip("this GPU has no e4m3 conversion (sm_89 or later)")
     monkeypatch.setattr(pc, "has_fp8_cvt", lambda device: cvt)
     d, bs = 128, 16
     kc, vc, table = _paged(len(ctx), ctx, hkv, d, bs, torch.float32)
-    kc, vc = fp8_encode_ref(kc * 2), _layout(fp8_encode_ref(vc), token_minor)
+    kc, vc = fp8_encode_ref(kc * 2), fp8_encode_ref(vc)
     qsl = torch.tensor([0] + nq).cumsum(0).to(torch.int32)
     sl = torch.tensor(ctx, dtype=torch.int32, device=DEV)
     q = torch.randn(int(qsl[-1]), h, d, device=DEV).to(dtype)
@@ -109,4 +101,3 @@ def test_engine_fp8_graphs_equal_eager(tmp_path):
     graphs = LLM(str(ckpt), **kw).generate(prompts, sp, use_tqdm=False)
     eager = LLM(str(ckpt), enforce_eager=True, **kw).generate(prompts, sp, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in graphs] == [o.outputs[0].token_ids for o in eager]
-    # the engine's values are token-minor unless EDGE_LLM_V_TOKEN_MINOR=0

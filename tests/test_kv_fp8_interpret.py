@@ -10,8 +10,6 @@ import sys
 
 import pytest
 
-from edge_llm import envs
-
 try:
     from tests.interpret_child import check_case, list_cases, run_cases, run_interpreted
     from tests.test_kernels_interpret import _paged_problem
@@ -140,118 +138,11 @@ def case_attention_over_fp8_cache():
         assert err < 1e-2, f"nq={nq} ctx={ctx}: rel err {err:.2e}"
 
 
-def _token_minor(vc):
-    """A copy of value cache ``vc`` in the token-minor layout (paged_common.value_cache; any
-    dtype: EDGE_LLM_V_TOKEN_MINOR=1)."""
-    import os
-
-    from edge_llm.kernels.paged_common import value_cache, values_token_minor
-
-    before = os.environ.get(envs.V_TOKEN_MINOR.name)
-    os.environ[envs.V_TOKEN_MINOR.name] = "1"
-    try:
-        out = value_cache(tuple(vc.shape), vc.dtype)
-    finally:
-        if before is None:
-            del os.environ[envs.V_TOKEN_MINOR.name]
-        else:
-            os.environ[envs.V_TOKEN_MINOR.name] = before
-    out.copy_(vc)
-    assert values_token_minor(out) and not out.is_contiguous()
-    return out
-
-
-def case_float_values_token_minor():
-    """fp16 / fp32 values stored token-minor (EDGE_LLM_V_TOKEN_MINOR=1): the writes (Triton
-    and reference alike) store NaN as 0 and infinities as the dtype's largest values, since
-    attention reads the blocks whole; decode and prefill over them match the reference."""
-    import torch
-
-    from edge_llm.kernels.paged_attention import (
-        DecodeConfig,
-        PrefillConfig,
-        paged_attention_ref,
-        paged_decode,
-        paged_prefill,
-        write_kv,
-        write_kv_ref,
-    )
-    from edge_llm.kernels.rotary_kv import rotary_write_kv
-
-    for dtype in (torch.float16, torch.float32):
-        big = torch.finfo(dtype).max
-        kc = torch.randn(5, 16, 2, 32).to(dtype)
-        vc = torch.randn(5, 16, 2, 32).to(dtype)
-        slots = torch.randperm(80)[:6]
-        k, v = torch.randn(6, 2, 32).to(dtype), torch.randn(6, 2, 32).to(dtype)
-        v[0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")]).to(dtype)
-        v[1, 1, 0] = 1e30 if dtype == torch.float32 else 6e4
-        ref_k, ref_v = kc.clone(), _token_minor(vc)
-        write_kv_ref(k, v, ref_k, ref_v, slots)
-        assert bool(torch.isfinite(ref_v).all())
-        assert ref_v[slots[0] // 16, slots[0] % 16, 0, :3].tolist() == [0.0, big, -big]
-        assert torch.equal(ref_v[slots[2:] // 16, slots[2:] % 16], v[2:])  # others as given
-        for write in ("triton", "rotary"):
-            kt, vt = kc.clone(), _token_minor(vc)
-            if write == "triton":
-                write_kv(k, v, kt, vt, slots)
-            else:
-                freqs = torch.outer(torch.arange(64.0), torch.rand(16))
-                rotary_write_kv(torch.randn(6, 4, 32).to(dtype), k, v, freqs.cos(),
-                                freqs.sin(), torch.randint(0, 64, (6,)), kt, vt, slots)
-            assert torch.equal(vt, ref_v), (dtype, write)
-    for nq, ctx, bs, block_n, splits in (([1, 1, 1], [37, 5, 70], 16, 64, 2),
-                                         ([1, 1], [45, 64], 32, 16, 3),
-                                         ([4, 9], [20, 9], 8, 16, 0),
-                                         ([5, 1, 30], [90, 40, 30], 16, 32, 2)):
-        q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, 6, 3, 24, bs, torch.float16)
-        ref = paged_attention_ref(q, kc, vc, table, qsl, sl, 0.2)
-        vt = _token_minor(vc)
-        if all(n == 1 for n in nq):
-            out = paged_decode(q, kc, vt, table, sl, 0.2, max(ctx),
-                               DecodeConfig(block_n=block_n, num_splits=splits))
-        else:
-            out = paged_prefill(q, kc, vt, table, qsl, sl, 0.2,
-                                config=PrefillConfig(block_n=block_n, num_splits=splits))
-        err = float((out.float() - ref.float()).norm() / ref.float().norm())
-        assert err < 1e-2, f"nq={nq} ctx={ctx} bs={bs}: rel err {err:.2e}"
-
-
-def case_writes_into_token_minor_values():
-    """write_kv and rotary_write_kv store each value code where a token-minor cache keeps
-    it: the same logical cache as the token-major write, bit for bit."""
-    import torch
-
-    from edge_llm.kernels.paged_attention import write_kv, write_kv_ref
-    from edge_llm.kernels.rotary_kv import rotary_write_kv
-
-    for bs, d in ((8, 24), (16, 32), (32, 32)):
-        kc = torch.randint(0, 120, (5, bs, 2, d), dtype=torch.uint8)
-        vc = torch.randint(0, 120, (5, bs, 2, d), dtype=torch.uint8)
-        t = 7
-        slots = torch.randperm(5 * bs)[:t]
-        slots[3] = -1
-        k, v = torch.randn(t, 2, d).half() * 3, torch.randn(t, 2, d).half()
-        kc_ref, vc_ref = kc.clone(), vc.clone()
-        write_kv_ref(k, v, kc_ref, vc_ref, slots)
-        for write in ("ref", "triton", "rotary"):
-            kc_t, vc_t = kc.clone(), _token_minor(vc)
-            if write == "ref":
-                write_kv_ref(k, v, kc_t, vc_t, slots)
-            elif write == "triton":
-                write_kv(k, v, kc_t, vc_t, slots)
-            else:
-                freqs = torch.outer(torch.arange(64.0), torch.rand(d // 2))
-                rotary_write_kv(torch.randn(t, 4, d).half(), k, v, freqs.cos(), freqs.sin(),
-                                torch.randint(0, 64, (t,)), kc_t, vc_t, slots)
-            assert torch.equal(vc_t, vc_ref), (bs, d, write)
-
-
-def case_attention_over_token_minor_values():
-    """Decode and prefill over a token-minor fp8 value cache: blocks of 8-32 tokens
-    against key tiles of 16-64 (a block longer than the tile included), context splits,
-    a head size that is not a power of two; slots past each context hold finite stale
-    codes, which a whole-block read must not let through."""
+def case_attention_over_blocks_and_tiles():
+    """Decode and prefill over an fp8 cache: blocks of 8-32 tokens against key tiles of
+    16-64 (a block longer than the tile included), context splits, a head size that is not a
+    power of two; slots past each context hold stale codes, which the keys' whole-block
+    reads must not let through."""
     import torch
 
     from edge_llm.kernels.kv_fp8 import fp8_encode_ref
@@ -274,12 +165,11 @@ def case_attention_over_token_minor_values():
         q, kc, vc, table, qsl, sl = _paged_problem(nq, ctx, h, hkv, d, bs, torch.float16)
         kc, vc = fp8_encode_ref(kc.float() * 2), fp8_encode_ref(vc * 4)
         ref = paged_attention_ref(q, kc, vc, table, qsl, sl, d ** -0.5)
-        vt = _token_minor(vc)
         if all(n == 1 for n in nq):
-            out = paged_decode(q, kc, vt, table, sl, d ** -0.5, max(ctx),
+            out = paged_decode(q, kc, vc, table, sl, d ** -0.5, max(ctx),
                                DecodeConfig(block_n=block_n, num_splits=splits))
         else:
-            out = paged_prefill(q, kc, vt, table, qsl, sl, d ** -0.5,
+            out = paged_prefill(q, kc, vc, table, qsl, sl, d ** -0.5,
                                 config=PrefillConfig(block_n=block_n, num_splits=splits))
         err = float((out.float() - ref.float()).norm() / ref.float().norm())
         assert err < 1e-2, f"nq={nq} ctx={ctx} bs={bs} block_n={block_n}: rel err {err:.2e}"

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-from edge_llm import envs
 from edge_llm.model import prefetch as pf
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise")
@@ -60,35 +59,19 @@ def test_demo_model_once_built(tmp_path, monkeypatch):
     assert [f.name for f in pf.checkpoint_files(None)] == names
 
 
-@pytest.mark.parametrize("method", pf.METHODS)
-def test_prefetch_reads_nothing_wrong_and_counts_bytes(tmp_path, method, monkeypatch):
-    monkeypatch.setattr(pf, "CHUNK", 1000)  # several reads a file
+def test_prefetch_reads_nothing_wrong_and_counts_bytes(tmp_path):
     folder, _ = _checkpoint(tmp_path / "m", (4096, 123457))
     files = pf.checkpoint_files(str(folder))
     before = [f.read_bytes() for f in files]
-    assert pf.prefetch(files + [tmp_path / "gone.safetensors"], method) == 4096 + 123457
+    assert pf.prefetch(files + [tmp_path / "gone.safetensors"]) == 4096 + 123457
     assert [f.read_bytes() for f in files] == before
     cache = tmp_path / "triton"
     (cache / "ab").mkdir(parents=True)
     (cache / "ab" / "k.cubin").write_bytes(b"c" * 700)
     (cache / "k.json").write_bytes(b"j" * 30)
     assert [p.name for p in pf.cache_files(cache)] == ["k.json", "k.cubin"]
-    assert pf.prefetch_model(str(folder), compile_cache=cache, method=method) == (
-        4096 + 123457, 730)
+    assert pf.prefetch_model(str(folder), compile_cache=cache) == (4096 + 123457, 730)
     assert pf.cache_files(tmp_path / "no-cache") == []
-    with pytest.raises(ValueError, match="unknown prefetch method 'mmap'"):
-        pf.prefetch(files, "mmap")
-
-
-def test_read_method_reads_every_byte(tmp_path, monkeypatch):
-    """The read method's loop goes to the end of a file of any length (reads counted)."""
-    calls = []
-    real = os.readv
-    monkeypatch.setattr(pf.os, "readv", lambda fd, bufs: calls.append(1) or real(fd, bufs))
-    monkeypatch.setattr(pf, "CHUNK", 4096)
-    folder, _ = _checkpoint(tmp_path / "m", (4096 * 3 + 1,))
-    assert pf.prefetch(pf.checkpoint_files(str(folder)), "read") == 4096 * 3 + 1
-    assert len(calls) == 5  # 3 full, 1 byte, then the end of the file
 
 
 def test_memory_room_guard(tmp_path, monkeypatch, caplog):
@@ -106,27 +89,12 @@ def test_memory_room_guard(tmp_path, monkeypatch, caplog):
 def test_start_prefetch_runs_on_a_thread_and_logs(tmp_path, caplog):
     folder, _ = _checkpoint(tmp_path / "m")
     with caplog.at_level(logging.INFO, logger=pf.logger.name):
-        for method in pf.METHODS:
-            thread = pf.start_prefetch(str(folder), compile_cache=tmp_path / "none",
-                                       method=method)
-            assert thread is not None and thread.daemon
-            thread.join(30)
+        thread = pf.start_prefetch(str(folder), compile_cache=tmp_path / "none")
+        assert thread is not None and thread.daemon
+        thread.join(30)
         pf.start_prefetch(str(tmp_path / "missing")).join(30)
     assert "Prefetch: 0.00 GB of checkpoint" in caplog.text
-    assert "(fadvise)" in caplog.text and "(read)" in caplog.text
     assert "Prefetch: nothing read" in caplog.text
-
-
-def test_flag(monkeypatch):
-    monkeypatch.delenv(envs.PREFETCH.name, raising=False)
-    assert pf.prefetch_method() == pf.DEFAULT_METHOD
-    for value, want in (("0", None), ("1", pf.DEFAULT_METHOD), ("fadvise", "fadvise"),
-                        ("read", "read")):
-        monkeypatch.setenv(envs.PREFETCH.name, value)
-        assert pf.prefetch_method() == want
-    monkeypatch.setenv(envs.PREFETCH.name, "on")
-    with pytest.raises(ValueError, match="EDGE_LLM_PREFETCH must be 0, 1, fadvise or read"):
-        pf.prefetch_method()
 
 
 def test_imports_no_torch():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edge_llm import LLM, SamplingParams, envs
+from edge_llm import LLM, SamplingParams
 from edge_llm.engine.prefill_graphs import (
     PREFILL_SIZES,
     PrefillGraphs,
@@ -308,38 +308,7 @@ def test_prompt_logprobs_request_stays_eager(word_dir):
     assert graphs.replays == {32: 1}
 
 
-def test_cpu_runner_never_captures(word_dir, monkeypatch):
-    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "1")
+def test_cpu_runner_never_captures(word_dir):
     llm = _llm(word_dir)
     assert llm.engine.runner.prefill_graphs is None
     assert llm.engine.stats()["num_prefill_cuda_graphs"] == 0
-
-
-def test_split_plan_flag_reaches_the_attention_kernels(runner, monkeypatch):
-    """EDGE_LLM_PREFILL_SPLIT_GRAPHS=1: the graphs' forwards plan prefill attention's key
-    split for one sequence (AttentionMetadata.split_seqs reaches every attention call);
-    off by default; any value but 0 or 1 is refused."""
-    import edge_llm.model.llama as llama
-
-    seen = []
-
-    def spy(*args, **kw):
-        seen.append(kw.get("split_seqs"))
-        return real(*args, **kw)
-
-    real = llama.paged_attention
-    monkeypatch.setattr(llama, "paged_attention", spy)
-    for flag, want in ((None, None), ("0", None), ("1", 1)):
-        if flag is None:
-            monkeypatch.delenv(envs.PREFILL_SPLIT_GRAPHS.name, raising=False)
-        else:
-            monkeypatch.setenv(envs.PREFILL_SPLIT_GRAPHS.name, flag)
-        graphs = PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)
-        assert graphs.split_seqs == want
-        step = _setup(runner, 5, 20, seed=7)  # its eager prefill of the prefix calls too
-        seen.clear()
-        graphs.run([step])
-        assert seen and set(seen) == {want}
-    monkeypatch.setenv(envs.PREFILL_SPLIT_GRAPHS.name, "yes")
-    with pytest.raises(ValueError, match=envs.PREFILL_SPLIT_GRAPHS.name):
-        PrefillGraphs(runner.model, runner.kv.layers, MAX_LEN, BLOCK, runner.device)

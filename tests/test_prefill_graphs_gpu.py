@@ -1,10 +1,10 @@
-"""Short-step CUDA graphs on a CUDA GPU (``pytest -m gpu``), with EDGE_LLM_PREFILL_GRAPHS=1.
+"""Short-step CUDA graphs on a CUDA GPU (``pytest -m gpu``).
 
 Same random tiny models as tests/test_cuda_graphs_gpu.py (fp16 linears through cuBLAS, AWQ
 through the W4A16 Triton kernels). Checks:
 
-- the seven buckets (8..512 new tokens) are captured at start-up and reported; off without
-  the flag, with ``enforce_eager`` and in fp32;
+- the seven buckets (8..512 new tokens) are captured at start-up and reported; off with
+  ``enforce_eager`` and in fp32;
 - replay == the same padded forward run eagerly (bit for bit), and == the unpadded eager step
   within fp16 rounding (the linears' kernels depend on the row count), for one sequence and
   for several (prompts together; a prompt joining decoding sequences);
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from edge_llm import SamplingParams, envs  # noqa: E402
+from edge_llm import SamplingParams  # noqa: E402
 from edge_llm.engine.prefill_graphs import PREFILL_SIZES, is_short_step  # noqa: E402
 from tests import test_cuda_graphs_gpu as decode_gpu  # noqa: E402
 from tests.test_cuda_graphs import random_prompts, run_traffic, word_model  # noqa: E402
@@ -46,14 +46,13 @@ GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=30, logprob
 
 
 @pytest.fixture(autouse=True)
-def prefill_graphs_on(monkeypatch):
-    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "1")
+def free_memory():
     yield
     gc.collect()
     torch.cuda.empty_cache()
 
 
-def test_capture_is_reported_and_off_switches(fp16_dir, monkeypatch):
+def test_capture_is_reported_and_off_switches(fp16_dir):
     llm = make_llm(fp16_dir)
     pg = llm.engine.runner.prefill_graphs
     assert pg is not None and sorted(pg.graphs) == list(PREFILL_SIZES)
@@ -67,8 +66,6 @@ def test_capture_is_reported_and_off_switches(fp16_dir, monkeypatch):
         assert llm.engine.runner.prefill_graphs is None, kw
         del llm
         gc.collect()
-    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "0")
-    assert make_llm(fp16_dir).engine.runner.prefill_graphs is None
 
 
 @pytest.mark.parametrize("n, start", [(2, 0), (24, 0), (24, 960), (33, 50), (64, 16), (65, 0),

@@ -1,5 +1,5 @@
 """Short-step CUDA graphs (engine/prefill_graphs.py), the pure logic: eligibility, the padded
-layout of a step's rows over the buckets' sequence slots, the buckets, the switch. The padded
+layout of a step's rows over the buckets' sequence slots, the buckets. The padded
 forward and the engine's routing: tests/test_prefill_graphs.py."""
 
 from __future__ import annotations
@@ -9,12 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from edge_llm import envs
 from edge_llm.engine.prefill_graphs import (
     PREFILL_SIZES,
     is_short_step,
     num_slots,
-    prefill_graphs_enabled,
     prefill_inputs,
     prefill_sizes,
 )
@@ -111,15 +109,3 @@ def test_prefill_sizes_stop_at_the_token_budget():
     assert prefill_sizes(128) == (8, 16, 32, 64, 128)
     assert prefill_sizes(100) == (8, 16, 32, 64, 128)  # steps of 65..100 tokens pad to 128
     assert prefill_sizes(8) == prefill_sizes(3) == (8,)
-
-
-def test_env_flag(monkeypatch):
-    monkeypatch.delenv(envs.PREFILL_GRAPHS.name, raising=False)
-    assert prefill_graphs_enabled()  # on by default
-    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "1")
-    assert prefill_graphs_enabled()
-    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "0")
-    assert not prefill_graphs_enabled()
-    monkeypatch.setenv(envs.PREFILL_GRAPHS.name, "yes")
-    with pytest.raises(ValueError, match=envs.PREFILL_GRAPHS.name):
-        prefill_graphs_enabled()

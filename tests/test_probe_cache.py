@@ -55,7 +55,7 @@ def test_measured_once_then_reused(cache_dir):
     {"arch": {"hidden": 5120}},
     {"scheduler": {"max_num_batched_tokens": 4096}},
     {"versions": ["2.11", "3.7"]},
-    {"env": {"EDGE_LLM_PDL": "1"}},
+    {"env": {"EDGE_LLM_KERNELS": "torch"}},
     {"gpu": ["NVIDIA GeForce RTX 4090", 24 << 30, 8, 9]},
 ])
 def test_any_part_changed_measures_again(change):
@@ -104,11 +104,11 @@ def test_an_unwritable_folder_still_gives_the_measurement(tmp_path):
 
 
 def test_environment_and_source_digest(monkeypatch):
-    env = {"EDGE_LLM_PDL": "1", "EDGE_LLM_PORT": "9000", "EDGE_LLM_CACHE_DIR": "/c",
+    env = {"EDGE_LLM_KERNELS": "torch", "EDGE_LLM_PORT": "9000", "EDGE_LLM_CACHE_DIR": "/c",
            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "HOME": "/root",
            "EDGE_LLM_PROBE_CACHE": "1", "EDGE_LLM_MAX_NUM_SEQS": "64"}
     assert pc.probe_environment(env) == {
-        "EDGE_LLM_MAX_NUM_SEQS": "64", "EDGE_LLM_PDL": "1",
+        "EDGE_LLM_KERNELS": "torch", "EDGE_LLM_MAX_NUM_SEQS": "64",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     digest = pc.source_digest()
     assert len(digest) == 64 and int(digest, 16) >= 0
@@ -185,9 +185,9 @@ def test_a_real_runners_key_parts_serialise_and_track_the_settings(tmp_path, mon
     assert parts[0]["scheduler"]["max_num_batched_tokens"] == 64
     assert keys[0] != keys[1]
     assert pc.probe_key(probe_parts(runners[0], sized=True)) == keys[0]  # stable
-    monkeypatch.setenv("EDGE_LLM_PDL", "1")
+    monkeypatch.setenv("EDGE_LLM_KERNELS", "torch")
     assert pc.probe_key(probe_parts(runners[0], sized=True)) != keys[0]
-    monkeypatch.delenv("EDGE_LLM_PDL")
+    monkeypatch.delenv("EDGE_LLM_KERNELS")
     gpu.total_memory = 80 << 30
     assert pc.probe_key(probe_parts(runners[0], sized=True)) != keys[0]
 
@@ -256,8 +256,3 @@ def test_kernel_warm_up_adds_a_two_sequence_prefill(tmp_path, monkeypatch):
                        kv_dtype=torch.uint8)
     assert calls == [(t, t) for t in (1, 2, 3, 4, 5, 17)] + [(4, 2)]
     assert kv_dtypes == {torch.float32, torch.uint8}  # an fp8 cache's kernels warmed too
-    # EDGE_LLM_WARMUP_LAYERS=all: every layer
-    monkeypatch.setenv(envs.WARMUP_LAYERS.name, "all")
-    layer_calls[:] = [0] * len(layer_calls)
-    sp.warm_up_kernels(runner.model, runner.block_size, torch.float32, cuda, 2)
-    assert layer_calls == [2] * len(layer_calls), layer_calls

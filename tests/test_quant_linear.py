@@ -6,7 +6,6 @@ import pytest
 import torch
 from torch import nn
 
-from edge_llm import envs
 from edge_llm.quant import (
     QuantLinear,
     QuantSpec,
@@ -113,12 +112,7 @@ def test_plane_packed_words_compute_the_same_function(kind, fields):
 
 
 def test_pack_planes_refuses_small_groups_and_counts_on_cuda_only(monkeypatch):
-    from edge_llm.model.plane_pack import pack_weight_planes, planes_enabled
-
-    monkeypatch.delenv(envs.PLANE_PACKED.name, raising=False)
-    assert planes_enabled()  # on by default
-    monkeypatch.setenv(envs.PLANE_PACKED.name, "0")
-    assert not planes_enabled()
+    from edge_llm.model.plane_pack import pack_weight_planes
 
     gen = torch.Generator().manual_seed(12)
     lin = QuantLinear(256, 16, False, QuantSpec("awq", group_size=64), torch.float16)

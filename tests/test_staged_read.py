@@ -60,14 +60,11 @@ def test_unknown_dtype_is_refused_by_name(tmp_path):
         list(iter_tensors_staged([file], torch.device("cpu")))
 
 
-def test_staged_enabled_choice(monkeypatch):
+def test_staged_enabled_choice():
     cpu = torch.device("cpu")
-    monkeypatch.delenv("EDGE_LLM_STAGED_LOAD", raising=False)
     assert not staged_enabled(None, cpu, 10)  # CPU maps its files by default
     assert staged_enabled(True, cpu, 10) and fits_staged(1 << 60, 1 << 60, cpu)
-    monkeypatch.setenv("EDGE_LLM_STAGED_LOAD", "1")
-    assert staged_enabled(None, cpu, 10)
-    assert not staged_enabled(False, cpu, 10)  # the argument wins over the variable
+    assert not staged_enabled(False, cpu, 10)
 
 
 def _state(lm) -> dict[str, torch.Tensor]:

@@ -21,8 +21,7 @@ from tests.test_staged_read import _assert_no_buffer_views, _assert_same_model  
 
 
 @pytest.mark.parametrize("merge", [True, False])
-def test_staged_load_on_gpu_equals_mapped(awq_dirs, merge, monkeypatch):  # noqa: F811
-    monkeypatch.delenv("EDGE_LLM_STAGED_LOAD", raising=False)
+def test_staged_load_on_gpu_equals_mapped(awq_dirs, merge):  # noqa: F811
     path = awq_dirs("qwen3-8b-2l")  # two shards (the q/k norms have their own)
     assert staged_enabled(None, torch.device("cuda"), 1 << 30)
     mapped = load_model(str(path), device="cuda", progress=False, staged=False,

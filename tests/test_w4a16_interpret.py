@@ -324,61 +324,6 @@ def case_w4a16_silu_epilogue():
         assert ic.rel_err(y, (act * u).to(dtype)) < tol, label
 
 
-def case_w4a16_prefetch_lines():
-    """The one-row GEMV's L2 prefetch before its PDL wait (PREFETCH; the prefetch itself is
-    PTX, so the interpreter checks the addresses): for every program of a plain, a split and
-    a SILU launch, the 128-byte lines it asks for cover every word its first PREFETCH K tiles
-    read, and none lies outside the matrix."""
-    import torch
-    import triton
-    import triton.language as tl
-
-    from edge_llm.kernels.w4a16_gemv_tile import _prefetch_rows_cols
-
-    globals()["_prefetch_rows_cols"] = _prefetch_rows_cols  # a jit function's names are global
-
-    @triton.jit
-    def probe(rows_out, cols_out, N, K, k_per_split, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, SILU: tl.constexpr,
-              R: tl.constexpr, L: tl.constexpr):
-        rows, cols = _prefetch_rows_cols(tl.program_id(0), tl.program_id(1), N, K,
-                                         k_per_split, BLOCK_N, BLOCK_K, PREFETCH, SILU)
-        p = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
-        tl.store(rows_out + p * R + tl.arange(0, R), rows)
-        tl.store(cols_out + p * L + tl.arange(0, L), cols)
-
-    # n_out: the kernel's N (output columns; the words have 2 N with SILU)
-    for n_out, k, bn, bk, split, pre, silu in [(256, 1024, 64, 128, 1, 2, False),
-                                               (192, 1024, 64, 128, 2, 4, False),
-                                               (96, 512, 32, 256, 1, 1, False),
-                                               (128, 1024, 64, 128, 1, 4, True),
-                                               (64, 256, 64, 128, 1, 4, True)]:
-        n_words = 2 * n_out if silu else n_out
-        tile_n = bn // 2 if silu else bn
-        k_per_split = -(-k // split)
-        grid = (-(-n_out // tile_n), split)
-        r, lines = pre * bk // 8, bn // 32
-        rows = torch.zeros(grid[0] * split * r, dtype=torch.int32)
-        cols = torch.zeros(grid[0] * split * lines, dtype=torch.int32)
-        probe[grid](rows, cols, n_out, k, k_per_split, BLOCK_N=bn, BLOCK_K=bk, PREFETCH=pre,
-                    SILU=silu, R=r, L=lines)
-        rows, cols = rows.view(split, grid[0], r), cols.view(split, grid[0], lines)
-        label = f"N={n_out} K={k} BN={bn} BK={bk} split={split} prefetch={pre} silu={silu}"
-        for pk in range(split):
-            for pn in range(grid[0]):
-                asked = {(int(a), int(b) // 32) for a in rows[pk, pn] for b in cols[pk, pn]}
-                assert all(0 <= a < k // 8 and 0 <= b * 32 < n_words for a, b in asked), label
-                k_lo = pk * k_per_split
-                read_rows = range(k_lo // 8, min(k, k_lo + k_per_split, k_lo + pre * bk) // 8)
-                if silu:
-                    j = [pn * tile_n + c for c in range(tile_n)]
-                    read_cols = j + [n_out + c for c in j]
-                else:
-                    read_cols = range(pn * bn, min(n_out, (pn + 1) * bn))
-                need = {(a, b // 32) for a in read_rows for b in read_cols}
-                assert need <= asked, f"{label} program ({pn}, {pk}): {sorted(need - asked)}"
-
-
 CASES = ic.list_cases(globals())
 
 

@@ -30,8 +30,8 @@ from tests.test_cuda_graphs_gpu import awq_dir  # noqa: E402,F401  (fixture)
 
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
 def test_first_requests_compile_nothing(awq_dir, kv_cache_dtype):  # noqa: F811
-    """Also with the fp8 cache, whose values are token-minor: the warm-ups' scratch caches
-    must take that layout too, or serving compiles the attention variants that read it."""
+    """Also with the fp8 cache, whose attention and K/V-write kernels are variants of their
+    own: the warm-ups' scratch caches take its dtype, or serving compiles them."""
     llm = LLM(str(awq_dir), device="cuda", max_model_len=1024, max_num_seqs=16,
               kv_cache_memory=256 << 20, kv_cache_dtype=kv_cache_dtype)
     compiled = compiles_while_serving(llm)

@@ -2,8 +2,8 @@
 an eager run of the same forward that loads its kernels and lets cuBLAS allocate the stream's
 workspace outside any pool. A new stream per capture cost a cuBLAS workspace per stream,
 allocated inside the capture and so kept in the pool for good. The eager run goes through
-the model's first layer only (``EDGE_LLM_WARMUP_LAYERS``), as the kernel warm-up's forwards
-do (startup_probes.py)."""
+the model's first layer only (``warmup_forward``), as the kernel warm-up's forwards do
+(startup_probes.py)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,16 @@ import contextlib
 
 import torch
 
-from edge_llm import envs
-
-
-def warmup_layers_all() -> bool:
-    """``EDGE_LLM_WARMUP_LAYERS``: ``1`` (the default) runs the start-up's warm-up forwards
-    through the first decoder layer only, since every layer launches the same kernels;
-    ``all`` through every layer, for a model that launches other variants in later layers."""
-    return envs.WARMUP_LAYERS.get() == "all"
+# Decoder layers a warm-up forward runs. Every layer of the supported architectures is built
+# from one config and launches the same kernel variants as the first. An architecture whose
+# layers differ by type (alternating sliding-window layers) must run the shortest prefix that
+# holds one layer of each type, decided from its config.
+WARMUP_LAYERS = 1
 
 
 def warmup_forward(model):
-    """The context of a warm-up forward of ``model`` (see ``warmup_layers_all``)."""
-    return contextlib.nullcontext() if warmup_layers_all() else model.first_layers(1)
+    """The context of a warm-up forward of ``model``: its first ``WARMUP_LAYERS`` layers."""
+    return model.first_layers(WARMUP_LAYERS)
 
 
 _CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}

@@ -1,9 +1,8 @@
 """KV cache tensors: sizing from a memory budget, allocation, swaps and block copies.
 
-Per layer: k and v of shape (num_blocks, block_size, num_kv_heads, head_dim), allocated once;
-an fp8 cache's values (any cache's with EDGE_LLM_V_TOKEN_MINOR=1) are the token-minor view
-of that shape (kernels/paged_common.py ``value_cache``), zero-filled. The CPU swap space
-mirrors that layout in host memory (pinned on CUDA).
+Per layer: k and v of shape (num_blocks, block_size, num_kv_heads, head_dim), allocated once,
+token-major for every dtype. The CPU swap space mirrors that layout in host memory (pinned on
+CUDA).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import torch
 from edge_llm import envs
 from edge_llm.config import CacheConfig
 from edge_llm.kernels.kv_fp8 import KV_FP8
-from edge_llm.kernels.paged_common import value_cache
 from edge_llm.model.arch import ArchConfig
 
 logger = logging.getLogger(__name__)
@@ -40,9 +38,9 @@ def use_expandable_segments(device: torch.device) -> bool:
     beyond the plan, past the memory budget; with them it stays inside.
     The KV tensors are still allocated as plain segments (``plain_segments``).
     Left as it is when the user configured the allocator (``PYTORCH_CUDA_ALLOC_CONF`` or
-    ``PYTORCH_ALLOC_CONF``) or set ``EDGE_LLM_EXPANDABLE_SEGMENTS=0``. Returns whether it
-    switched."""
-    if device.type != "cuda" or not envs.EXPANDABLE_SEGMENTS.get():
+    ``PYTORCH_ALLOC_CONF``, e.g. ``expandable_segments:False`` for the default allocator).
+    Returns whether it switched."""
+    if device.type != "cuda":
         return False
     if envs.PYTORCH_CUDA_ALLOC_CONF.is_set() or envs.PYTORCH_ALLOC_CONF.is_set():
         return False
@@ -97,7 +95,7 @@ class HostSwap:
             try:
                 self._layers = [
                     (torch.empty(shape, dtype=dtype, pin_memory=pin),
-                     value_cache(shape, dtype, pin_memory=pin, zero=False))
+                     torch.empty(shape, dtype=dtype, pin_memory=pin))
                     for _ in range(num_layers)
                 ]
             except BaseException as exc:  # re-raised on first use
@@ -212,7 +210,7 @@ class KVCache:
         with plain_segments():
             self.layers = [
                 (torch.empty(shape, dtype=dtype, device=device),
-                 value_cache(shape, dtype, device))
+                 torch.empty(shape, dtype=dtype, device=device))
                 for _ in range(arch.num_layers)
             ]
         cpu_shape = (plan.num_cpu_blocks, *shape[1:])

@@ -76,8 +76,8 @@ class LLMEngine:
                 self.demo_build_seconds = time.perf_counter() - began
         device = resolve_device(mc.device)
         if use_expandable_segments(device):  # before any CUDA memory
-            logger.info("CUDA allocator: expandable segments (%s=0 keeps the default)",
-                        envs.EXPANDABLE_SEGMENTS.name)
+            logger.info("CUDA allocator: expandable segments (%s=expandable_segments:False "
+                        "keeps the default)", envs.PYTORCH_CUDA_ALLOC_CONF.name)
         if device.type == "cpu":
             set_cpu_threads()  # before the load: the CPU unpacking runs on them too
         self.loaded = self._load(model)

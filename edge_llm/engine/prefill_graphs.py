@@ -1,7 +1,7 @@
 """CUDA graphs for short steps that prefill: up to 512 new tokens in all, one sequence or several,
 decode rows alongside (a chat prompt, a prompt's last chunk, the uncached tail after a
-prefix-cache hit, a new request joining running ones). On by default;
-``EDGE_LLM_PREFILL_GRAPHS=0`` turns them off.
+prefix-cache hit, a new request joining running ones). Off with ``--enforce-eager``, as every
+graph is.
 
 An eager forward of a 7B model costs tens of ms of Python launch overhead whatever its length, so
 the few new tokens after a long cached prefix took as long as the whole prompt, and a new 256-token
@@ -66,7 +66,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from edge_llm import envs
 from edge_llm.model.attention_metadata import AttentionMetadata
 
 from .cuda_graphs import (
@@ -80,16 +79,6 @@ from .graph_capture import capture_graph
 
 PREFILL_SIZES = (8, 16, 32, 64, 128, 256, 512)  # padded new-token counts, one graph each
 MIN_TOKENS = 2  # one-token steps are decode steps (cuda_graphs.py)
-# EDGE_LLM_PREFILL_SPLIT_GRAPHS=1 (an experiment, edge_llm/envs.py): prefill attention's key
-# split planned for one sequence in each graph instead of all K slots
-# (AttentionMetadata.split_seqs), so that a cached prefix's few new tokens split their keys
-# over many programs even with few kv heads.
-
-
-def prefill_graphs_enabled() -> bool:
-    """On unless ``EDGE_LLM_PREFILL_GRAPHS=0``: a short prefill step (a prefix-cached prompt's
-    new tokens) replays a graph instead of launching every kernel from the host."""
-    return envs.PREFILL_GRAPHS.get()
 
 
 def prefill_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -221,7 +210,6 @@ class PrefillGraphs:
         self._lazy: set[int] = set()
         self._pool = None
         self.replays: Counter[int] = Counter()
-        self.split_seqs = 1 if envs.PREFILL_SPLIT_GRAPHS.get() else None  # AttentionMetadata's
 
     def can_run(self, scheduled: list) -> bool:
         return (is_short_step(scheduled, self.sizes[-1], self.max_seqs)
@@ -238,7 +226,6 @@ class PrefillGraphs:
             block_tables=self.block_tables[:k],
             max_query_len=t,
             max_seq_len=self.max_model_len,
-            split_seqs=self.split_seqs,
         )
         hidden = self.model(self.input_ids[:t], self.positions[:t], self.kv_layers, meta)
         rows = hidden.index_select(0, self.last_rows[: k - 1])

@@ -32,7 +32,7 @@ FIELDS = ("peak_bytes", "graph_bytes")
 # settings that do not change what the probes measure
 IGNORED_ENV = frozenset({"EDGE_LLM_CACHE_DIR", "EDGE_LLM_PORT", "EDGE_LLM_HOST",
                          "EDGE_LLM_MODEL", "EDGE_LLM_API_KEY", "EDGE_LLM_LOG_LEVEL",
-                         "EDGE_LLM_PREFETCH", envs.PROBE_CACHE.name})
+                         envs.PROBE_CACHE.name})
 
 
 def probe_cache_wanted() -> bool:

@@ -5,7 +5,7 @@ request identities from them), flattens the scheduled tokens into one batch, and
 Decode-only steps replay CUDA graphs (``cuda_graphs.py``) unless ``enforce_eager`` is set or
 the forward would not be capturable (CPU, fp32, ``EDGE_LLM_KERNELS=torch``); so do short
 steps that prefill, up to 512 new tokens over one or more sequences, decode rows alongside
-(``prefill_graphs.py``; ``EDGE_LLM_PREFILL_GRAPHS=0`` turns those off).
+(``prefill_graphs.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .cuda_graphs import (
 )
 from .kv_cache import KVCache, KVCachePlan, kv_storage_dtype, plan_kv_cache
 from .pending_step import PendingStep, RunnerOutput
-from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled, prefill_sizes
+from .prefill_graphs import PrefillGraphs, prefill_sizes
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
 from .startup_probes import (
     memory_probes,
@@ -123,8 +123,7 @@ class ModelRunner:
         logger.info("CUDA graphs: %d decode graphs (batch sizes %s) captured in %.2f s, "
                     "%.0f MiB", len(stats.sizes), describe_sizes(stats.sizes), stats.seconds,
                     stats.memory_bytes / (1 << 20))
-        if prefill_graphs_enabled():
-            self._capture_prefill_graphs(graphs.pool, lazy=eager_max is not None)
+        self._capture_prefill_graphs(graphs.pool, lazy=eager_max is not None)
         held = self.graph_stats.memory_bytes + self.prefill_graph_stats.memory_bytes
         if (eager_max is None and self.plan.graph_bytes
                 and held > self.plan.graph_bytes * 1.1 + (64 << 20)):

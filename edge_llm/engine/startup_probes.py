@@ -15,8 +15,8 @@ from edge_llm.kernels import triton_enabled
 from edge_llm.model.full_forward import scratch_prefill
 
 from .cuda_graphs import DecodeGraphs
-from .graph_capture import warmup_forward, warmup_layers_all
-from .prefill_graphs import PrefillGraphs, prefill_graphs_enabled
+from .graph_capture import WARMUP_LAYERS, warmup_forward
+from .prefill_graphs import PrefillGraphs
 from .probe_cache import cached_probes, probe_dir, probe_environment, source_digest
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
     """One eager forward per ``WARMUP_TOKENS`` count up to ``max_tokens`` over a scratch
     cache, and one of two sequences, so that every Triton variant a prefill can need is
     compiled (or loaded from the cache directory) before serving. Each runs the first layer
-    only (``CausalLM.first_layers``; ``EDGE_LLM_WARMUP_LAYERS=all``: every layer): the others
+    only (``CausalLM.first_layers``, ``graph_capture.WARMUP_LAYERS``): the others
     launch the same variants, and an eager forward of a 7B costs ~45 ms of Python on the GPU
     host. CUDA with the Triton kernels only; returns the seconds spent. ``kv_dtype``: the KV
     cache's (default ``dtype``; an fp8 cache's attention and K/V-write kernels are variants
@@ -59,10 +59,9 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
         steps.append((two, two // 2, None))
     steps += [(t, per_seq, WARMUP_SPLIT_CONTEXT) for t, per_seq in WARMUP_SPLIT_STEPS
               if t <= max_tokens]
-    layers = None if warmup_layers_all() else 1
     for t, per_seq, context in steps:
         kv, meta = scratch_prefill(model, t, block_size, kv_dtype or dtype, device,
-                                   max_seq_len=per_seq, num_layers=layers)
+                                   max_seq_len=per_seq, num_layers=WARMUP_LAYERS)
         if context is not None:
             meta = dataclasses.replace(meta, max_seq_len=context)
         ids = torch.zeros(t, dtype=torch.int64, device=device)
@@ -122,11 +121,10 @@ def profile_graph_memory(model, largest: int, largest_prefill: int, max_model_le
     prefill = None
     try:
         held = decode.capture().memory_bytes
-        if prefill_graphs_enabled():
-            prefill = PrefillGraphs(model, kv, max_model_len, block_size, device,
-                                    sizes=(largest_prefill,), max_seqs=largest,
-                                    logits=decode.logits)
-            held += prefill.capture(decode.pool).memory_bytes
+        prefill = PrefillGraphs(model, kv, max_model_len, block_size, device,
+                                sizes=(largest_prefill,), max_seqs=largest,
+                                logits=decode.logits)
+        held += prefill.capture(decode.pool).memory_bytes
     except Exception as exc:
         logger.debug("graph memory probe failed (%s: %s)", type(exc).__name__, exc)
         held = 0

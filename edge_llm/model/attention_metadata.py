@@ -20,11 +20,6 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # (B, max_blocks) int32
     max_query_len: int
     max_seq_len: int
-    # the sequences prefill attention's key split is planned for (kernels/paged_prefill.py,
-    # prefill_splits); None: all of seq_lens. A prefill graph's sequence slots are mostly
-    # empty at replay; planned for all of them, its launch never splits with many kv heads
-    # (EDGE_LLM_PREFILL_SPLIT_GRAPHS=1 plans it for one: engine/prefill_graphs.py)
-    split_seqs: int | None = None
     # what the kernels derive from these once and every layer reuses (the prefill kernel's
     # tile table): lives as long as this object, one forward; never shared between two
     # forwards (a CUDA graph capture would read a tensor computed outside it)

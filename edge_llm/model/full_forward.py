@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from edge_llm.kernels.paged_common import value_cache
-
 from .attention_metadata import AttentionMetadata
 from .llama import CausalLM, KVCache
 
@@ -24,8 +22,8 @@ def scratch_prefill(
     per = -(-seq // block_size)  # blocks of each sequence
     nblk = per * len(lens)
     shape = (nblk, block_size, arch.num_kv_heads, arch.head_dim)
-    # the values in the engine's layout (token-minor fp8), so warm-ups compile its variants
-    kv = [(torch.empty(shape, dtype=dtype, device=device), value_cache(shape, dtype, device))
+    kv = [(torch.empty(shape, dtype=dtype, device=device),
+           torch.empty(shape, dtype=dtype, device=device))
           for _ in range(arch.num_layers if num_layers is None else num_layers)]
     slots = torch.cat([i * per * block_size + torch.arange(n) for i, n in enumerate(lens)])
     starts = [0]

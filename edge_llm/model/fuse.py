@@ -20,8 +20,8 @@ the RMSNorm before q/k/v and before gate/up writes its output in the linear's or
 gate/up's output columns are permuted by down_proj's order (SiLU-and-multiply is elementwise,
 so its output arrives sorted). Only o_proj, which reads the attention output, keeps a gather.
 
-``EDGE_LLM_MERGE_PROJECTIONS=0`` switches merging off (``load_model(merge_projections=...)``
-overrides the variable).
+``load_model`` merges by default (``merge_projections=False``: separate modules, the tests'
+reference).
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ import logging
 import torch
 from torch import nn
 
-from edge_llm import envs
-
 from .llama import CausalLM
 
 logger = logging.getLogger(__name__)
@@ -40,11 +38,6 @@ logger = logging.getLogger(__name__)
 # (merged name, part names in column order)
 _GROUPS = {"self_attn": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
            "mlp": ("gate_up_proj", ("gate_proj", "up_proj"))}
-
-
-def merge_enabled() -> bool:
-    """Whether ``load_model`` merges by default: on unless ``EDGE_LLM_MERGE_PROJECTIONS=0``."""
-    return envs.MERGE_PROJECTIONS.get()
 
 
 def merge_mismatch(parts: list[nn.Module]) -> str | None:

@@ -80,7 +80,7 @@ class Attention(nn.Module):
         o = paged_attention(
             q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
             self.scale, meta.max_query_len, meta.max_seq_len, meta.scratch,
-            split_seqs=meta.split_seqs, window=self.window, softcap=self.softcap,
+            window=self.window, softcap=self.softcap,
         )
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 
@@ -229,7 +229,7 @@ class CausalLM(nn.Module):
         kv_caches: list[KVCache],
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        with forward_tokens(input_ids.shape[0]):  # PDL's auto mode decides by it
+        with forward_tokens(input_ids.shape[0]):  # PDL decides by it (kernels/pdl.py)
             x = self.model.embed_tokens(input_ids)  # (T, hidden)
             residual = None
             layers, n = self.model.layers, self.num_active_layers

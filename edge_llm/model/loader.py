@@ -17,8 +17,6 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from edge_llm import envs
-
 from .arch import (
     ArchConfig,
     InvalidConfigError,
@@ -26,9 +24,9 @@ from .arch import (
     parse_arch_config,
     read_config,
 )
-from .fuse import fold_act_order, fuse_projections, merge_enabled
+from .fuse import fold_act_order, fuse_projections
 from .llama import CausalLM, plain_linear
-from .plane_pack import pack_weight_planes, planes_enabled
+from .plane_pack import pack_weight_planes
 from .staged_read import fits_staged, iter_tensors_staged
 from .weights import checkpoint_files, iter_tensors, resolve_model_path, validate_safetensors
 
@@ -109,17 +107,16 @@ def load_model(
     device: str = "auto",
     max_positions: int | None = None,
     progress: bool = True,
-    merge_projections: bool | None = None,
+    merge_projections: bool = True,
     staged: bool | None = None,
-    plane_packed: bool | None = None,
+    plane_packed: bool = True,
 ) -> LoadedModel:
     """Load ``model`` (folder or hub id) onto ``device``. ``merge_projections``: merge q/k/v
-    and gate/up into one linear each (edge_llm/model/fuse.py); None reads
-    ``EDGE_LLM_MERGE_PROJECTIONS`` (on unless "0"). ``plane_packed``: repack the 4-bit words
-    for the plane-dot kernels (edge_llm/model/plane_pack.py); None reads
-    ``EDGE_LLM_PLANE_PACKED`` (on unless "0"). ``staged``: read the files through pinned
-    buffers into device memory (edge_llm/model/staged_read.py) instead of mapping them; None
-    reads ``EDGE_LLM_STAGED_LOAD`` ("1" on, "0" off, unset: on CUDA when the GPU has room)."""
+    and gate/up into one linear each (edge_llm/model/fuse.py; False: the tests' reference of
+    separate modules). ``plane_packed``: repack the 4-bit words for the plane-dot kernels
+    (edge_llm/model/plane_pack.py; False: the checkpoint's word order). ``staged``: read the
+    files through pinned buffers into device memory (edge_llm/model/staged_read.py) instead
+    of mapping them; None: on CUDA when the GPU has room."""
     path = resolve_model_path(model, revision)
     hf_config = read_config(path)
     try:
@@ -155,10 +152,10 @@ def load_model(
     if use_staged and dev.type == "cuda":
         torch.cuda.empty_cache()  # the files' blobs, now converted
     lm.finish_loading()
-    if merge_enabled() if merge_projections is None else merge_projections:
+    if merge_projections:
         fuse_projections(lm)
         fold_act_order(lm)
-    if planes_enabled() if plane_packed is None else plane_packed:
+    if plane_packed:
         pack_weight_planes(lm)  # after merging: concat refuses packed words
     lm.build_tables(dev)
     lm.eval()
@@ -196,10 +193,8 @@ def _renamed(arch: ArchConfig, group):
 
 def staged_enabled(staged: bool | None, device: torch.device, total_bytes: int,
                    largest_file: int = 0) -> bool:
-    """The ``staged`` argument, else ``EDGE_LLM_STAGED_LOAD`` (0 or 1), else: on CUDA when
-    the GPU can hold the largest file beside the model (``fits_staged``)."""
-    if staged is None:
-        staged = envs.STAGED_LOAD.get()
+    """The ``staged`` argument, else: on CUDA when the GPU can hold the largest file beside the
+    model (``fits_staged``)."""
     if staged is not None:
         return staged
     if device.type != "cuda":

@@ -10,11 +10,11 @@ as it is. The one-row GEMV and the dequantize pass read the new order directly; 
 are given x permuted to match.
 
 Packed on CUDA for fp16 activations (the plane kernels' dtype) when K and the group size are
-multiples of 128; the CPU reference reads either order. On by default;
-``EDGE_LLM_PLANE_PACKED=0`` (or ``load_model(plane_packed=False)``) keeps the checkpoint
-order. It speeds up decode at batches of a few rows and leaves batch 1 as it is
-(BENCHMARKS.md, "Kernels"): the one-row GEMV still reads x as int32 words of two rows,
-staged by cp.async, since eight 2-byte loads per word are much slower.
+multiples of 128; the CPU reference reads either order. On by default
+(``load_model(plane_packed=False)`` keeps the checkpoint order). It speeds up decode at
+batches of a few rows and leaves batch 1 as it is (BENCHMARKS.md, "Kernels"): the one-row
+GEMV still reads x as int32 words of two rows, staged by cp.async, since eight 2-byte loads
+per word are much slower.
 """
 
 from __future__ import annotations
@@ -24,14 +24,7 @@ import logging
 import torch
 from torch import nn
 
-from edge_llm import envs
-
 logger = logging.getLogger(__name__)
-
-
-def planes_enabled() -> bool:
-    """Whether ``load_model`` plane-packs by default: on unless ``EDGE_LLM_PLANE_PACKED=0``."""
-    return envs.PLANE_PACKED.get()
 
 
 def pack_weight_planes(model: nn.Module) -> int:

@@ -11,7 +11,9 @@ soon as ``edge-llm serve`` knows the model; the staged reads then find the bytes
 No torch here (this runs before torch is imported). Only files already on local disk are
 prefetched: a local folder, a hub model already in the HF cache, the demo model once built.
 Nothing is read when the files exceed half of the memory the process can use (the page
-cache would evict what it read first), or on a system without ``posix_fadvise``.
+cache would evict what it read first), or on a system without ``posix_fadvise``. Reading every
+byte on the thread instead of advising was measured too: it halves the weight load but slows
+the imports more, for no gain at start-up (BENCHMARKS.md, "Cold start").
 """
 
 from __future__ import annotations
@@ -22,24 +24,9 @@ import threading
 import time
 from pathlib import Path
 
-from edge_llm import envs
-
 from .shards import indexed_shards
 
 logger = logging.getLogger(__name__)
-
-
-METHODS = ("fadvise", "read")
-DEFAULT_METHOD = "fadvise"
-CHUNK = 16 << 20
-
-
-def prefetch_method() -> str | None:
-    """``EDGE_LLM_PREFETCH``: 1 (the default) the default method, ``fadvise`` (ask the kernel
-    to read ahead), ``read`` (read every byte on the thread, for file systems that ignore the
-    advice), 0 off (None); any other value is an error."""
-    value = envs.PREFETCH.get()
-    return None if value == "0" else DEFAULT_METHOD if value == "1" else value
 
 
 def checkpoint_files(model: str | None, revision: str | None = None) -> list[Path]:
@@ -102,16 +89,11 @@ def memory_room() -> int | None:
     return None
 
 
-def prefetch(files: list[Path], method: str = DEFAULT_METHOD) -> int:
-    """Bring ``files`` into the page cache: ``fadvise`` asks the kernel to read them (blocks
-    while it queues the reads; nothing where ``posix_fadvise`` is missing), ``read`` reads
-    them through one reused buffer (the GIL released in each read). Returns the bytes
-    covered."""
-    if method not in METHODS:
-        raise ValueError(f"unknown prefetch method {method!r}")
-    if method == "fadvise" and not hasattr(os, "posix_fadvise"):
+def prefetch(files: list[Path]) -> int:
+    """Ask the kernel to read ``files`` into the page cache (blocks while it queues the reads;
+    nothing where ``posix_fadvise`` is missing). Returns the bytes covered."""
+    if not hasattr(os, "posix_fadvise"):
         return 0
-    buffer = bytearray(CHUNK) if method == "read" else None
     done = 0
     for file in files:
         try:
@@ -119,11 +101,8 @@ def prefetch(files: list[Path], method: str = DEFAULT_METHOD) -> int:
         except OSError:
             continue
         try:
-            if buffer is None:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-                done += os.fstat(fd).st_size
-            else:
-                done += _read_all(fd, buffer)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            done += os.fstat(fd).st_size
         except OSError:
             pass
         finally:
@@ -131,16 +110,8 @@ def prefetch(files: list[Path], method: str = DEFAULT_METHOD) -> int:
     return done
 
 
-def _read_all(fd: int, buffer: bytearray) -> int:
-    offset = 0
-    while n := os.readv(fd, [buffer]):
-        offset += n
-    return offset
-
-
 def prefetch_model(model: str | None, revision: str | None = None,
-                   compile_cache: Path | None = None,
-                   method: str = DEFAULT_METHOD) -> tuple[int, int]:
+                   compile_cache: Path | None = None) -> tuple[int, int]:
     """Prefetch the checkpoint, then ``compile_cache``'s files, if the checkpoint is on local
     disk and fits half the memory room; returns (checkpoint bytes, cache bytes) asked for,
     (0, -1) when the checkpoint does not fit."""
@@ -153,31 +124,29 @@ def prefetch_model(model: str | None, revision: str | None = None,
         logger.info("Prefetch: not reading the checkpoint, %.1f GB against %.1f GB of memory "
                     "room", total / 1e9, room / 1e9)
         return 0, -1
-    read = prefetch(weights, method)
-    cached = prefetch(cache_files(compile_cache), method) if compile_cache is not None else 0
+    read = prefetch(weights)
+    cached = prefetch(cache_files(compile_cache)) if compile_cache is not None else 0
     return read, cached
 
 
 def start_prefetch(model: str | None, revision: str | None = None,
-                   compile_cache: Path | None = None,
-                   method: str = DEFAULT_METHOD) -> threading.Thread | None:
+                   compile_cache: Path | None = None) -> threading.Thread | None:
     """``prefetch_model`` on a daemon thread (finding a hub model's snapshot imports
-    huggingface_hub: not on the caller's time); None for ``fadvise`` without
-    ``posix_fadvise``."""
-    if method == "fadvise" and not hasattr(os, "posix_fadvise"):
+    huggingface_hub: not on the caller's time); None without ``posix_fadvise``."""
+    if not hasattr(os, "posix_fadvise"):
         return None
 
     def run() -> None:
         began = time.perf_counter()
         try:
-            weights, kernels = prefetch_model(model, revision, compile_cache, method)
+            weights, kernels = prefetch_model(model, revision, compile_cache)
         except Exception as exc:  # an optimisation only: the load reads the files anyway
             logger.debug("prefetch failed: %s: %s", type(exc).__name__, exc)
             return
         if weights:
             logger.info("Prefetch: %.2f GB of checkpoint and %.0f MB of compiled kernels "
-                        "into the page cache in %.2f s (%s)", weights / 1e9, kernels / 1e6,
-                        time.perf_counter() - began, method)
+                        "into the page cache in %.2f s", weights / 1e9, kernels / 1e6,
+                        time.perf_counter() - began)
         elif kernels == 0:
             logger.info("Prefetch: nothing read (the checkpoint is not on local disk yet)")
 
