@@ -362,3 +362,20 @@ def test_capture_or_release(monkeypatch, caplog):
     assert bad.released
     assert ("CUDA graph capture failed, prefills run eagerly (RuntimeError: operation not "
             "permitted when stream is capturing)") in caplog.text
+
+
+@pytest.mark.parametrize("arch,layers", [("LlamaForCausalLM", 1), ("Phi3ForCausalLM", 1),
+                                         ("Gemma2ForCausalLM", 2), ("Gemma3ForCausalLM", 2)])
+def test_warm_ups_run_one_layer_of_each_kind(arch, layers):
+    """A warm-up forward runs the shortest prefix of layers holding every kind the config
+    declares: a sliding-window layer launches other kernel variants than a full-attention
+    one, and a variant first met while serving (or inside a graph capture) compiles then."""
+    from edge_llm.engine.graph_capture import warmup_layers
+    from edge_llm.model.arch import parse_arch_config
+    from tests.helpers import tiny_hf_model
+
+    parsed = parse_arch_config(tiny_hf_model(arch).config.to_dict())
+    n = warmup_layers(parsed)
+    assert n == layers
+    kinds = {parsed.layer_window(i) is None for i in range(parsed.num_layers)}
+    assert {parsed.layer_window(i) is None for i in range(n)} == kinds

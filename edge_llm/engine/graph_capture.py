@@ -2,8 +2,8 @@
 an eager run of the same forward that loads its kernels and lets cuBLAS allocate the stream's
 workspace outside any pool. A new stream per capture cost a cuBLAS workspace per stream,
 allocated inside the capture and so kept in the pool for good. The eager run goes through
-the model's first layer only (``warmup_forward``), as the kernel warm-up's forwards do
-(startup_probes.py)."""
+the model's first layer of each kind only (``warmup_forward``), as the kernel warm-up's
+forwards do (startup_probes.py)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,25 @@ import contextlib
 
 import torch
 
-# Decoder layers a warm-up forward runs. Every layer of the supported architectures is built
-# from one config and launches the same kernel variants as the first. An architecture whose
-# layers differ by type (alternating sliding-window layers) must run the shortest prefix that
-# holds one layer of each type, decided from its config.
-WARMUP_LAYERS = 1
+
+def warmup_layers(arch) -> int:
+    """Decoder layers a warm-up forward runs: the shortest prefix of the model holding one
+    layer of each kind its config declares (full attention, sliding window), since the layers
+    of one kind launch the same kernel variants. 1 for the architectures without windows;
+    Gemma 2 (sliding, full, ...): 2."""
+    kinds = [arch.layer_window(i) is not None for i in range(arch.num_layers)]
+    wanted = set(kinds)
+    seen: set[bool] = set()
+    for n, kind in enumerate(kinds, start=1):
+        seen.add(kind)
+        if seen == wanted:
+            return n
+    return 1
 
 
 def warmup_forward(model):
-    """The context of a warm-up forward of ``model``: its first ``WARMUP_LAYERS`` layers."""
-    return model.first_layers(WARMUP_LAYERS)
+    """The context of a warm-up forward of ``model``: its first ``warmup_layers`` layers."""
+    return model.first_layers(warmup_layers(model.arch))
 
 
 _CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}

@@ -15,7 +15,7 @@ from edge_llm.kernels import triton_enabled
 from edge_llm.model.full_forward import scratch_prefill
 
 from .cuda_graphs import DecodeGraphs
-from .graph_capture import WARMUP_LAYERS, warmup_forward
+from .graph_capture import warmup_forward, warmup_layers
 from .prefill_graphs import PrefillGraphs
 from .probe_cache import cached_probes, probe_dir, probe_environment, source_digest
 
@@ -43,8 +43,8 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
                     max_tokens: int, kv_dtype: torch.dtype | None = None) -> float:
     """One eager forward per ``WARMUP_TOKENS`` count up to ``max_tokens`` over a scratch
     cache, and one of two sequences, so that every Triton variant a prefill can need is
-    compiled (or loaded from the cache directory) before serving. Each runs the first layer
-    only (``CausalLM.first_layers``, ``graph_capture.WARMUP_LAYERS``): the others
+    compiled (or loaded from the cache directory) before serving. Each runs the first layer of
+    each kind only (``CausalLM.first_layers``, ``graph_capture.warmup_layers``): the others
     launch the same variants, and an eager forward of a 7B costs ~45 ms of Python on the GPU
     host. CUDA with the Triton kernels only; returns the seconds spent. ``kv_dtype``: the KV
     cache's (default ``dtype``; an fp8 cache's attention and K/V-write kernels are variants
@@ -61,12 +61,13 @@ def warm_up_kernels(model, block_size: int, dtype: torch.dtype, device: torch.de
               if t <= max_tokens]
     for t, per_seq, context in steps:
         kv, meta = scratch_prefill(model, t, block_size, kv_dtype or dtype, device,
-                                   max_seq_len=per_seq, num_layers=WARMUP_LAYERS)
+                                   max_seq_len=per_seq,
+                                   num_layers=warmup_layers(model.arch))
         if context is not None:
             meta = dataclasses.replace(meta, max_seq_len=context)
         ids = torch.zeros(t, dtype=torch.int64, device=device)
         positions = torch.arange(t, device=device) % per_seq
-        with warmup_forward(model):  # every layer launches the same variants as the first
+        with warmup_forward(model):  # the other layers launch the same variants
             hidden = model(ids, positions, kv, meta)
         model.compute_logits(hidden[-1:])
         del kv, hidden
