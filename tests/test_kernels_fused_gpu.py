@@ -51,8 +51,9 @@ def cos_sin(max_pos: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.fixture(autouse=True)
 def shared_memory_fits():
     yield
-    for name in ("_rms_norm_kernel", "_silu_mul_kernel", "_rotary_kernel"):
-        for cache in getattr(fu, name).device_caches.values():
+    for module, name in ((fu, "_rms_norm_kernel"), (fu, "_silu_mul_kernel"),
+                         (rot, "_rotary_kernel")):
+        for cache in getattr(module, name).device_caches.values():
             for kern in cache[0].values():
                 shared = int(kern.metadata.shared)
                 assert shared <= SHARED_LIMIT, f"{name} uses {shared} B of shared memory"
