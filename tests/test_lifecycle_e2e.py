@@ -115,8 +115,19 @@ def test_idle_sleep_then_wake_on_request_and_sleep_routes(server, rng):
     r = httpx.post(url + "/sleep", params={"level": 1}, timeout=60)
     assert r.status_code == 200 and r.json()["is_sleeping"] is True
     assert httpx.get(url + "/is_sleeping").json() == {"is_sleeping": True}
+    assert _sleep_state(url) == {"awake": 0.0, "weights_offloaded": 1.0, "discard_all": 0.0}
     r = httpx.post(url + "/wake_up", timeout=300)
     assert r.status_code == 200 and r.json() == {"is_sleeping": False, "changed": True}
+    assert _sleep_state(url) == {"awake": 1.0, "weights_offloaded": 0.0, "discard_all": 0.0}
+
+
+def _sleep_state(url: str) -> dict[str, float]:
+    """vllm:engine_sleep_state's value per sleep_state label, from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics").text
+    return {s.labels["sleep_state"]: s.value for f in text_string_to_metric_families(text)
+            if f.name == "vllm:engine_sleep_state" for s in f.samples}
 
 
 def test_sigterm_drains_a_stream_and_exits_zero(server, rng):

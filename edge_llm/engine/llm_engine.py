@@ -382,10 +382,10 @@ class LLMEngine:
         bytes of both together (zeros when eager or asleep). ``forward_steps``: forwards
         launched so far by path ("decode_graph", "short_graph", "eager"; run-ahead steps
         included). ``cache_config``: the KV cache's settings as strings (vLLM's
-        ``cache_config_info`` labels)."""
+        ``cache_config_info`` labels). ``sleep_level``: 0 awake, else the level it sleeps at."""
         s = self.scheduler.stats()
         graphs, prefill = self.runner.graph_stats, self.runner.prefill_graph_stats
-        s.update(num_total_blocks=self.scheduler.pool.num_blocks,
+        s.update(num_total_blocks=self.scheduler.pool.num_blocks, sleep_level=self.sleep_level,
                  prompt_tokens_total=self.prompt_tokens_total,
                  generation_tokens_total=self.generation_tokens_total,
                  num_cuda_graphs=len(graphs.sizes),

@@ -95,6 +95,14 @@ class _EngineStatsCollector:
             for path, count in sorted(steps.items()):
                 fam.add_metric(label + [path], float(count))
             yield fam
+        level = stats.get("sleep_level")
+        if level is not None:  # vLLM's gauge: 1 on the engine's current state, 0 on the others
+            fam = GaugeMetricFamily("vllm:engine_sleep_state", "The engine's sleep state: awake, "
+                                    "weights_offloaded (level 1) or discard_all (level 2).",
+                                    labels=["model_name", "sleep_state"])
+            for state, at in (("awake", 0), ("weights_offloaded", 1), ("discard_all", 2)):
+                fam.add_metric(label + [state], float(level == at))
+            yield fam
         info = stats.get("cache_config")
         if info:  # vLLM's info gauge: always 1, the settings in its labels
             keys = sorted(info)
