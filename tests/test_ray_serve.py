@@ -3,8 +3,10 @@
 In order, on one local Ray cluster: requests spread over both replicas; one replica killed while
 streams run on both (its streams end with an error, none hang; new requests are served by the
 rest); then, with a short downscale delay, the deployment scales to zero replicas and the next
-request starts one and is served. Each replica is a whole edge-llm app, so this is the slowest
-CPU test (two model loads plus a replacement and a scale-up from zero), capped by its timeout.
+request starts one and is served; last, the conversation-affinity app on two fresh replicas: a
+multi-turn chat workload's prefix-cache hit rate against the same workload on one server (the
+session's live server). Each replica is a whole edge-llm app, so this is the slowest CPU module
+(five model loads), capped by its timeout.
 """
 
 from __future__ import annotations
@@ -24,21 +26,22 @@ serve = pytest.importorskip("ray.serve")
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "ray-serve"
 sys.path.insert(0, str(RECIPE))
+from affinity import rank  # noqa: E402
 from edge_llm_ray import REPLICA_HEADER, deployment  # noqa: E402
 
-from tests.conftest import free_port  # noqa: E402
+from tests.conftest import LiveServer, free_port  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 SERVE_ARGS = ["--max-model-len", "512", "--max-num-seqs", "4", "--seed", "0"]
 REPLICA = REPLICA_HEADER.decode()
 APP = "edge-llm"
 
 
-def _app(downscale_delay_s: float) -> object:
+def _app(downscale_delay_s: float, affinity: bool = False) -> object:
     return deployment(SERVE_ARGS, min_replicas=0, max_replicas=2, initial_replicas=2,
                       target_ongoing_requests=2, max_ongoing_requests=4, upscale_delay_s=1,
                       downscale_delay_s=downscale_delay_s, num_cpus=0.5,
-                      health_check_timeout_s=300)
+                      health_check_timeout_s=300, affinity=affinity)
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +84,11 @@ def _concurrently(fn, n: int) -> list:
 
 
 def _replicas() -> dict[str, object]:
-    """Live replica actors of the app, by replica id."""
+    """Live engine replica actors of the app, by replica id."""
     out = {}
     for actor in ray.util.list_named_actors(all_namespaces=True):
         name = actor["name"]
-        if name.startswith(f"SERVE_REPLICA::{APP}#"):
+        if name.startswith(f"SERVE_REPLICA::{APP}#edge-llm#"):  # the engines only
             out[name.rsplit("#", 1)[1]] = ray.get_actor(name, namespace=actor["namespace"])
     return out
 
@@ -157,3 +160,60 @@ def test_scales_to_zero_when_idle_and_back_up_on_a_request(ray_url: str):
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"]
     assert len(_replicas()) == 1
+
+
+def test_rendezvous_rank_is_stable_and_balanced():
+    ids = ["a1", "b2", "c3"]
+    keys = [f"conversation {i}" for i in range(3000)]
+    firsts = [rank(k, ids)[0] for k in keys]
+    assert all(600 < firsts.count(r) < 1400 for r in ids), [firsts.count(r) for r in ids]
+    # a replica leaving moves only its own conversations
+    after = [rank(k, ["a1", "c3"])[0] for k in keys]
+    assert all(a == f for f, a in zip(firsts, after, strict=True) if f != "b2")
+    assert rank("x", ids) == rank("x", list(reversed(ids)))
+
+
+def _conversations(url: str, n: int = 6, turns: int = 4) -> list[list[tuple[int, int, str]]]:
+    """``n`` concurrent multi-turn chats (each turn sends the whole history back); per turn:
+    (prompt tokens, cached prompt tokens, replica or "")."""
+    topics = ["rivers", "bread", "clocks", "bees", "glass", "maps", "salt", "bells"]
+
+    def one(i: int) -> list[tuple[int, int, str]]:
+        messages = [{"role": "system", "content": f"You are a guide to {topics[i]}. Conversation "
+                     f"{i}: answer in one short sentence, plainly, for a curious reader."}]
+        out = []
+        for turn in range(turns):
+            messages.append({"role": "user", "content": f"Tell me fact {turn + 1} about "
+                             f"{topics[i]}, please."})
+            r = _chat(url, max_tokens=8, messages=messages)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            messages.append({"role": "assistant",
+                             "content": body["choices"][0]["message"]["content"]})
+            usage = body["usage"]
+            out.append((usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"],
+                        r.headers.get(REPLICA, "")))
+        return out
+
+    results = _concurrently(one, n)
+    assert all(isinstance(r, list) for r in results), results
+    return results
+
+
+def _hit_rate(results: list[list[tuple[int, int, str]]]) -> float:
+    turns = [t for conv in results for t in conv]
+    return sum(c for _, c, _ in turns) / sum(p for p, _, _ in turns)
+
+
+def test_conversation_affinity_keeps_the_prefix_cache_hit_rate(ray_url: str,
+                                                                live_server: LiveServer):
+    serve.delete(APP)
+    serve.run(_app(downscale_delay_s=600, affinity=True), name=APP, route_prefix="/")
+    assert len(_replicas()) == 2
+    fleet = _conversations(ray_url)
+    for conv in fleet:  # every turn of a conversation on one replica
+        assert len({replica for _, _, replica in conv}) == 1, conv
+    single = _conversations(live_server.url)
+    fleet_rate, single_rate = _hit_rate(fleet), _hit_rate(single)
+    assert single_rate > 0.3, single_rate  # the workload does reuse its prefixes
+    assert fleet_rate >= 0.9 * single_rate, (fleet_rate, single_rate)
