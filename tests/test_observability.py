@@ -2,10 +2,11 @@
 
 Debian's ``prometheus`` package (``/usr/bin/prometheus`` and ``promtool``) runs on a loopback port
 with a temporary storage directory and a 1 s scrape interval, scraping the session's live server
-while a small bounded load runs. Every Grafana panel query must return data and every alert
-expression must evaluate (to the expected empty result on a healthy replica) through Prometheus'
-HTTP API; every metric name they use must exist on the server. ``promtool`` checks the files
-and runs the alert unit tests (alerts_test.yml: each alert fires on the series that trip it).
+while a small bounded load runs. Every Grafana panel query and KEDA trigger query must return
+data and every alert expression must evaluate (to the expected empty result on a healthy
+replica) through Prometheus' HTTP API; every metric name they use must exist on the server.
+``promtool`` checks the files and runs the alert unit tests (alerts_test.yml: each alert fires
+on the series that trip it).
 """
 
 from __future__ import annotations
@@ -50,6 +51,15 @@ def _dashboard_queries() -> list[tuple[str, str]]:
             assert "$" not in expr, f"unsubstituted variable in {panel['title']!r}: {expr}"
             out.append((f"{panel['title']} / {target['legendFormat']}", expr))
     return out
+
+
+def _keda_queries() -> list[str]:
+    scaled = yaml.safe_load((RECIPE / "keda-scaledobject.yaml").read_text())
+    assert scaled["kind"] == "ScaledObject" and scaled["spec"]["minReplicaCount"] >= 1
+    triggers = scaled["spec"]["triggers"]
+    assert all(t["type"] == "prometheus" and float(t["metadata"]["threshold"]) > 0
+               for t in triggers)
+    return [t["metadata"]["query"] for t in triggers]
 
 
 def _alert_rules() -> list[dict]:
@@ -158,8 +168,8 @@ def loaded(prometheus: str, live_server: LiveServer) -> str:
     return prometheus
 
 
-def test_every_dashboard_query_returns_data(loaded: str):
-    queries = _dashboard_queries()
+def test_every_dashboard_and_keda_query_returns_data(loaded: str):
+    queries = _dashboard_queries() + [("KEDA trigger", q) for q in _keda_queries()]
     assert len(queries) >= 20
     empty = [(title, expr) for title, expr in queries if not _query(loaded, expr)]
     assert not empty, "dashboard queries without data:\n" + "\n".join(map(str, empty))
@@ -186,9 +196,10 @@ def test_alert_rules_load_and_evaluate_empty_on_a_healthy_replica(loaded: str):
 
 
 def test_every_metric_name_used_exists_on_the_server(loaded: str):
-    """A misspelt name would make its panel or alert silently empty: every name the dashboard
-    and the alerts select has series scraped from the real server."""
-    exprs = [e for _, e in _dashboard_queries()] + [r["expr"] for r in _alert_rules()]
+    """A misspelt name would make its panel, alert or trigger silently empty: every name the
+    dashboard, the alerts and the KEDA triggers select has series scraped from the server."""
+    exprs = ([e for _, e in _dashboard_queries()] + [r["expr"] for r in _alert_rules()]
+             + _keda_queries())
     names = set().union(*map(_metric_names, exprs))
     assert {"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "http_requests_total",
             "vllm:engine_sleep_state", "edge_llm:startup_phase_seconds"} <= names
