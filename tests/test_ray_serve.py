@@ -31,7 +31,7 @@ from edge_llm_ray import REPLICA_HEADER, deployment  # noqa: E402
 
 from tests.conftest import LiveServer, free_port  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # each; the module runs 2-3 min
 SERVE_ARGS = ["--max-model-len", "512", "--max-num-seqs", "4", "--seed", "0"]
 REPLICA = REPLICA_HEADER.decode()
 APP = "edge-llm"
