@@ -85,7 +85,10 @@ def paged_attention_ref(
     """Causal attention of each sequence's new queries over its whole cached context.
 
     The K/V of the new tokens must already be in the cache (``write_kv`` first). Computes in
-    fp32 and returns q's dtype, (T, H, D).
+    fp32 and returns q's dtype, (T, H, D). One query per sequence (decode) runs in torch's
+    ``scaled_dot_product_attention`` (on the CPU 0.5-0.8x the CPU time of einsum / softmax /
+    einsum, BENCHMARKS.md "CPU"); chunks with several queries keep the einsums, which were
+    faster there than SDPA's causal kernel at these head sizes.
     """
     t, h, d = q.shape
     hkv = k_cache.shape[2]
@@ -94,7 +97,7 @@ def paged_attention_ref(
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
     if len(lens) and all(starts[b + 1] - starts[b] == 1 for b in range(len(lens))):
-        return _decode_ref(q, k_cache, v_cache, block_tables, seq_lens, scale)
+        return _decode_ref(q, k_cache, v_cache, block_tables, lens, scale)
     for b, seq_len in enumerate(lens):
         qs, qe = starts[b], starts[b + 1]
         nq = qe - qs
@@ -102,7 +105,7 @@ def paged_attention_ref(
             continue
         k = from_cache_ref(_gather_context(k_cache, block_tables[b], seq_len))  # (L, Hkv, D)
         v = from_cache_ref(_gather_context(v_cache, block_tables[b], seq_len))
-        qb = q[qs:qe].float().view(nq, hkv, group, d)  # (nq, Hkv, G, D)
+        qb = q[qs:qe].float().reshape(nq, hkv, group, d)  # (nq, Hkv, G, D)
         scores = torch.einsum("qhgd,khd->hgqk", qb, k) * scale  # (Hkv, G, nq, L)
         qpos = torch.arange(seq_len - nq, seq_len, device=q.device).view(nq, 1)
         kpos = torch.arange(seq_len, device=q.device).view(1, seq_len)
@@ -118,28 +121,28 @@ def _decode_ref(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
+    lens: list[int],  # context lengths
     scale: float,
 ) -> torch.Tensor:
     """Batched single-query attention: gather every table padded to the longest context."""
     b, h, d = q.shape
     _, bs, hkv, _ = k_cache.shape
-    group = h // hkv
-    max_len = int(seq_lens.max())
+    max_len = max(lens)
     nblk = (max_len + bs - 1) // bs
     table = block_tables[:, :nblk].long()  # (B, nblk)
-    k = from_cache_ref(k_cache[table]).reshape(b, nblk * bs, hkv, d)  # (B, S, Hkv, D)
-    v = from_cache_ref(v_cache[table]).reshape(b, nblk * bs, hkv, d)
-    qf = q.float().view(b, hkv, group, d)  # (B, Hkv, G, D)
-    scores = torch.einsum("bhgd,bshd->bhgs", qf, k) * scale  # (B, Hkv, G, S)
-    kpos = torch.arange(nblk * bs, device=q.device).view(1, -1)
-    pad = kpos >= seq_lens.to(q.device).view(-1, 1).long()  # (B, S)
-    scores.masked_fill_(pad.view(b, 1, 1, -1), float("-inf"))
-    # slots past a sequence's end hold whatever was there (possibly NaN): 0 * NaN is NaN
-    v = v.masked_fill(pad.view(b, -1, 1, 1), 0.0)
-    probs = scores.softmax(dim=-1)
-    out = torch.einsum("bhgs,bshd->bhgd", probs, v)  # (B, Hkv, G, D)
-    return out.reshape(b, h, d).to(q.dtype)
+    k = from_cache_ref(k_cache[table]).reshape(b, nblk * bs, hkv, d)[:, :max_len]  # (B, S, Hkv, D)
+    v = from_cache_ref(v_cache[table]).reshape(b, nblk * bs, hkv, d)[:, :max_len]
+    mask = None
+    if min(lens) < max_len:  # shorter contexts padded: their slots past the end masked
+        seq_lens = torch.tensor(lens, device=q.device).view(-1, 1)
+        keep = torch.arange(max_len, device=q.device).view(1, -1) < seq_lens  # (B, S)
+        mask = keep.view(b, 1, 1, max_len)
+        # those slots hold whatever was there (possibly NaN): 0 * NaN is NaN
+        v = v.masked_fill(~keep.view(b, max_len, 1, 1), 0.0)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q.float().unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+        scale=scale, enable_gqa=True)  # (B, H, 1, D)
+    return o.view(b, h, d).to(q.dtype)
 
 
 # Triton kernels: write_kv below; decode in paged_decode.py, prefill in paged_prefill.py.
