@@ -30,10 +30,15 @@ def rotary_ref(
     sin: torch.Tensor,
     positions: torch.Tensor,  # (T,) int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Neox-style rotary embedding of q and k at ``positions``; new tensors in q's/k's dtype."""
+    """Neox-style rotary embedding of q and k at ``positions``; new tensors in q's/k's dtype.
+    q and k of one dtype are rotated as one (T, H + Hkv, D) tensor (views of it returned): half
+    the small ops of a CPU layer's rotary, the same values."""
     cos_t = cos[positions].unsqueeze(1)  # (T, 1, D/2)
     sin_t = sin[positions].unsqueeze(1)
-    return _rotate_half_ref(q, cos_t, sin_t), _rotate_half_ref(k, cos_t, sin_t)
+    if q.dtype != k.dtype:
+        return _rotate_half_ref(q, cos_t, sin_t), _rotate_half_ref(k, cos_t, sin_t)
+    qk = _rotate_half_ref(torch.cat((q, k), dim=1), cos_t, sin_t)  # (T, H + Hkv, D)
+    return qk.split((q.shape[1], k.shape[1]), dim=1)
 
 
 def _rotate_half_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
