@@ -45,8 +45,8 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float,
     """RMSNorm over the last axis: normalise in fp32 as transformers does, then scale by
     ``weight`` in the input dtype (result dtype: torch's promotion of weight and x).
     ``perm`` (int64 (n,)): the result's columns in that order."""
-    # torch's fused rms_norm: x * rsqrt(mean(x^2) + eps) in fp32, one op instead of five
-    xf = torch.nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=eps)
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     y = weight * xf.to(x.dtype)
     return y if perm is None else y.index_select(-1, perm)
 
