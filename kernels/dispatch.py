@@ -111,7 +111,7 @@ def paged_attention(
                                           seq_lens, scale, max_query_len, max_seq_len,
                                           scratch, window=window, softcap=softcap)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
-                               window=window, softcap=softcap)
+                               window=window, softcap=softcap, scratch=scratch)
 
 
 def w4a16_matmul(
@@ -227,12 +227,24 @@ def rotary_write_kv(
     k_cache: torch.Tensor,  # (num_blocks, block_size, Hkv, D)
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # (T,) int64, < 0 = skip
+    scratch: dict | None = None,
 ) -> torch.Tensor:
     """``rotary`` of q and k, then ``write_kv`` of the rotated k and v; returns the rotated q.
-    One Triton launch on CUDA fp16/bf16 (kernels/rotary_kv.py)."""
+    One Triton launch on CUDA fp16/bf16 (kernels/rotary_kv.py). ``scratch``
+    (``AttentionMetadata.scratch``, one forward's): where the CPU path keeps the cos / sin
+    rows at ``positions`` for the next layers."""
     if _fused_ok(q, k, v) and k_cache.is_cuda:
         return _rkv.rotary_write_kv(q, k, v, cos, sin, positions, k_cache, v_cache,
                                     slot_mapping)
+    if not q.is_cuda:
+        rows = scratch.get("rotary_rows") if scratch is not None else None
+        if rows is None or rows[0] is not cos:
+            rows = (cos, _rot.rotary_rows_ref(cos, sin, positions))
+            if scratch is not None:
+                scratch["rotary_rows"] = rows
+        q, k = _rot.rotate_ref(q, k, *rows[1])
+        write_kv_ref(k, v, k_cache, v_cache, slot_mapping)
+        return q
     q, k = rotary(q, k, cos, sin, positions)
     write_kv(k, v, k_cache, v_cache, slot_mapping)
     return q

@@ -81,21 +81,31 @@ def paged_attention_ref(
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
+    scratch: dict | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new queries over its whole cached context (the
     last ``window`` positions of it, with a window; scores soft-capped with ``softcap``).
 
     The K/V of the new tokens must already be in the cache (``write_kv`` first). Computes in
-    fp32 and returns q's dtype, (T, H, D).
+    fp32 and returns q's dtype, (T, H, D). One query per sequence (decode) runs in torch's
+    ``scaled_dot_product_attention`` (on the CPU 0.5-0.8x the CPU time of einsum / softmax /
+    einsum, BENCHMARKS.md "CPU"); chunks with several queries keep the einsums, which were
+    faster there than SDPA's causal kernel at these head sizes. ``scratch``
+    (``AttentionMetadata.scratch``, one forward's): where the host copies of the lengths and
+    the decode gather's table and mask are kept for the next layers.
     """
     t, h, d = q.shape
     hkv = k_cache.shape[2]
     group = h // hkv
     out = torch.empty_like(q)
-    starts = query_start_loc.tolist()
-    lens = seq_lens.tolist()
-    if len(lens) and all(starts[b + 1] - starts[b] == 1 for b in range(len(lens))):
-        return _decode_ref(q, k_cache, v_cache, block_tables, seq_lens, scale, window, softcap)
+    plan = scratch.get("ref_plan") if scratch is not None else None
+    if plan is None:
+        plan = _RefPlan(query_start_loc, seq_lens, block_tables, k_cache.shape[1])
+        if scratch is not None:
+            scratch["ref_plan"] = plan
+    starts, lens = plan.starts, plan.lens
+    if plan.decode:
+        return _decode_ref(q, k_cache, v_cache, plan, scale, window, softcap)
     for b, seq_len in enumerate(lens):
         qs, qe = starts[b], starts[b + 1]
         nq = qe - qs
@@ -103,8 +113,8 @@ def paged_attention_ref(
             continue
         k = from_cache_ref(_gather_context(k_cache, block_tables[b], seq_len))  # (L, Hkv, D)
         v = from_cache_ref(_gather_context(v_cache, block_tables[b], seq_len))
-        qb = q[qs:qe].float().view(nq, hkv, group, d)  # (nq, Hkv, G, D)
-        scores = _softcap(torch.einsum("qhgd,khd->hgqk", qb, k) * scale, softcap)
+        qb = q[qs:qe].float().reshape(nq, hkv, group, d)  # (nq, Hkv, G, D)
+        scores = _softcap(torch.einsum("qhgd,khd->hgqk", qb, k) * scale, softcap)  # (Hkv, G, nq, L)
         qpos = torch.arange(seq_len - nq, seq_len, device=q.device).view(nq, 1)
         kpos = torch.arange(seq_len, device=q.device).view(1, seq_len)
         hidden = kpos > qpos  # (nq, L)
@@ -117,38 +127,63 @@ def paged_attention_ref(
     return out
 
 
+class _RefPlan:
+    """What every layer's ``paged_attention_ref`` derives alike from one forward's metadata:
+    host lists of the query starts and context lengths and, for a decode (one query per
+    sequence), the used blocks of all sequences in one flat table (one gather a layer)."""
+
+    def __init__(self, query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                 block_tables: torch.Tensor, block_size: int) -> None:
+        self.starts: list[int] = query_start_loc.tolist()
+        self.lens: list[int] = seq_lens.tolist()
+        b = len(self.lens)
+        self.decode = bool(b) and all(self.starts[i + 1] - self.starts[i] == 1
+                                      for i in range(b))
+        if not self.decode:
+            return
+        nblks = [(n + block_size - 1) // block_size for n in self.lens]
+        self.first_slot = [0] * b  # sequence i's context: gathered slots first_slot[i] + 0..len
+        for i in range(1, b):
+            self.first_slot[i] = self.first_slot[i - 1] + nblks[i - 1] * block_size
+        # index_select on this, far cheaper than cache[table]
+        self.table = (block_tables[0, :nblks[0]] if b == 1 else
+                      torch.cat([block_tables[i, :n] for i, n in enumerate(nblks)]))
+
+
 def _decode_ref(
     q: torch.Tensor,  # (B, H, D): one query per sequence
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
+    plan: _RefPlan,
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
-    """Batched single-query attention: gather every table padded to the longest context."""
+    """Single-query attention of each sequence over exactly its own context: a sequence's
+    result does not depend on what else is in the batch (padding to the longest context
+    changed SDPA's rounding, and greedy tokens with it)."""
     b, h, d = q.shape
     _, bs, hkv, _ = k_cache.shape
     group = h // hkv
-    max_len = int(seq_lens.max())
-    nblk = (max_len + bs - 1) // bs
-    table = block_tables[:, :nblk].long()  # (B, nblk)
-    k = from_cache_ref(k_cache[table]).reshape(b, nblk * bs, hkv, d)  # (B, S, Hkv, D)
-    v = from_cache_ref(v_cache[table]).reshape(b, nblk * bs, hkv, d)
-    qf = q.float().view(b, hkv, group, d)  # (B, Hkv, G, D)
-    scores = _softcap(torch.einsum("bhgd,bshd->bhgs", qf, k) * scale, softcap)  # (B, Hkv, G, S)
-    kpos = torch.arange(nblk * bs, device=q.device).view(1, -1)
-    lens = seq_lens.to(q.device).view(-1, 1).long()
-    pad = kpos >= lens  # (B, S)
-    if window is not None:  # the query sits at position seq_len - 1
-        pad |= kpos <= lens - 1 - window
-    scores.masked_fill_(pad.view(b, 1, 1, -1), float("-inf"))
-    # slots past a sequence's end hold whatever was there (possibly NaN): 0 * NaN is NaN
-    v = v.masked_fill(pad.view(b, -1, 1, 1), 0.0)
-    probs = scores.softmax(dim=-1)
-    out = torch.einsum("bhgs,bshd->bhgd", probs, v)  # (B, Hkv, G, D)
-    return out.reshape(b, h, d).to(q.dtype)
+    k = from_cache_ref(k_cache.index_select(0, plan.table)).reshape(-1, hkv, d)  # (slots, ..)
+    v = from_cache_ref(v_cache.index_select(0, plan.table)).reshape(-1, hkv, d)
+    qf = q.float().unsqueeze(2)  # (B, H, 1, D)
+    out = torch.empty(b, h, 1, d, device=q.device)
+    for i, (first, n) in enumerate(zip(plan.first_slot, plan.lens, strict=True)):
+        # the query sits at position n - 1: a window shows it positions n - window .. n - 1
+        lo = first + (max(0, n - window) if window is not None else 0)
+        ki, vi = k[lo:first + n], v[lo:first + n]  # (L, Hkv, D)
+        if softcap:  # SDPA has no soft-capped scores
+            qg = qf[i, :, 0].view(hkv, group, d)  # (Hkv, G, D)
+            scores = _softcap(torch.einsum("hgd,lhd->hgl", qg, ki) * scale, softcap)
+            ob = torch.einsum("hgl,lhd->hgd", scores.softmax(dim=-1), vi)  # (Hkv, G, D)
+            out[i] = ob.reshape(h, 1, d)
+            continue
+        # 4-d (1, heads, len, D): the shape SDPA's fused CPU kernel takes (3-d ran its math)
+        out[i] = torch.nn.functional.scaled_dot_product_attention(
+            qf[i:i + 1], ki.transpose(0, 1).unsqueeze(0), vi.transpose(0, 1).unsqueeze(0),
+            scale=scale, enable_gqa=True)[0]  # (H, 1, D)
+    return out.view(b, h, d).to(q.dtype)
 
 
 def _softcap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:

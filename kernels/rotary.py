@@ -20,7 +20,7 @@ from .grid import next_pow2
 from .kv_fp8 import to_cache
 from .pdl import pdl_enter, pdl_kwargs
 
-__all__ = ["check_rotary", "rotary", "rotary_ref"]
+__all__ = ["check_rotary", "rotary", "rotary_ref", "rotary_rows_ref", "rotate_ref"]
 
 
 def rotary_ref(
@@ -30,10 +30,30 @@ def rotary_ref(
     sin: torch.Tensor,
     positions: torch.Tensor,  # (T,) int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Neox-style rotary embedding of q and k at ``positions``; new tensors in q's/k's dtype."""
-    cos_t = cos[positions].unsqueeze(1)  # (T, 1, D/2)
-    sin_t = sin[positions].unsqueeze(1)
-    return _rotate_half_ref(q, cos_t, sin_t), _rotate_half_ref(k, cos_t, sin_t)
+    """Neox-style rotary embedding of q and k at ``positions``; new tensors in q's/k's dtype.
+    q and k of one dtype are rotated as one (T, H + Hkv, D) tensor (views of it returned): half
+    the small ops of a CPU layer's rotary, the same values."""
+    return rotate_ref(q, k, *rotary_rows_ref(cos, sin, positions))
+
+
+def rotary_rows_ref(
+    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of the cos / sin tables at ``positions``, (T, 1, D/2) each (``rotate_ref``'s
+    arguments: the same for every layer of one forward)."""
+    # index_select: the same rows as cos[positions], at a fraction of advanced indexing's cost
+    return (cos.index_select(0, positions).unsqueeze(1),
+            sin.index_select(0, positions).unsqueeze(1))
+
+
+def rotate_ref(
+    q: torch.Tensor, k: torch.Tensor, cos_t: torch.Tensor, sin_t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rotary_ref`` given the table rows of ``rotary_rows_ref``."""
+    if q.dtype != k.dtype:
+        return _rotate_half_ref(q, cos_t, sin_t), _rotate_half_ref(k, cos_t, sin_t)
+    qk = _rotate_half_ref(torch.cat((q, k), dim=1), cos_t, sin_t)  # (T, H + Hkv, D)
+    return qk.split((q.shape[1], k.shape[1]), dim=1)
 
 
 def _rotate_half_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from torch import nn
 
 from .awq import awq_shapes, unpack_awq
 from .compressed import compressed_shapes, unpack_compressed
+from .cpu_dense import DENSE_MIN_ROWS, dense_bf16_copy
 from .cpu_int4 import CpuInt4Weight, cpu_int4_matmul, pack_for_cpu
 from .formats import QuantSpec
 from .gptq import gptq_shapes, unpack_gptq
@@ -143,6 +144,9 @@ class QuantLinear(nn.Module):
         self._cpu_weight: torch.Tensor | None = None  # (K, N) fp32, in the input's row order
         self._cpu_int4: CpuInt4Weight | None = None  # the words for the int4 CPU kernel
         self._cpu_int4_built = False  # _cpu_int4 decided (None then means: not applicable)
+        # (N, K) bf16 in the input's row order, for steps of many rows (quant/cpu_dense.py)
+        self._cpu_dense: torch.Tensor | None = None
+        self._cpu_dense_built = False  # _cpu_dense decided (None: over the memory budget)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -282,6 +286,7 @@ class QuantLinear(nn.Module):
         builds them again from the current tensors. Called on every change of the tensors."""
         self._cpu_weight = None
         self._cpu_int4, self._cpu_int4_built = None, False
+        self._cpu_dense, self._cpu_dense_built = None, False
 
     def _cpu_int4_weight(self) -> CpuInt4Weight | None:
         """The words packed for the int4 CPU kernel, built at the first call; None where that
@@ -293,11 +298,26 @@ class QuantLinear(nn.Module):
             self._cpu_int4_built = True
         return self._cpu_int4
 
+    def _cpu_dense_weight(self) -> torch.Tensor | None:
+        """The dense bf16 copy for many-row CPU steps, made at the first call; None where the
+        memory rule of quant/cpu_dense.py leaves no room for it."""
+        if not self._cpu_dense_built:
+            self._cpu_dense = dense_bf16_copy(self._weight_for_input())
+            self._cpu_dense_built = True
+        return self._cpu_dense
+
     def _forward_cpu_int4(self, packed: CpuInt4Weight, x: torch.Tensor) -> torch.Tensor:
-        """y = x @ W + bias on the int4 CPU kernel; x bf16 (..., K) -> (..., N) bf16."""
-        if self.perm is not None and not self.input_permuted:
-            x = x.index_select(-1, self.perm)  # sorted row order, as the words are stored
-        y = cpu_int4_matmul(x.reshape(-1, self.in_features), packed)  # (M, N)
+        """y = x @ W + bias on the int4 CPU kernel, or for ``DENSE_MIN_ROWS`` rows and more on
+        the dense bf16 copy where the memory rule allows one (quant/cpu_dense.py); x bf16
+        (..., K) -> (..., N) bf16."""
+        x2 = x.reshape(-1, self.in_features)  # (M, K)
+        dense = self._cpu_dense_weight() if x2.shape[0] >= DENSE_MIN_ROWS else None
+        if dense is not None:  # in the order x arrives: no gather
+            y = torch.nn.functional.linear(x2, dense)  # (M, N)
+        else:
+            if self.perm is not None and not self.input_permuted:
+                x2 = x2.index_select(-1, self.perm)  # sorted row order, as the words are stored
+            y = cpu_int4_matmul(x2, packed)  # (M, N)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
         return y.reshape(*x.shape[:-1], self.out_features)

@@ -12,7 +12,7 @@ import torch
 
 from edge_llm.engine.cpu_threads import available_cpus, set_cpu_threads
 from edge_llm.model.loader import load_model
-from edge_llm.quant import QuantLinear, QuantSpec, dequantize_runtime
+from edge_llm.quant import QuantLinear, QuantSpec, cpu_dense, dequantize_runtime
 from tests.helpers import rel_err, tiny_hf_model
 from tests.test_model_parity import run_prefill_then_decode
 from tests.test_model_quant_parity import CASES, _quantized_checkpoint
@@ -47,6 +47,28 @@ def test_bf16_input_matches_the_fp32_reference(kind, fields):
     # per-channel groups (group size = K = 256) are among the kernel's sizes too
     assert lin._cpu_int4_weight() is not None
     assert lin._cpu_weight is None  # no dense copy was made
+
+
+@pytest.mark.parametrize("kind,fields", [FORMAT_CASES[0], FORMAT_CASES[6]])  # bias; act order
+def test_many_rows_run_on_the_dense_copy_within_its_budget(kind, fields, monkeypatch):
+    gen = torch.Generator().manual_seed(11)
+    k, n = 256, 48
+    lin, w = _linear(fields, k, n, gen, bias=kind == "awq")
+    x = torch.randn(2, cpu_dense.DENSE_MIN_ROWS, k, generator=gen)
+    ref = x @ w.dequantize() + (lin.bias.float() if lin.bias is not None else 0)
+    budget = cpu_dense.DenseBudget()
+    monkeypatch.setattr(cpu_dense, "BUDGET", budget)
+    y = lin(x.bfloat16())
+    assert lin._cpu_dense is not None and lin._cpu_dense.dtype == torch.bfloat16
+    assert budget.used == 2 * k * n
+    assert rel_err(y.float(), ref) < BF16_REL
+    one = lin(x[:1, :1].bfloat16())  # a decode row: the int4 kernel, the same function
+    assert rel_err(one.float(), ref[:1, :1]) < BF16_REL
+    lin.drop_cpu_cache()  # the copy freed: its share back
+    assert budget.used == 0
+    budget.limit = 2 * k * n - 1  # no room: every step on the int4 kernel
+    y = lin(x.bfloat16())
+    assert lin._cpu_dense is None and rel_err(y.float(), ref) < BF16_REL
 
 
 def test_permuted_input_and_unsupported_shapes_fall_back():

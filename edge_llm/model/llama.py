@@ -76,7 +76,7 @@ class Attention(nn.Module):
         k_cache, v_cache = kv
         rot = self._rotary[0]  # q rotated; k rotated and v stored at their cache slots
         q = rotary_write_kv(q, k, v, rot.cos, rot.sin, positions, k_cache, v_cache,
-                            meta.slot_mapping)
+                            meta.slot_mapping, meta.scratch)
         o = paged_attention(
             q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
             self.scale, meta.max_query_len, meta.max_seq_len, meta.scratch,
