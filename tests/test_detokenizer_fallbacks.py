@@ -236,3 +236,33 @@ def test_the_stop_string_that_ends_first_wins(stops: list[str]) -> None:
         emitted = "".join(detok.add(out[i : i + chunk]) for i in range(0, 8, chunk)
                           if not detok.finished)
         assert emitted == "abc" and detok.stop_reason == "d"
+
+
+def test_a_one_character_stop_at_the_very_start() -> None:
+    tok = pieces_tokenizer()
+    for mode in (True, False):
+        detok = IncrementalDetokenizer(tok, [], SamplingParams(stop=["a"]),
+                                       use_decode_stream=mode)
+        assert detok.add(ids("a", "b")) == "" and detok.stop_reason == "a"
+
+
+def test_the_stop_terminated_token_still_counts() -> None:
+    """The EOS / stop id's text is left out, but it is an output token all the same."""
+    tok = pieces_tokenizer()
+    detok = IncrementalDetokenizer(tok, [], SamplingParams())
+    assert detok.add(ids("a", "b")) == "ab" and detok.num_tokens == 2
+    assert detok.add(ids("c", "x"), stop_terminated=True) == "c"
+    assert detok.num_tokens == 4 and detok.text == "abc"
+
+
+def test_add_after_the_end_is_refused() -> None:
+    tok = pieces_tokenizer()
+    message = r"^IncrementalDetokenizer\.add\(\) after the sequence finished\.$"
+    detok = IncrementalDetokenizer(tok, [], SamplingParams(stop=["b"]))
+    detok.add(ids("a", "b"))
+    with pytest.raises(RuntimeError, match=message):
+        detok.add(ids("c"))
+    detok = IncrementalDetokenizer(tok, [], SamplingParams())
+    detok.flush()
+    with pytest.raises(RuntimeError, match=message):
+        detok.add(ids("c"))
