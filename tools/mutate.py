@@ -144,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                              "and keep the copy for --resume")
     parser.add_argument("--resume", type=Path, default=None, metavar="DIR",
                         help="go on with the mutants left in a kept scratch copy")
+    parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                        help="run only these mutants (names or fnmatch patterns, as printed), "
+                             "e.g. the survivors of an earlier run after adding tests")
     args = parser.parse_args(argv)
 
     sources, tests = MODULES[args.module]
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             _configure(work, sources, tests)
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         run = subprocess.Popen(["nice", "-n", "5"] + _mutmut()
-                               + ["run", "--max-children", str(args.max_children)],
+                               + ["run", "--max-children", str(args.max_children)]
+                               + args.only,
                                cwd=work, env=env, stdout=subprocess.DEVNULL,
                                start_new_session=True)
         try:
