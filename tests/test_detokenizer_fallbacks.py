@@ -266,3 +266,14 @@ def test_add_after_the_end_is_refused() -> None:
     detok.flush()
     with pytest.raises(RuntimeError, match=message):
         detok.add(ids("c"))
+
+
+def test_a_stop_inside_min_tokens_is_shown_except_what_may_start_the_next_one() -> None:
+    """"pop" ends at the min_tokens floor: it cannot count, but its last "p" may begin a "pop"
+    that does, so only that "p" is held."""
+    tok = pieces_tokenizer()
+    for mode in (True, False):
+        params = SamplingParams(stop=["pop"], min_tokens=2)
+        detok = IncrementalDetokenizer(tok, [], params, use_decode_stream=mode)
+        assert feed(detok, ids("p", "op", "a", "p", "op", "c")) == ["", "po", "pa", "", "", ""]
+        assert detok.stop_reason == "pop" and detok.text == "popa"
