@@ -298,3 +298,25 @@ def test_reserve_of_a_request_counts_each_sibling(rng: random.Random, n: int,
     assert started == admitted_at
     assert sched.num_preemptions == 0
     drain(sched, kv)
+
+
+# ---- prefix hits leave the last prompt token to compute ------------------------------------
+
+
+@pytest.mark.parametrize("length, hit", [(2 * BS, BS), (2 * BS + 1, 2 * BS), (BS + 1, BS),
+                                         (BS, 0)])
+def test_prefix_hit_always_leaves_the_last_token(rng: random.Random, length: int,
+                                                 hit: int) -> None:
+    """The row of the last prompt token is sampled, so it is computed even when its block is
+    cached: a prompt of exactly two cached blocks reuses one."""
+    sched = make(20, block_size=BS, budget=64, enable_prefix_caching=True)
+    kv = FakeKV(sched)
+    prompt = rand_prompt(rng, length)
+    sched.add_request("first", prompt + rand_prompt(rng, BS), SamplingParams(max_tokens=1))
+    drain(sched, kv)
+    (again,) = sched.add_request("again", list(prompt), SamplingParams(max_tokens=1))
+    out, _ = step(sched, kv)
+    assert again.num_cached_tokens == hit
+    assert (out.scheduled[0].start_pos, out.scheduled[0].num_scheduled_tokens) == (
+        hit, length - hit)
+    drain(sched, kv)
