@@ -109,11 +109,13 @@ def test_from_rows_transposes_rounds_zeros_and_defaults_g_idx(rng: random.Random
     zeros = torch.tensor([[7.4, 8.6]] * 8)
     w = QuantizedWeight.from_rows(q, scales, zeros, group_size=8)
     w.validate()
+    assert w.q.dtype == torch.int32 and w.group_size == 8
     assert torch.equal(w.q, q.t().to(torch.int32)) and w.q.is_contiguous()
     assert w.zeros.tolist() == [[7] * 8, [9] * 8] and w.zeros.dtype == torch.int32
     assert torch.equal(w.g_idx, torch.tensor([0] * 8 + [1] * 8, dtype=torch.int32))
-    order = torch.tensor([1, 0] * 8)
-    assert QuantizedWeight.from_rows(q, scales, zeros, 8, order).g_idx.dtype == torch.int32
+    order = torch.tensor([1, 0] * 8)  # act-order: the given g_idx is kept, as int32
+    act = QuantizedWeight.from_rows(q, scales, zeros, 8, order)
+    assert act.g_idx.dtype == torch.int32 and act.g_idx.tolist() == order.tolist()
 
 
 # ---- pack_int4 / unpack_int4 ---------------------------------------------------------------
@@ -196,3 +198,14 @@ def test_pack_planes_input_checks(rows: int, dtype) -> None:
     with pytest.raises(ValueError, match=f"^pack_planes: int32 words with K a multiple of 128, "
                                          f"got {dtype} K={rows}$"):
         pack_planes(words)
+
+
+def test_plane_helpers_stay_on_the_device_of_their_input() -> None:
+    """The repack runs on the GPU in place of the weights: nothing may fall back to the CPU.
+    The "meta" device stands in for CUDA here (shapes and devices, no data)."""
+    meta = torch.device("meta")
+    assert plane_rows(2 * PLANE_TILE, device=meta).device == meta
+    assert sequential_g_idx(64, 8, device=meta).device == meta
+    words = torch.empty(2 * PLANE_TILE // PACK, 4, dtype=torch.int32, device=meta)
+    out = pack_planes(words)
+    assert out.device == meta and out.shape == words.shape and out.dtype == torch.int32

@@ -104,6 +104,9 @@ def test_finished_prefix_loses_its_last_block_first(rng: random.Random, ending: 
     assert sched.pool.num_cached_blocks == 2 + b.num_registered_blocks
     drain(sched, kv)
     assert c.num_cached_tokens == 2 * BS
+    stats = sched.stats()
+    assert (stats["prefix_queries"], stats["prefix_hits"]) == (2 * len(prompt) + 4 * BS - 3,
+                                                                2 * BS)
 
 
 # ---- swap-in waits for a step without preemptions ------------------------------------------
@@ -120,15 +123,17 @@ def test_no_swap_in_in_a_step_that_preempted(rng: random.Random) -> None:
     for r in reqs:
         sched.add_request(*r)
     seqs: list[Sequence] = []
-    preempted = swapped_in = 0
+    preempted = swapped_in = n_preempted = 0
     while sched.has_unfinished():
         out, got = step(sched, kv)
         seqs += got
+        n_preempted += len(out.preempted_seq_ids)
         assert not (out.preempted_seq_ids and out.blocks_to_swap_in), "swap-in after preempting"
         preempted += bool(out.preempted_seq_ids)
         swapped_in += bool(out.blocks_to_swap_in)
     assert preempted and swapped_in
     assert outputs_of(seqs) == reference_outputs(reqs)
+    assert sched.num_preemptions == sched.stats()["num_preemptions"] == n_preempted
 
 
 def test_swapped_siblings_come_back_together(rng: random.Random) -> None:
@@ -139,6 +144,14 @@ def test_swapped_siblings_come_back_together(rng: random.Random) -> None:
     n0 = sched.add_request("n", rand_prompt(rng, 9), SamplingParams(max_tokens=20, n=2), 1.0)[0]
     while len(sched.swapped) < 2:
         step(sched, kv)
+    pool, swap = sched.pool, sched.swap_space
+    assert sched.stats() == {
+        "num_running": 1, "num_waiting": 0, "num_swapped": 2, "num_unfinished_requests": 2,
+        "num_preemptions": 2, "prefix_queries": 16 + 9, "prefix_hits": 0,
+        "kv_cache_usage": pool.usage, "cpu_swap_usage": swap.usage,
+        "num_free_blocks": pool.num_free_blocks,
+    }
+    assert 0 < swap.usage < 1 and pool.num_free_blocks < 6
     while sched.swapped:
         out, _ = step(sched, kv)
         assert not out.blocks_to_swap_in or not sched.swapped  # all at once or none
@@ -242,3 +255,68 @@ def test_request_outlives_its_first_finished_sibling(rng: random.Random, first_e
     assert not sched.has_unfinished() and sched.pool.num_free_blocks == 40
     sched.check_integrity()
     sched.add_request("r", [1, 2], SamplingParams())  # the id is free again
+
+
+# ---- growth reserve: what a sequence may still need ----------------------------------------
+
+
+def test_reserve_counts_only_the_outputs_left(rng: random.Random) -> None:
+    """a (8-token prompt, max_tokens 16) has 15 outputs: its 3 blocks hold all it will still
+    store, so it reserves nothing, and b (1 block + 1 of its own growth) fits the 2 free
+    blocks. Counting a's 16-token horizon past its max_tokens would hold b back."""
+    sched = make(5, block_size=BS, budget=64, growth_reserve=16)
+    kv = FakeKV(sched)
+    (a,) = sched.add_request("a", rand_prompt(rng, BS), SamplingParams(max_tokens=16,
+                                                                        ignore_eos=True), 0.0)
+    for _ in range(15):
+        step(sched, kv)
+    assert a.num_output_tokens == 15 and sched.pool.num_free_blocks == 2
+    (b,) = sched.add_request("b", rand_prompt(rng, BS), SamplingParams(max_tokens=1), 1.0)
+    out, _ = step(sched, kv)
+    assert [r.seq for r in out.scheduled] == [a, b]
+    drain(sched, kv)
+
+
+@pytest.mark.parametrize("n, admitted_at", [(1, 2), (3, 3)])
+def test_reserve_of_a_request_counts_each_sibling(rng: random.Random, n: int,
+                                                  admitted_at: int) -> None:
+    """c's growth of 8 tokens needs 2 blocks per sequence (its prompt's last token is fed after
+    the fork): 6 for n = 3, more than the 6 free blocks leave after c's first block, so c waits
+    for a to end; with n = 1 the same request starts beside a."""
+    sched = make(8, block_size=BS, budget=64, growth_reserve=8)
+    kv = FakeKV(sched)
+    (a,) = sched.add_request("a", rand_prompt(rng, BS), SamplingParams(max_tokens=2,
+                                                                        ignore_eos=True), 0.0)
+    step(sched, kv)
+    (c,) = sched.add_request("c", rand_prompt(rng, BS + 1),
+                             SamplingParams(max_tokens=8, n=n, ignore_eos=True), 1.0)
+    started = None
+    for number in (2, 3):
+        out, _ = step(sched, kv)
+        if started is None and any(r.seq is c for r in out.scheduled):
+            started = number
+    assert started == admitted_at
+    assert sched.num_preemptions == 0
+    drain(sched, kv)
+
+
+# ---- prefix hits leave the last prompt token to compute ------------------------------------
+
+
+@pytest.mark.parametrize("length, hit", [(2 * BS, BS), (2 * BS + 1, 2 * BS), (BS + 1, BS),
+                                         (BS, 0)])
+def test_prefix_hit_always_leaves_the_last_token(rng: random.Random, length: int,
+                                                 hit: int) -> None:
+    """The row of the last prompt token is sampled, so it is computed even when its block is
+    cached: a prompt of exactly two cached blocks reuses one."""
+    sched = make(20, block_size=BS, budget=64, enable_prefix_caching=True)
+    kv = FakeKV(sched)
+    prompt = rand_prompt(rng, length)
+    sched.add_request("first", prompt + rand_prompt(rng, BS), SamplingParams(max_tokens=1))
+    drain(sched, kv)
+    (again,) = sched.add_request("again", list(prompt), SamplingParams(max_tokens=1))
+    out, _ = step(sched, kv)
+    assert again.num_cached_tokens == hit
+    assert (out.scheduled[0].start_pos, out.scheduled[0].num_scheduled_tokens) == (
+        hit, length - hit)
+    drain(sched, kv)

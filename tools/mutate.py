@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,18 @@ def _copy_checkout(dest: Path) -> None:
             link.symlink_to(Path("..") / name)
 
 
+def _configure(work: Path, sources: list[str], tests: list[str]) -> None:
+    """mutmut's settings, in the copy's pyproject.toml only."""
+    with open(work / "pyproject.toml", "a") as f:
+        f.write(
+            "\n[tool.mutmut]\n"
+            f"source_paths = {_toml_list(sources)}\n"
+            f"also_copy = {_toml_list(ALSO_COPY)}\n"
+            f"pytest_add_cli_args = {_toml_list(['-p', 'no:cacheprovider', '-x', '-q'])}\n"
+            f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
+        )
+
+
 def _equivalents() -> set[tuple[str, str]]:
     """(removed line, added line) pairs of reviewed equivalent mutants."""
     pairs = set()
@@ -126,30 +139,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=1,
                         help="mutants run in parallel (default 1: the machine is shared)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="S",
+                        help="stop mutmut after S seconds, score the mutants checked so far "
+                             "and keep the copy for --resume")
+    parser.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                        help="go on with the mutants left in a kept scratch copy")
+    parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                        help="run only these mutants (names or fnmatch patterns, as printed), "
+                             "e.g. the survivors of an earlier run after adding tests")
     args = parser.parse_args(argv)
 
     sources, tests = MODULES[args.module]
     sources = [s for s in sources if (ROOT / s).exists()]  # merged modules drop out
     tests = [t for t in tests if (ROOT / t).exists()]
-    work = Path(tempfile.mkdtemp(prefix=f"mutate-{args.module}-"))
+    if args.resume is not None:
+        work, args.keep = args.resume, True
+    else:
+        work = Path(tempfile.mkdtemp(prefix=f"mutate-{args.module}-"))
     try:
-        _copy_checkout(work)
-        with open(work / "pyproject.toml", "a") as f:
-            f.write(
-                "\n[tool.mutmut]\n"
-                f"source_paths = {_toml_list(sources)}\n"
-                f"also_copy = {_toml_list(ALSO_COPY)}\n"
-                f"pytest_add_cli_args = {_toml_list(['-p', 'no:cacheprovider', '-x', '-q'])}\n"
-                f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
-            )
+        if args.resume is None:
+            _copy_checkout(work)
+            _configure(work, sources, tests)
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-        run = subprocess.run(["nice", "-n", "5"] + _mutmut()
-                             + ["run", "--max-children", str(args.max_children)],
-                             cwd=work, env=env, stdout=subprocess.DEVNULL)
-        if run.returncode:
-            print(f"mutate.py: mutmut run exited with {run.returncode} (in {work})")
+        run = subprocess.Popen(["nice", "-n", "5"] + _mutmut()
+                               + ["run", "--max-children", str(args.max_children)]
+                               + args.only,
+                               cwd=work, env=env, stdout=subprocess.DEVNULL,
+                               start_new_session=True)
+        try:
+            returncode = run.wait(timeout=args.time_limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGTERM)  # mutmut and its forked mutants
+            run.wait()
+            returncode, args.keep = 0, True
+        if returncode:
+            print(f"mutate.py: mutmut run exited with {returncode} (in {work})")
             args.keep = True
-            return run.returncode
+            return returncode
         listing = subprocess.run(_mutmut() + ["results", "--all", "true"], cwd=work,
                                  capture_output=True, text=True, env=env).stdout
         status = {}
@@ -157,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
             name, sep, state = line.strip().rpartition(": ")
             if sep:
                 status[name] = state
+        pending = [name for name, state in status.items() if state == "not checked"]
+        for name in pending:
+            del status[name]
         equivalent = _equivalents()
         killed = sum(1 for s in status.values() if s in ("killed", "timeout"))
         survivors, eq = [], 0
@@ -172,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         score = 100.0 * killed / scored if scored else 0.0
         print(f"{args.module}: {len(status)} mutants, {eq} reviewed equivalent, "
               f"{killed} killed of {scored} non-equivalent = {score:.1f}% "
-              f"({len(survivors)} left: {', '.join(sorted({s for _, s, _ in survivors}))})")
+              f"({len(survivors)} left: {', '.join(sorted({s for _, s, _ in survivors}))})"
+              + (f"; {len(pending)} not checked yet (--resume {work})" if pending else ""))
         for name, state, diff in survivors:
             print(f"  {state}: {name}")
             if args.show:
