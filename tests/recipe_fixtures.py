@@ -23,6 +23,9 @@ from tests.test_lifecycle import SleepyEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
+# docs/scaling.md's sizing of one replica (from BENCHMARKS.md's serving table): C requests at
+# once (--max-num-seqs), scale out at T ongoing requests per replica, N replicas at most by default
+REPLICA_CONCURRENCY, SCALE_TARGET, DEFAULT_MAX_REPLICAS = 32, 24, 4
 WORDS = ["alpha", "river", "seven", "blue", "quiet", "lamp", "north", "Paris"]
 
 

@@ -19,7 +19,15 @@ import httpx
 import pytest
 import yaml
 
-from tests.recipe_fixtures import RECIPES, image_env, resolved, served  # noqa: F401
+from tests.recipe_fixtures import (  # noqa: F401
+    DEFAULT_MAX_REPLICAS,
+    RECIPES,
+    REPLICA_CONCURRENCY,
+    SCALE_TARGET,
+    image_env,
+    resolved,
+    served,
+)
 
 kubernetes = pytest.importorskip("kubernetes", reason="the kubernetes client is in the test extra")
 
@@ -181,6 +189,19 @@ def test_cloud_run_documented_limits():
     assert annotations["autoscaling.knative.dev/minScale"] == "0"
 
 
+def test_cloud_run_scales_zero_to_n_at_the_replica_concurrency():
+    """Cloud Run sends an instance at most containerConcurrency requests: the server's
+    --max-num-seqs, so none waits in a replica while another instance could take it."""
+    template = cloud_run_service()["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    args = resolved(image_env() | env_of(container))
+    assert template["spec"]["containerConcurrency"] == args.max_num_seqs == REPLICA_CONCURRENCY
+    assert args.max_queue is not None and args.max_queue >= args.max_num_seqs
+    annotations = template["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/minScale"] == "0"
+    assert int(annotations["autoscaling.knative.dev/maxScale"]) == DEFAULT_MAX_REPLICAS > 1
+
+
 def test_cloud_run_keeps_the_caches_on_a_bucket_volume():
     """Cloud Run's own filesystem is in memory and gone when an instance stops; a Cloud
     Storage volume (gen2 execution environment) keeps the kernels across cold starts."""
@@ -220,6 +241,21 @@ def test_kserve_manifests_match_the_schemas():
     check(pvc, "V1PersistentVolumeClaim", "pvc")
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
     check(isvc, "V1beta1InferenceService", "isvc", models)
+
+
+def test_kserve_scales_zero_to_n_on_concurrency_below_the_replica_limit():
+    """Knative's hard limit per pod (containerConcurrency) is the server's --max-num-seqs; the
+    autoscaler's target is below it, so a new pod starts before the others are full."""
+    _, isvc = kserve_documents()
+    predictor = isvc["spec"]["predictor"]
+    (container,) = predictor["containers"]
+    args = resolved(image_env() | env_of(container))
+    assert predictor["containerConcurrency"] == args.max_num_seqs == REPLICA_CONCURRENCY
+    assert args.max_queue is not None and args.max_queue >= args.max_num_seqs
+    assert predictor["scaleMetric"] == "concurrency"
+    assert predictor["scaleTarget"] == SCALE_TARGET < predictor["containerConcurrency"]
+    assert predictor["minReplicas"] == 0
+    assert predictor["maxReplicas"] == DEFAULT_MAX_REPLICAS > 1
 
 
 def test_kserve_progress_deadline_covers_download_and_readiness():
