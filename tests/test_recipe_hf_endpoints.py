@@ -12,7 +12,18 @@ import sys
 import httpx
 import huggingface_hub
 
-from tests.recipe_fixtures import image_env, load, readme_commands, resolved, served  # noqa: F401
+import pytest
+
+from tests.recipe_fixtures import (  # noqa: F401
+    DEFAULT_MAX_REPLICAS,
+    REPLICA_CONCURRENCY,
+    SCALE_TARGET,
+    image_env,
+    load,
+    readme_commands,
+    resolved,
+    served,
+)
 
 
 def test_deploy_call_binds_to_the_hub_signature(monkeypatch, capsys):
@@ -29,12 +40,24 @@ def test_deploy_call_binds_to_the_hub_signature(monkeypatch, capsys):
     monkeypatch.setattr(huggingface_hub, "create_inference_endpoint", fake)
     deploy.main(["--image", "ghcr.io/owner/edge-llm:warm", "--repository", "owner/model-AWQ"])
     (bound,) = calls
-    kw = bound.arguments
+    kw = dict(bound.arguments)
     InferenceEndpointType(kw["type"])  # ValueError on a type the API does not have
     assert kw["min_replica"] == 0 and kw["scale_to_zero_timeout"] > 0
     assert kw["custom_image"]["url"] == "ghcr.io/owner/edge-llm:warm"
     assert kw["custom_image"]["health_route"] == "/health"
     assert "endpoint edge-llm" in capsys.readouterr().out
+    # 0..N replicas on pending requests per replica, below what one replica runs at once
+    from huggingface_hub._inference_endpoints import InferenceEndpointScalingMetric
+
+    assert kw["max_replica"] == DEFAULT_MAX_REPLICAS > 1
+    assert InferenceEndpointScalingMetric(kw["scaling_metric"]).value == "pendingRequests"
+    args = resolved(image_env() | kw["env"])
+    assert kw["scaling_threshold"] == SCALE_TARGET < args.max_num_seqs == REPLICA_CONCURRENCY
+    assert args.max_queue is not None and args.max_queue >= args.max_num_seqs
+    deploy.main(["--image", "i", "--repository", "r", "--max-replicas", "8"])
+    assert calls[-1].arguments["max_replica"] == 8
+    with pytest.raises(SystemExit):
+        deploy.parse_args(["--image", "i", "--repository", "r", "--max-replicas", "0"])
 
 
 def test_container_settings(served):  # noqa: F811
