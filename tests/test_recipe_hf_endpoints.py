@@ -11,7 +11,6 @@ import sys
 
 import httpx
 import huggingface_hub
-
 import pytest
 
 from tests.recipe_fixtures import (  # noqa: F401
