@@ -14,7 +14,16 @@ import random
 import httpx
 import pytest
 
-from tests.recipe_fixtures import image_env, load, readme_commands, resolved, served  # noqa: F401
+from tests.recipe_fixtures import (  # noqa: F401
+    DEFAULT_MAX_REPLICAS,
+    REPLICA_CONCURRENCY,
+    SCALE_TARGET,
+    image_env,
+    load,
+    readme_commands,
+    resolved,
+    served,
+)
 
 pytest.importorskip("sagemaker.core.resources", reason="the SageMaker SDK v3 is in the test extra")
 botocore = pytest.importorskip("botocore")
@@ -100,14 +109,14 @@ def test_deploy_requests_pass_botocore_validation_and_scale_to_zero(aws):
     assert model["Environment"] == deploy.container_env(60.0)
     (variant,) = body["CreateEndpointConfig"]["ProductionVariants"]
     assert variant["ManagedInstanceScaling"] == {"Status": "ENABLED", "MinInstanceCount": 0,
-                                                 "MaxInstanceCount": 1}
+                                                 "MaxInstanceCount": DEFAULT_MAX_REPLICAS}
     assert variant["InferenceAmiVersion"] == deploy.INFERENCE_AMI
     spec = body["CreateInferenceComponent"]["Specification"]
     assert spec["ComputeResourceRequirements"]["NumberOfAcceleratorDevicesRequired"] == 1
     startup = spec["StartupParameters"]["ContainerStartupHealthCheckTimeoutInSeconds"]
     assert startup == deploy.STARTUP_TIMEOUT_S
     target = body["RegisterScalableTarget"]
-    assert target["MinCapacity"] == 0
+    assert target["MinCapacity"] == 0 and target["MaxCapacity"] == DEFAULT_MAX_REPLICAS > 1
     # the validator itself refuses what the platform refuses: MinInstanceCount has min 0
     bad = json.loads(json.dumps(body["CreateEndpointConfig"]))
     bad["ProductionVariants"][0]["ManagedInstanceScaling"]["MinInstanceCount"] = -1
@@ -115,6 +124,28 @@ def test_deploy_requests_pass_botocore_validation_and_scale_to_zero(aws):
         "CreateEndpointConfig").input_shape
     with pytest.raises(botocore.exceptions.ParamValidationError):
         botocore.validate.validate_parameters(bad, shape)
+
+
+def test_copies_scale_zero_to_n_below_the_replica_concurrency(aws):
+    """Target tracking adds a copy at SCALE_TARGET concurrent requests per copy, below the
+    sequences one copy's server runs at once; --max-replicas bounds copies and instances."""
+    session, calls = aws
+    deploy = load("sagemaker/deploy.py")
+    deploy.deploy(deploy_args(deploy, max_replicas=8), session)
+    policies = [params for _, op, params in calls if op == "PutScalingPolicy"]
+    (tracking,) = [p for p in policies if p["PolicyType"] == "TargetTrackingScaling"]
+    config = tracking["TargetTrackingScalingPolicyConfiguration"]
+    assert config["PredefinedMetricSpecification"]["PredefinedMetricType"] == \
+        "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"
+    body = {op: params for _, op, params in calls}
+    args = resolved(image_env() | body["CreateModel"]["PrimaryContainer"]["Environment"])
+    assert config["TargetValue"] == SCALE_TARGET < args.max_num_seqs == REPLICA_CONCURRENCY
+    assert args.max_queue is not None and args.max_queue >= args.max_num_seqs
+    (variant,) = body["CreateEndpointConfig"]["ProductionVariants"]
+    assert variant["ManagedInstanceScaling"]["MaxInstanceCount"] == 8
+    assert body["RegisterScalableTarget"]["MaxCapacity"] == 8
+    with pytest.raises(SystemExit):
+        deploy_args(deploy, max_replicas=0)
 
 
 def test_container_env_keeps_sagemaker_port_and_mode():

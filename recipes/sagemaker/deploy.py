@@ -2,21 +2,22 @@
 
     python recipes/sagemaker/deploy.py --image ACCOUNT.dkr.ecr.REGION.amazonaws.com/edge-llm:root \
         --role arn:aws:iam::ACCOUNT:role/SageMakerRole --region us-east-1 \
-        [--model-data s3://bucket/model.tar.gz]
+        [--model-data s3://bucket/model.tar.gz] [--max-replicas 4]
 
 What it creates, in order (``sagemaker.core.resources``, the SDK v3 resource API; boto3 for
 Application Auto Scaling and CloudWatch, which the SDK does not wrap, and for the endpoint
 config, whose zero minimum the SDK's serializer drops):
 
     Model               the image, its environment, the model data unpacked at /opt/ml/model
-    EndpointConfig      one variant with managed instance scaling from 0 instances, least
+    EndpointConfig      one variant with managed instance scaling from 0 to N instances, least
                         outstanding requests routing, and an inference AMI whose driver runs
                         the image's CUDA 12.8 (see the Dockerfile)
     Endpoint            waited for until InService
     InferenceComponent  one copy of the model on one GPU; the start-up health check window
-    scaling             copies 0..1: target tracking on concurrent requests per copy scales in
-                        to zero; a step policy on the NoCapacityInvocationFailures alarm
-                        scales out from zero when a request arrives
+    scaling             copies 0..N: target tracking on concurrent requests per copy (target
+                        SCALE_TARGET, below the MAX_NUM_SEQS a copy runs at once) scales out
+                        and in to zero; a step policy on the NoCapacityInvocationFailures
+                        alarm scales out from zero when a request arrives
 
 SageMaker starts the container as ``docker run IMAGE serve`` (our ``edge-llm serve``); it
 health-checks ``GET /ping`` and sends requests to ``POST /invocations`` on port 8080
@@ -38,13 +39,20 @@ PORT = 8080  # SageMaker's; the server picks it (or SAGEMAKER_BIND_TO_PORT) in S
 INFERENCE_AMI = "al2-ami-sagemaker-inference-gpu-3-1"
 STARTUP_TIMEOUT_S = 1800  # download + load + kernel compile + warm-up on a cold instance
 SCALE_DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
+# docs/scaling.md's sizing from BENCHMARKS.md's serving table: one copy (one GPU) runs C = 32
+# requests at once; target tracking adds a copy at T = 24 concurrent requests per copy, so the
+# new one is up (a cold start) before the others are full
+MAX_NUM_SEQS = 32
+SCALE_TARGET = 24
 
 
 def container_env(idle_sleep_s: float | None = None) -> dict[str, str]:
     """The container's environment (every value a string, as SageMaker wants). The compile
     caches come with the image (``recipes/warm-cache``: EDGE_LLM_CACHE_DIR is set there)."""
     env = {"EDGE_LLM_SAGEMAKER": "true", "EDGE_LLM_MODEL": MODEL_DIR,
-           "EDGE_LLM_DRAIN_TIMEOUT": "25"}  # SageMaker sends SIGKILL 30 s after SIGTERM
+           "EDGE_LLM_DRAIN_TIMEOUT": "25",  # SageMaker sends SIGKILL 30 s after SIGTERM
+           "EDGE_LLM_MAX_NUM_SEQS": str(MAX_NUM_SEQS),
+           "EDGE_LLM_MAX_QUEUE": str(2 * MAX_NUM_SEQS)}  # past it: 429 at once, not a queue
     if idle_sleep_s:
         env["EDGE_LLM_IDLE_SLEEP_S"] = str(idle_sleep_s)
     return env
@@ -68,7 +76,7 @@ def deploy(args: argparse.Namespace, session: Any) -> dict[str, str]:
             "VariantName": "main", "InstanceType": args.instance_type,
             "InitialInstanceCount": 1, "InferenceAmiVersion": INFERENCE_AMI,
             "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0,
-                                       "MaxInstanceCount": 1},
+                                       "MaxInstanceCount": args.max_replicas},  # a copy each
             "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}}])
     endpoint = Endpoint.create(endpoint_name=name, endpoint_config_name=name, session=session,
                                region=region)
@@ -85,24 +93,25 @@ def deploy(args: argparse.Namespace, session: Any) -> dict[str, str]:
         specification=spec,
         runtime_config=shapes.InferenceComponentRuntimeConfig(copy_count=1),
         session=session, region=region)
-    scale_to_zero(session, region, name)
+    autoscale(session, region, name, args.max_replicas)
     return {"endpoint": name, "inference_component": name}
 
 
-def scale_to_zero(session: Any, region: str, component: str) -> None:
-    """Copies 0..1: target tracking scales in to zero when idle; a step policy fired by the
+def autoscale(session: Any, region: str, component: str, max_copies: int) -> None:
+    """Copies 0..``max_copies``: target tracking on concurrent requests per copy adds copies
+    under load and scales in to zero when idle; a step policy fired by the
     NoCapacityInvocationFailures alarm adds the first copy when a request finds none."""
     scaling = session.client("application-autoscaling", region_name=region)
     resource_id = f"inference-component/{component}"
     scaling.register_scalable_target(ServiceNamespace="sagemaker", ResourceId=resource_id,
                                      ScalableDimension=SCALE_DIMENSION, MinCapacity=0,
-                                     MaxCapacity=1)
+                                     MaxCapacity=max_copies)
     scaling.put_scaling_policy(
         PolicyName=f"{component}-concurrency", ServiceNamespace="sagemaker",
         ResourceId=resource_id, ScalableDimension=SCALE_DIMENSION,
         PolicyType="TargetTrackingScaling",
         TargetTrackingScalingPolicyConfiguration={
-            "TargetValue": 32.0, "ScaleInCooldown": 900, "ScaleOutCooldown": 60,
+            "TargetValue": float(SCALE_TARGET), "ScaleInCooldown": 900, "ScaleOutCooldown": 60,
             "PredefinedMetricSpecification": {"PredefinedMetricType":
                 "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"}})
     step = scaling.put_scaling_policy(
@@ -121,6 +130,13 @@ def scale_to_zero(session: Any, region: str, component: str) -> None:
         AlarmActions=[step["PolicyARN"]])
 
 
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--image", required=True, help="ECR image built with RUN_AS=root")
@@ -130,6 +146,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--instance-type", default="ml.g5.xlarge")
     parser.add_argument("--name", default="edge-llm")
     parser.add_argument("--idle-sleep-s", type=float, default=None)
+    parser.add_argument("--max-replicas", type=_positive, default=4,
+                        help="most copies (one GPU instance each) to scale out to (default: 4)")
     return parser.parse_args(argv)
 
 
