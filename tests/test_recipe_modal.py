@@ -19,7 +19,14 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.recipe_fixtures import RECIPES, ROOT, readme_commands
+from tests.recipe_fixtures import (
+    DEFAULT_MAX_REPLICAS,
+    RECIPES,
+    REPLICA_CONCURRENCY,
+    ROOT,
+    SCALE_TARGET,
+    readme_commands,
+)
 
 modal = pytest.importorskip("modal", reason="the modal package is in the test extra")
 APP = RECIPES / "modal" / "app.py"
@@ -40,7 +47,8 @@ def recipe():
 
     _functions._Function._from_local = record
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+            mp.delenv("EDGE_LLM_MAX_NUM_SEQS", raising=False)  # the recipe's default
             warnings.simplefilter("ignore")
             spec = importlib.util.spec_from_file_location("modal_recipe_app", APP)
             module = importlib.util.module_from_spec(spec)
@@ -69,6 +77,22 @@ def test_function_spec(recipe):
     assert web.web_server_port == module.PORT
     args = module.serve_args({})
     assert (args.host, args.port) == ("0.0.0.0", web.web_server_port)
+
+
+def test_autoscaling_matches_the_server_concurrency(recipe):
+    """Modal sends a container at most max_inputs requests: the server's --max-num-seqs; it adds
+    containers (0 to N) to keep target_inputs, below that, on each."""
+    module, kw, _ = recipe
+    assert kw["max_concurrent_inputs"] == module.serve_args({}).max_num_seqs == REPLICA_CONCURRENCY
+    assert kw["target_concurrent_inputs"] == SCALE_TARGET < kw["max_concurrent_inputs"]
+    assert not kw["min_containers"] and kw["max_containers"] == DEFAULT_MAX_REPLICAS > 1
+    # the container's environment cannot pull the server away from what Modal sends it
+    assert module.serve_args({"EDGE_LLM_MAX_NUM_SEQS": "32"}).max_num_seqs == REPLICA_CONCURRENCY
+    with pytest.raises(ValueError, match="modal deploy"):
+        module.serve_args({"EDGE_LLM_MAX_NUM_SEQS": "64"})
+    assert module._max_num_seqs({"EDGE_LLM_MAX_NUM_SEQS": "48"}) == 48
+    with pytest.raises(ValueError, match="EDGE_LLM_MAX_NUM_SEQS"):
+        module._max_num_seqs({"EDGE_LLM_MAX_NUM_SEQS": "0"})
 
 
 SNAPSHOT_PROBE = r"""

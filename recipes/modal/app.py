@@ -10,6 +10,11 @@ volume: Triton's kernels, TorchInductor's cache, the start-up probes and the Hub
 on the ``edge-llm-cache`` volume at /cache, so a cold start after the first compiles nothing.
 ``web`` is Modal's web endpoint for that port. Scale to zero is Modal's default
 (``min_containers=0``); ``scaledown_window`` is how long an idle container lives.
+
+Scaling (docs/scaling.md's sizing from BENCHMARKS.md's serving table): a container takes
+``MAX_NUM_SEQS`` requests at once, the server's ``--max-num-seqs`` (``EDGE_LLM_MAX_NUM_SEQS`` at
+deploy time, 32 by default), and Modal adds containers, up to ``MAX_CONTAINERS``, to keep
+``TARGET_INPUTS`` (0.75 of it) on each, so a new one is up before the others are full.
 """
 
 from __future__ import annotations
@@ -25,6 +30,19 @@ PORT = 8000
 CACHE_DIR = "/cache"
 STARTUP_TIMEOUT_S = 1200  # a first start: download + load + kernel compiles + warm-up
 REPO = Path(__file__).resolve().parents[2]
+MAX_CONTAINERS = 4  # N: raise it (or update_autoscaler on the deployed class) for more GPUs
+
+
+def _max_num_seqs(environ: dict[str, str]) -> int:
+    raw = environ.get("EDGE_LLM_MAX_NUM_SEQS") or "32"
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"EDGE_LLM_MAX_NUM_SEQS must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+# read when `modal deploy` imports this file, baked into the image, read again in the container
+MAX_NUM_SEQS = _max_num_seqs(dict(os.environ))
+TARGET_INPUTS = max(1, MAX_NUM_SEQS * 3 // 4)
 
 cache = modal.Volume.from_name("edge-llm-cache", create_if_missing=True)
 image = (
@@ -34,7 +52,8 @@ image = (
                                 build_args={"RUN_AS": "root"})
     .entrypoint([])
     .env({"EDGE_LLM_MODEL": os.environ.get("EDGE_LLM_MODEL", ""),  # empty: the demo model
-          "EDGE_LLM_CACHE_DIR": CACHE_DIR})
+          "EDGE_LLM_CACHE_DIR": CACHE_DIR,
+          "EDGE_LLM_MAX_NUM_SEQS": str(MAX_NUM_SEQS)})
 )
 app = modal.App("edge-llm", image=image)
 
@@ -46,6 +65,10 @@ def serve_args(environ: dict[str, str] | None = None) -> argparse.Namespace:
     environ = dict(os.environ if environ is None else environ)
     args = argparse.Namespace(**{o.dest: None for o in SERVE_OPTIONS})
     args.host, args.port, args.port_given = "0.0.0.0", PORT, True
+    if environ.get("EDGE_LLM_MAX_NUM_SEQS") and _max_num_seqs(environ) != MAX_NUM_SEQS:
+        raise ValueError(f"EDGE_LLM_MAX_NUM_SEQS={environ['EDGE_LLM_MAX_NUM_SEQS']} but Modal was "
+                         f"deployed to send {MAX_NUM_SEQS} at once: set it for `modal deploy`")
+    args.max_num_seqs = MAX_NUM_SEQS  # what @modal.concurrent lets Modal send one container
     args.model = environ.get("EDGE_LLM_MODEL") or None
     resolve_options(args, SERVE_OPTIONS, environ)
     return args
@@ -83,8 +106,8 @@ def start_server(timeout: float = STARTUP_TIMEOUT_S) -> Any:
 
 
 @app.cls(gpu="L4", volumes={CACHE_DIR: cache}, enable_memory_snapshot=True,
-         scaledown_window=120, timeout=3600)
-@modal.concurrent(max_inputs=64)
+         scaledown_window=120, timeout=3600, min_containers=0, max_containers=MAX_CONTAINERS)
+@modal.concurrent(max_inputs=MAX_NUM_SEQS, target_inputs=TARGET_INPUTS)
 class EdgeLLM:
     @modal.enter(snap=True)
     def load(self) -> None:
