@@ -20,7 +20,17 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.recipe_fixtures import RECIPES, ROOT, load, served  # noqa: F401 - fixture
+from tests.recipe_fixtures import (  # noqa: F401 - fixture
+    DEFAULT_MAX_REPLICAS,
+    RECIPES,
+    REPLICA_CONCURRENCY,
+    ROOT,
+    SCALE_TARGET,
+    image_env,
+    load,
+    resolved,
+    served,
+)
 
 pytest.importorskip("runpod", reason="the RunPod SDK is in the test extra: pip install runpod")
 HANDLER = RECIPES / "runpod" / "handler.py"
@@ -164,6 +174,48 @@ def test_job_scaler_takes_as_many_jobs_as_the_engine_batches(monkeypatch):
     asyncio.run(scaler.set_scale())
     assert scaler.current_concurrency == n
     assert handler.CONFIG["return_aggregate_stream"] is True
+
+
+def test_readme_endpoint_scales_zero_to_n_below_the_worker_concurrency(monkeypatch):
+    """The README's SDK snippet, run against the installed SDK's signatures: Request Count
+    scaling at SCALE_TARGET per worker, below the jobs one worker takes (its
+    concurrency_modifier: the template environment's --max-num-seqs)."""
+    import inspect
+    import re
+
+    import runpod
+
+    calls: dict[str, inspect.BoundArguments] = {}
+
+    def fake(name, answer):
+        real = inspect.signature(getattr(runpod, name))
+
+        def call(*args, **kwargs):
+            calls[name] = real.bind(*args, **kwargs)  # TypeError on an unknown argument
+            return answer
+        return call
+
+    monkeypatch.setattr(runpod, "create_template", fake("create_template", {"id": "tpl"}))
+    monkeypatch.setattr(runpod, "create_endpoint", fake("create_endpoint", {"id": "ep"}))
+    text = (RECIPES / "runpod" / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
+                if "create_endpoint" in b]
+    exec(compile(block, "README.md", "exec"), {})
+    endpoint = calls["create_endpoint"].arguments
+    assert endpoint["template_id"] == "tpl"
+    assert endpoint["scaler_type"] == "REQUEST_COUNT"
+    assert endpoint["workers_min"] == 0 and endpoint["workers_max"] == DEFAULT_MAX_REPLICAS > 1
+    env = calls["create_template"].arguments["env"]
+    assert all(isinstance(v, str) for v in env.values())
+    args = resolved(image_env() | env)
+    assert endpoint["scaler_value"] == SCALE_TARGET < args.max_num_seqs == REPLICA_CONCURRENCY
+    assert args.max_queue is not None and args.max_queue >= args.max_num_seqs
+    handler = load("runpod/handler.py")  # the worker takes that many jobs at once
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert handler.CONFIG["concurrency_modifier"](0) == args.max_num_seqs
+    # the load-balancing endpoint's settings in the README say the same
+    assert "EDGE_LLM_MAX_NUM_SEQS=32" in text and "scaler Request Count, value 24" in text
 
 
 def test_worker_image_installs_as_root_and_caches_on_the_network_volume():
