@@ -31,7 +31,7 @@ import pytest
 from tests.conftest import SERVER_START_TIMEOUT, LiveServer, free_port, wait_healthy
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "open_webui").glob("*.json"))
-BOUND_S = 240.0
+BOUND_S = 480.0
 
 
 @pytest.fixture(scope="module")
