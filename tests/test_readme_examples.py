@@ -5,7 +5,9 @@ The README's own serve command (``edge-llm serve`` on the demo model) is started
 a test cannot run as written is adapted in the narrowest way: ``edge-llm`` becomes
 ``python -m edge_llm.cli`` (this checkout's code), port 8000 becomes a free port, and the
 install before ``&&`` is left to the test set-up. Blocks preceded by ``<!-- gpu-only -->`` are
-skipped; the test command block must be exactly what ``.ci/run`` runs (CI runs it)."""
+skipped, and so are those preceded by ``<!-- not-in-ci: REASON -->`` (a long-running program
+CI cannot start), with the reason shown; the test command block must be exactly what
+``.ci/run`` runs (CI runs it)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from tests.conftest import SERVER_START_TIMEOUT, LiveServer, free_port, wait_hea
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 GPU_ONLY = "<!-- gpu-only -->"
+NOT_IN_CI = re.compile(r"<!-- not-in-ci: (.+) -->")
 SHELL = ("bash", "sh", "shell", "console")
 EXAMPLE_SECONDS = 120  # "finishes in seconds": generous for a loaded 2-core CI machine
 
@@ -37,6 +40,7 @@ class Block:
     code: str
     line: int  # 1-based line of the opening fence
     gpu_only: bool
+    not_in_ci: str | None = None  # why CI does not run it
 
     @property
     def name(self) -> str:
@@ -53,8 +57,9 @@ def readme_blocks() -> list[Block]:
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        reason = NOT_IN_CI.fullmatch(before.strip())
         blocks.append(Block(m.group(1), "\n".join(lines[i + 1:end]) + "\n", i + 1,
-                            before.strip() == GPU_ONLY))
+                            before.strip() == GPU_ONLY, reason.group(1) if reason else None))
         i = end + 1
     return blocks
 
@@ -73,7 +78,7 @@ def serve_command(block: Block) -> str | None:
 
 BLOCKS = readme_blocks()
 RUNNABLE = [b for b in BLOCKS if b.lang in (*SHELL, "python") and not b.gpu_only]
-SERVE = sorted({c for b in RUNNABLE if (c := serve_command(b))})
+SERVE = sorted({c for b in RUNNABLE if not b.not_in_ci and (c := serve_command(b))})
 CLIENT = [b for b in RUNNABLE if not serve_command(b) and not is_test_command(b)]
 
 
@@ -143,7 +148,9 @@ def adapt(code: str, server: LiveServer) -> str:
         "edge-llm ", f"{sys.executable} -m edge_llm.cli ")
 
 
-@pytest.mark.parametrize("block", CLIENT, ids=lambda b: b.name)
+@pytest.mark.parametrize("block", [
+    pytest.param(b, id=b.name, marks=[pytest.mark.skip(reason=b.not_in_ci)] if b.not_in_ci
+                 else []) for b in CLIENT])
 def test_example_runs_against_the_demo(block, readme_server):
     code = adapt(block.code, readme_server)
     argv = ["bash", "-euo", "pipefail", "-c", code] if block.lang in SHELL else \

@@ -64,6 +64,8 @@ _TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "o
      "chat_template"),
     ({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 1}, 400,
      "prompt_logprobs"),
+    # vLLM refuses a priority without --scheduling-policy priority; scheduling here is FCFS
+    ({"messages": [{"role": "user", "content": "x"}], "priority": -1}, 400, "priority"),
     ({"messages": [{"role": "user", "content": "x"}], "continue_final_message": True}, 400,
      "continue_final_message"),
     ({"messages": [{"role": "user", "content": "x"}],
@@ -102,6 +104,7 @@ async def test_chat_invalid_values_are_openai_errors(fake_tokenizer, token_scrip
     ({"prompt": "x", "max_tokens": 0}, "max_tokens"),  # allowed with echo only
     ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": "x", "prompt_logprobs": 2}, "prompt_logprobs"),
+    ({"prompt": "x", "priority": 3}, "priority"),
     ({"max_tokens": 2}, "prompt"),
 ])
 async def test_completion_invalid_values(fake_tokenizer, token_scripts, body, param):
@@ -120,7 +123,8 @@ async def test_supported_forms_of_the_refused_fields_are_served(fake_tokenizer, 
         for extra in ({"response_format": {"type": "text"}},
                       {"tools": [_TOOL], "tool_choice": "none"},
                       {"tools": [_TOOL]}, {"tools": [_TOOL], "tool_choice": "auto"},
-                      {"functions": [_TOOL["function"]], "function_call": "none"}):
+                      {"functions": [_TOOL["function"]], "function_call": "none"},
+                      {"priority": 0}, {"priority": None}):
             r = await c.post("/v1/chat/completions",
                              json={"messages": msgs, "max_tokens": 2, **extra})
             assert r.status_code == 200, (extra, r.text)

@@ -250,7 +250,8 @@ def sampling_params(req: SamplingFields, tokenizer: Any, *, max_tokens: int,
 def check_common(req: SamplingFields) -> None:
     """What both endpoints refuse: stream options without streaming (as OpenAI and vLLM do),
     vLLM's prompt logprobs (not served; the completions endpoint's ``echo`` with
-    ``logprobs`` gives them) and the generation fields of other servers not served here."""
+    ``logprobs`` gives them), a non-zero vLLM ``priority`` (as vLLM refuses it without
+    priority scheduling) and the generation fields of other servers not served here."""
     refused = [name for name in REFUSED_FIELDS if getattr(req, name) is not None]
     if refused:
         raise bad_request(f"Not supported by this server (they would change the output): "
@@ -261,6 +262,9 @@ def check_common(req: SamplingFields) -> None:
     if req.prompt_logprobs is not None:
         raise bad_request("prompt_logprobs is not supported: use the completions endpoint "
                           "with echo and logprobs.", "prompt_logprobs")
+    if req.priority != 0:  # vLLM's answer when its --scheduling-policy is fcfs (its default)
+        raise bad_request(f"Got priority {req.priority} but priority scheduling is not enabled: "
+                          "requests are served first come, first served.", "priority")
 
 
 def check_chat_features(req: ChatCompletionRequest) -> None:

@@ -116,6 +116,8 @@ class SamplingFields(_Request, kw_only=True):
     include_stop_str_in_output: bool | None = False
     allowed_token_ids: list[Int64] | None = None
     truncate_prompt_tokens: Int64 | None = None
+    # vLLM's scheduling priority (lower first); scheduling here is first come, first served
+    priority: Int64 | None = 0
     # vLLM's prompt logprobs (not served: read to refuse them)
     prompt_logprobs: Int64 | None = None
     # structured outputs, as OpenAI, vLLM and llama.cpp's server name them (one at most)
