@@ -131,7 +131,11 @@ def test_decode_row_is_faster_than_dequantizing_each_call():
 
 def test_auto_dtype_runs_4bit_checkpoints_on_the_int4_kernel(tmp_path):
     """dtype "auto" on the CPU gives a 4-bit checkpoint bf16 and every linear the packed
-    kernel, and its logits stay near the fp32 reference's; "float32" keeps that reference."""
+    kernel, and its logits stay near the fp32 reference's; "float32" keeps that reference.
+    bf16 activations round every layer's inputs to 8 bits of mantissa: the logits' relative
+    error was 0.020 with the prompt step on the dense bf16 copy and 0.030 on the int4 kernel
+    (which one runs depends on the memory free for dense copies), so the bound is 5e-2; a
+    wrong kernel gives errors of order 1."""
     hf = tiny_hf_model("LlamaForCausalLM")
     path = _quantized_checkpoint(hf, CASES[0], tmp_path / "awq")  # AWQ group 32
     fast = load_model(str(path), device="cpu", progress=False)
@@ -139,7 +143,7 @@ def test_auto_dtype_runs_4bit_checkpoints_on_the_int4_kernel(tmp_path):
     assert (fast.dtype, ref.dtype) == (torch.bfloat16, torch.float32)
     ids = torch.randint(0, 160, (24,), generator=torch.Generator().manual_seed(3))
     logits = run_prefill_then_decode(fast.model, ids)
-    assert rel_err(logits, run_prefill_then_decode(ref.model, ids)) < 3e-2
+    assert rel_err(logits, run_prefill_then_decode(ref.model, ids)) < 5e-2
     linears = [m for m in fast.model.modules() if isinstance(m, QuantLinear)]
     assert linears and all(lin._cpu_int4_weight() is not None for lin in linears)
 

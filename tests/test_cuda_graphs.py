@@ -317,8 +317,16 @@ def test_capture_warms_up_through_the_first_layer_only(monkeypatch):
         def capture_end(self):
             events.append("end")
 
+    class FakeArch:  # one kind of layer: the warm-up needs the first only
+        num_layers = 4
+
+        @staticmethod
+        def layer_window(layer):
+            return None
+
     class FakeModel:
         num_active_layers = None
+        arch = FakeArch
 
         @contextlib.contextmanager
         def first_layers(self, n):

@@ -62,6 +62,10 @@ def test_budget_refuses_what_does_not_fit():
 class _Arch:
     num_layers, num_kv_heads, head_dim = 2, 2, 4
 
+    @staticmethod
+    def layer_window(layer: int) -> None:
+        return None  # full attention in every layer
+
 
 class _LM(torch.nn.Module):
     def __init__(self, tied: bool) -> None:
