@@ -237,8 +237,9 @@ def test_warm_cache_image_bakes_the_caches_where_the_server_looks(image, tmp_pat
     r = _run(glob + ["build", "--force-rm", *cont, "-t", tag, "--build-arg",
                      f"IMAGE={IMAGE_TAG}", "-f", str(dockerfile), str(context)], 600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    probe = ("from edge_llm.server.hooks import cache_dir, set_compile_cache_env; "
-             "import os; env = set_compile_cache_env(); root = cache_dir(); "
+    probe = ("from edge_llm import envs; "
+             "from edge_llm.server.hooks import set_compile_cache_env; "
+             "import os; env = set_compile_cache_env(); root = envs.CACHE_DIR.get(); "
              "print(root, sorted(os.listdir(root)), env['TRITON_CACHE_DIR']); "
              "open(os.path.join(env['TRITON_CACHE_DIR'], 'new'), 'w').write('x')")
     try:
