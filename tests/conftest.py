@@ -6,7 +6,8 @@ import os
 
 # before anything imports torch (see edge_llm/__init__.py): no spinning OpenMP waiters
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import random  # noqa: E402, I001
+import contextlib  # noqa: E402, I001
+import random  # noqa: E402
 import socket  # noqa: E402
 import subprocess
 import sys
@@ -68,26 +69,38 @@ def live_server(tmp_path_factory) -> LiveServer:
         wait_healthy(server, SERVER_START_TIMEOUT)
         yield server
         return
-    port = free_port()
     log = tmp_path_factory.mktemp("server") / "serve.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_LLM_")
-           or k == "EDGE_LLM_CACHE_DIR"}
-    cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
-           "--max-model-len", "1024", "--max-num-seqs", "40", "--max-queue", "64",
-           "--seed", "0"]
+    with serve_process(["--max-model-len", "1024", "--max-num-seqs", "40", "--max-queue", "64",
+                        "--seed", "0"], log) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serve_process(args: list[str], log: Path, timeout: float = SERVER_START_TIMEOUT,
+                  env: dict[str, str] | None = None):
+    """``python -m edge_llm.cli serve --port FREE ARGS`` on the demo model (the process's
+    EDGE_LLM_* variables dropped, but the cache dir; ``env`` added), its output in ``log``;
+    yields the LiveServer once /health is 200, and stops the process on exit (SIGTERM, then
+    SIGKILL after 15 s) unless a test already did."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_LLM_")
+               or k == "EDGE_LLM_CACHE_DIR"}
+    environ.update(env or {})
+    port = free_port()
+    cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port), *args]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
     server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
     try:
-        wait_healthy(server, SERVER_START_TIMEOUT)
+        wait_healthy(server, timeout)
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 # ---- fixtures of the HTTP-layer unit tests (fake engine in test_server_fake_engine.py) -----

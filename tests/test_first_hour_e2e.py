@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 import uuid
 
@@ -20,7 +18,7 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import SERVER_START_TIMEOUT, LiveServer, free_port, wait_healthy
+from tests.conftest import LiveServer, serve_process
 
 MODEL = "SmolLM2-135M-Instruct-AWQ"
 CHAT = [{"role": "system", "content": "Answer in one word."},
@@ -230,27 +228,11 @@ def test_client_leaving_before_the_reply_is_a_499_with_its_tokens(live_server):
 def flagged_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("flagged")
     (tmp / "generation_config.json").write_text(json.dumps(
-        {"temperature": 0.7, "top_k": 1, "max_new_tokens": 7}))
-    log = tmp / "serve.log"
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_LLM_")
-           or k == "EDGE_LLM_CACHE_DIR"}
-    cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
-           "--max-model-len", "512", "--max-num-seqs", "4", "--no-warmup",
-           "--generation-config", str(tmp), "--default-max-tokens", "5"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
-    try:
-        wait_healthy(server, SERVER_START_TIMEOUT)
+        {"temperature": 0.0, "top_k": 5, "max_new_tokens": 7}))
+    with serve_process(["--max-model-len", "512", "--max-num-seqs", "4", "--no-warmup",
+                        "--generation-config", str(tmp), "--default-max-tokens", "5"],
+                       tmp / "serve.log") as server:
         yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_defaults_from_flags_and_the_generation_config(flagged_server):
@@ -262,11 +244,16 @@ def test_defaults_from_flags_and_the_generation_config(flagged_server):
         assert r.status_code == 200, r.text
         return r.json()
 
+    # the first request fills the prefix cache: on the CPU its prompt step runs on the dense
+    # bf16 weights (16+ rows), a later hit's short tail on the int4 kernel, whose rounding
+    # can move a near-tie; every compared request below is a prefix hit
+    chat(seed=0)
     # no max_tokens: the operator's --default-max-tokens 5 (over the file's max_new_tokens 7)
     first = chat(seed=1)
     assert first["usage"]["completion_tokens"] == 5
     assert first["choices"][0]["finish_reason"] == "length"
-    # the file's top_k 1 makes any seed greedy; the request's own top_k wins over it
+    # the file's temperature 0 makes any seed greedy (a top_k of 1 would not: bf16 logits tie,
+    # and top_k keeps ties, as vLLM's does); the request's own fields win over the file's
     texts = {chat(seed=s)["choices"][0]["message"]["content"] for s in (2, 3)}
     assert texts == {first["choices"][0]["message"]["content"]}
     sampled = {chat(seed=s, top_k=-1, temperature=1.5, max_tokens=6)["choices"][0]["message"]
@@ -287,7 +274,7 @@ def test_start_up_log_says_not_ready_then_ready(flagged_server):
     assert index("Application startup complete") < index("NOT READY yet") < index("READY: ")
     assert index("startup phase weight_load") < index("READY: ")
     assert "at most 5 tokens (--default-max-tokens)" in text
-    assert "top_k=1" in text and "temperature=0.7" in text
+    assert "top_k=5" in text and "temperature=0.0" in text
     if not os.path.exists("/dev/nvidia0"):  # no CUDA phase named on a CPU machine
         assert "CUDA context" not in text
         assert "startup phase kv_allocation" in text and "(tokenizer and KV cache)" in text

@@ -19,9 +19,6 @@ vLLM and OpenAI refuse it."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import SERVER_START_TIMEOUT, LiveServer, free_port, wait_healthy
+from tests.conftest import serve_process
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "open_webui").glob("*.json"))
 BOUND_S = 480.0
@@ -38,24 +35,8 @@ BOUND_S = 480.0
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory):
     """``edge-llm serve`` with its defaults on a free port; stopped after this module."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("owui") / "serve.log"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("EDGE_LLM_") or k == "EDGE_LLM_CACHE_DIR"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "edge_llm.cli", "serve", "--port",
-                                 str(port)], stdout=out, stderr=subprocess.STDOUT, env=env)
-    server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
-    try:
-        wait_healthy(server, SERVER_START_TIMEOUT)
+    with serve_process([], tmp_path_factory.mktemp("owui") / "serve.log") as server:
         yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def replay(url: str, fixture: Path) -> tuple[Path, int, float, str]:

@@ -8,12 +8,9 @@ tests/test_checkpoint_refusals.py.)"""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, free_port, wait_healthy
+from tests.conftest import serve_process
 
 CHAT = "/v1/chat/completions"
 HI = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
@@ -213,21 +210,9 @@ GUARDED_FLAGS = ["--enable-sleep-endpoints", "--no-warmup", "--max-model-len", "
 def guarded(tmp_path_factory):
     """``edge-llm serve`` with ``GUARDED_FLAGS``; the drain test at the end of this file stops
     it (and the fixture makes sure it is gone)."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("guarded") / "serve.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_LLM_")
-           or k == "EDGE_LLM_CACHE_DIR"}
-    cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port), *GUARDED_FLAGS]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
-    try:
-        wait_healthy(server, 600)
+    with serve_process(list(GUARDED_FLAGS), tmp_path_factory.mktemp("guarded") / "serve.log",
+                       timeout=600) as server:
         yield server
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_tight_caps_name_their_flags(guarded):
