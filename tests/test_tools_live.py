@@ -78,8 +78,10 @@ def test_streamed_json_schema_is_the_same_json(client, model):
     ({"response_format": {"type": "json_object"}}, lambda t: isinstance(json.loads(t), dict)),
     ({"guided_choice": ["sunny", "rainy"]}, lambda t: t in ("sunny", "rainy")),
     ({"guided_regex": r"[0-9]{2} degrees"}, lambda t: t.endswith(" degrees") and t[:2].isdigit()),
-    ({"guided_json": {"type": "array", "items": {"type": "integer"}, "minItems": 2,
-                      "maxItems": 4}}, lambda t: 2 <= len(json.loads(t)) <= 4),
+    # bounded items: an unbounded integer lets a sampled reply run digits to max_tokens
+    ({"guided_json": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                 "maximum": 9}, "minItems": 2, "maxItems": 4}},
+     lambda t: 2 <= len(json.loads(t)) <= 4 and all(0 <= v <= 9 for v in json.loads(t))),
     ({"guided_grammar": 'start: "It is " ("hot" | "cold")'}, lambda t: t in ("It is hot",
                                                                              "It is cold")),
     ({"structured_outputs": {"choice": ["yes", "no"]}}, lambda t: t in ("yes", "no")),
