@@ -80,17 +80,22 @@ def parse_str_list(text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in values if v.strip())
 
 
+def _count(text: str, least: int, expected: str) -> int:
+    """``text`` as an integer >= ``least``; anything else a ValueError saying ``expected``."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise ValueError(f"expected {expected}, got {text!r}")
+    return value
+
+
 def parse_limit(text: str) -> int | None:
     """A count >= 1, or ``none`` (no limit)."""
     if text.strip().lower() == "none":
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"expected a count >= 1 or none, got {text!r}")
-    return value
+    return _count(text, 1, "a count >= 1 or none")
 
 
 def parse_token_cap(text: str) -> int | str:
@@ -100,27 +105,14 @@ def parse_token_cap(text: str) -> int | str:
         return "auto"
     if low == "none":
         return 0
-    try:
-        value = int(low)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"expected auto, none or a token count >= 0, got {text!r}")
-    return value
+    return _count(text, 0, "auto, none or a token count >= 0")
 
 
 def parse_max_tokens(text: str) -> int:
     """A token count >= 0; ``none`` is 0 (no bound)."""
-    low = text.strip().lower()
-    if low == "none":
+    if text.strip().lower() == "none":
         return 0
-    try:
-        value = int(low)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"expected a token count >= 0 or none, got {text!r}")
-    return value
+    return _count(text, 0, "a token count >= 0 or none")
 
 
 # argparse names a parser in its error ("invalid <name> value: 'x'")
