@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -135,8 +136,15 @@ def write_tokenizer(out: Path, vocab_size: int) -> None:
 
 
 def make_random_checkpoint(shape: str, fmt: str, out: Path, group_size: int = 128,
-                           device: str = "cpu", seed: int = 0) -> Path:
+                           device: str = "cpu", seed: int = 0,
+                           tokenizer: Path | None = None) -> Path:
+    """``tokenizer``: a folder whose tokenizer files are copied in (the vocabulary then takes
+    its size), for benchmarks that need real text, e.g. JSON grammars; else ``write_tokenizer``."""
     cfg = dict(SHAPES[shape])
+    if tokenizer is not None:
+        from tokenizers import Tokenizer
+
+        cfg["vocab_size"] = Tokenizer.from_file(str(tokenizer / "tokenizer.json")).get_vocab_size()
     out.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator(device=device).manual_seed(seed)
     h, vocab = cfg["hidden_size"], cfg["vocab_size"]
@@ -184,7 +192,12 @@ def make_random_checkpoint(shape: str, fmt: str, out: Path, group_size: int = 12
         cfg["quantization_config"] = qcfg
     cfg["torch_dtype"] = "float16"
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    write_tokenizer(out, vocab)
+    if tokenizer is None:
+        write_tokenizer(out, vocab)
+    else:
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            if (tokenizer / name).is_file():
+                shutil.copy(tokenizer / name, out / name)
     return out
 
 
@@ -207,8 +220,11 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--group-size", type=int, default=128)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tokenizer", type=Path,
+                    help="copy this folder's tokenizer files (the vocabulary takes their size)")
     a = ap.parse_args()
-    make_random_checkpoint(a.shape, a.format, a.out, a.group_size, a.device)
+    make_random_checkpoint(a.shape, a.format, a.out, a.group_size, a.device,
+                           tokenizer=a.tokenizer)
     print(f"wrote {a.out}")
 
 
