@@ -70,6 +70,24 @@ def awq_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def gemma2_dir(tmp_path_factory) -> Path:
+    """A tiny Gemma 2 in AWQ: scaled embeddings, soft caps, sliding-window layers, head_dim
+    256 (bf16, as the engine runs Gemma)."""
+    from benchmarks.random_checkpoint import SHAPES, make_random_checkpoint
+
+    SHAPES["graphs-gemma2"] = dict(
+        SHAPES["gemma2-9b"], hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, vocab_size=VOCAB,
+        max_position_embeddings=MAX_MODEL_LEN, sliding_window=64)
+    try:
+        return make_random_checkpoint("graphs-gemma2", "awq",
+                                      tmp_path_factory.mktemp("graphs-gemma2"),
+                                      group_size=128, device="cuda")
+    finally:
+        SHAPES.pop("graphs-gemma2")
+
+
 def _scale_lm_head(path: Path, factor: float) -> None:
     """Spread the random checkpoint's logits (std ~0.3 as written) like a trained model's."""
     import json
@@ -102,7 +120,7 @@ def free_device():
     torch.cuda.empty_cache()
 
 
-def assert_same_or_near_tie(ref: list, got: list) -> None:
+def assert_same_or_near_tie(ref: list, got: list, tie: float = NEAR_TIE) -> None:
     """``ref`` / ``got``: CompletionOutputs (ref with logprobs=2). Equal tokens, or the first
     difference at a step where the reference's top two were within NEAR_TIE."""
     for i, (a, b) in enumerate(zip(ref, got, strict=True)):
@@ -112,7 +130,7 @@ def assert_same_or_near_tie(ref: list, got: list) -> None:
                  if x != y)
         top = sorted(a.logprobs[d].values(), reverse=True)
         margin = top[0] - top[1]
-        assert margin <= NEAR_TIE, f"row {i}: first difference at step {d}, margin {margin:.4f}"
+        assert margin <= tie, f"row {i}: first difference at step {d}, margin {margin:.4f}"
 
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=40, logprobs=2)
@@ -126,6 +144,21 @@ def test_capture_is_reported(model_dir):
     assert st["num_cuda_graphs"] == len(SIZES)
     assert 0 < st["cuda_graph_capture_seconds"] < 120
     assert st["cuda_graph_memory_bytes"] > 0
+
+
+def test_gemma2_decode_is_captured_and_equals_eager(gemma2_dir):
+    """Everything Gemma 2 adds to a decode step (the embedding scale, soft caps, windows)
+    runs inside the graph: captured, replayed, and the greedy tokens are the eager ones."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(3, VOCAB, 5, 150, seed=3)]
+    kw = {"dtype": "bfloat16"}
+    ref = make_llm(gemma2_dir, enforce_eager=True, **kw).generate(prompts, GREEDY,
+                                                                  use_tqdm=False)
+    llm = make_llm(gemma2_dir, **kw)
+    assert llm.engine.runner.graphs is not None, "decode graph capture failed"
+    got = llm.generate(prompts, GREEDY, use_tqdm=False)
+    # bf16 logits below the soft cap of 30 are 0.125 apart at most: a tie is within two steps
+    assert_same_or_near_tie([o.outputs[0] for o in ref], [o.outputs[0] for o in got], tie=0.25)
+    assert llm.engine.runner.graphs.replays[4] >= 30
 
 
 def test_kv_plan_sets_the_graphs_memory_aside(model_dir):

@@ -188,6 +188,9 @@ class Embedding(nn.Embedding):
     def __init__(self, num: int, dim: int, scale: float | None = None) -> None:
         super().__init__(num, dim)
         self.scale = scale
+        # the scale rounded to each activation dtype, as a Python float: no host tensor is
+        # made in forward, so a CUDA graph can capture it (a host-to-device copy cannot be)
+        self._rounded: dict[torch.dtype, float] = {}
 
     def reset_parameters(self) -> None:
         if self.weight.device.type != "meta":
@@ -197,4 +200,7 @@ class Embedding(nn.Embedding):
         x = super().forward(ids)
         if self.scale is None:
             return x
-        return x * torch.tensor(self.scale, dtype=x.dtype, device=x.device)
+        scale = self._rounded.get(x.dtype)
+        if scale is None:
+            scale = self._rounded[x.dtype] = torch.tensor(self.scale, dtype=x.dtype).item()
+        return x * scale
