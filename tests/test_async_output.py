@@ -42,7 +42,7 @@ def pair(tiny_dir):  # noqa: F811
     sync = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256, block_size=16)
     assert sync.engine.async_output is False  # the CPU default
     asyn = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256, block_size=16)
-    asyn.engine.async_output = True
+    asyn.engine.set_loop(async_output=True)
     return sync, asyn
 
 
@@ -172,11 +172,11 @@ def test_a_failed_launch_still_delivers_the_step_before_it(pair, monkeypatch):
 
 def test_demo_model_answer_is_unchanged(demo_dir):  # noqa: F811
     llm = LLM(str(demo_dir), device="cpu")
-    llm.engine.async_output = True
+    llm.engine.set_loop(async_output=True)
     chat = [{"role": "user", "content": "What is the capital of France?"}]
     params = SamplingParams(max_tokens=24, temperature=0.0, stop=["."])
     out = llm.chat(chat, params, use_tqdm=False)[0].outputs[0]
-    llm.engine.async_output = False
+    llm.engine.set_loop(async_output=False)
     ref = llm.chat(chat, params, use_tqdm=False)[0].outputs[0]
     assert (out.text, out.token_ids, out.finish_reason) == (
         ref.text, ref.token_ids, ref.finish_reason)
