@@ -171,8 +171,6 @@ def probe_parts(runner, sized: bool) -> dict:
     """What the memory probes' results depend on (the probe cache's key)."""
     import triton
 
-    import edge_llm
-
     props = torch.cuda.get_device_properties(runner.device)
     return {
         "arch": dataclasses.asdict(runner.loaded.arch),
@@ -184,7 +182,8 @@ def probe_parts(runner, sized: bool) -> dict:
         "graphs": runner.wants_cuda_graphs, "sized": sized,
         "graph_sizes": list(runner.graph_sizes),
         "gpu": [props.name, props.total_memory, props.major, props.minor],
+        # the package's version is in its source (source_digest)
         "versions": [torch.__version__, torch.version.cuda, triton.__version__,
-                     edge_llm.__version__, source_digest()],
+                     source_digest()],
         "env": probe_environment(),
     }
