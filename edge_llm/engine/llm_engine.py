@@ -12,8 +12,9 @@ construction (``set_loop``; vLLM's ``step_fn``, mini-sglang's normal / overlap l
   "async scheduling"): as async output processing, and a decode step in flight gets its
   successor launched before the wait, fed with the tokens it samples on the device
   (engine/scheduler_ahead.py): the GPU no longer idles while the host reads a step's tokens,
-  updates the scheduler and schedules the next one. Rows whose sampling reads the tokens so
-  far (constrained, penalized, logprobs: ``Sampler.chainable``) keep the async order.
+  updates the scheduler and schedules the next one. A step with a row whose sampling reads
+  the tokens so far (a constraint, penalties, logprobs: ``Sampler.chainable``) keeps the
+  async order.
 
 Also owns request admission (tokenization, validation) and turning sampled tokens into
 ``RequestOutput`` objects (detokenization, stop strings, logprobs, finish reasons).
