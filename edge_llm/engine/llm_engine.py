@@ -210,12 +210,12 @@ class LLMEngine:
     @property
     def async_output(self) -> bool:
         """Async output processing: a step's outputs are built while the next step runs."""
-        return self._step_fn != self._step_plain
+        return self._loop is not LLMEngine._step_plain
 
     @property
     def run_ahead(self) -> bool:
         """Decode run-ahead (with async outputs): see engine/scheduler_ahead.py."""
-        return self._step_fn == self._step_run_ahead
+        return self._loop is LLMEngine._step_run_ahead
 
     def set_loop(self, async_output: bool, run_ahead: bool = False) -> None:
         """Choose what ``step()`` runs: the plain loop, async output processing, or async
@@ -226,13 +226,16 @@ class LLMEngine:
             raise ValueError("Decode run-ahead needs async output processing.")
         if self._in_flight is not None:
             raise RuntimeError("Cannot change the engine loop while a step is in flight.")
-        self._step_fn = (self._step_run_ahead if run_ahead
-                         else self._step_async if async_output else self._step_plain)
+        # the function, not a bound method: one held by its own object is a reference cycle,
+        # which would keep a dropped engine (and its device memory) until a GC pass
+        self._loop: Callable[[LLMEngine], list[RequestOutput]] = (
+            LLMEngine._step_run_ahead if run_ahead
+            else LLMEngine._step_async if async_output else LLMEngine._step_plain)
 
     def step(self) -> list[RequestOutput]:
         """One iteration of the loop chosen by ``set_loop``: the outputs of the step that
         finished. A failed step raises StepError after aborting its requests."""
-        return self._step_fn()
+        return self._loop(self)
 
     def _step_plain(self) -> list[RequestOutput]:
         """Schedule, run, postprocess."""
