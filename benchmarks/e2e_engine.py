@@ -294,7 +294,7 @@ def scenario_card(bench: EngineBench) -> dict[str, Any]:
     free_device_memory(bench.device)
     if cuda:
         # private on purpose: the engine's own measurement of weights + activations
-        other = runner._profile_peak_memory()
+        other = runner.measure_peak_memory()
         free, total = torch.cuda.mem_get_info()
         context = (total - free) - torch.cuda.memory_reserved()
     else:
@@ -302,7 +302,7 @@ def scenario_card(bench: EngineBench) -> dict[str, Any]:
     from edge_llm.engine.kv_cache import SERVING_SLACK_BYTES
 
     # the engine measures it at start only for a fraction-of-the-card budget
-    graphs = runner.graph_memory_estimate or runner._profile_graph_memory()
+    graphs = runner.graph_memory_estimate or runner.measure_graph_memory()
     slack = SERVING_SLACK_BYTES if cuda else 0  # the engine's plan has it on CUDA only
     budget = p.card_bytes - other - graphs - slack - context
     if budget <= 0:

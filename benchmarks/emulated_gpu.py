@@ -124,4 +124,4 @@ def emulate(engine, gpu: EmulatedGPU, run_ahead: bool) -> None:
     runner.launch_ahead = lambda rows, index, pending: forward(rows, "ahead")
     runner.adopt = adopt
     runner.drop = lambda step: None
-    engine.async_output, engine.run_ahead = True, run_ahead
+    engine.set_loop(async_output=True, run_ahead=run_ahead)

@@ -284,7 +284,7 @@ def main() -> int:
         res = {"kernels": kernels[b]}
         for key, on, ahead in (("sync", False, False), ("async", True, False),
                                ("ahead", True, True)):
-            eng.async_output, eng.run_ahead = on, ahead
+            eng.set_loop(async_output=on, run_ahead=ahead)
             res[f"graph_step_us_{key}"] = graph_step_us(graphs, b, a.prompt, a.steps)
             res[f"host_phases_us_{key}"] = host_phases(graphs, b, a.prompt, a.steps)
         res["graph_kernels"] = decode_kernels(graphs, b, a.prompt, a.steps)

@@ -5,7 +5,7 @@
     rotary:  x1, x2 = halves of the head dim (rotate_half, neox style), fp32:
              y = dtype(cat(x1 cos - x2 sin, x2 cos + x1 sin)), cos/sin = table[position]
 
-``_cos_sin`` and ``_rotate_heads`` are shared with kernels/rotary_kv.py (rotary and the K/V
+``cos_sin`` and ``rotate_heads`` are shared with kernels/rotary_kv.py (rotary and the K/V
 cache write in one launch). The wrapper reads no tensor on the host and sizes its grid from
 shapes only (CUDA-graph safe); outputs are new tensors.
 """
@@ -64,7 +64,7 @@ def _rotate_half_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
 
 
 @triton.jit
-def _rotate_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, cos, sin, offs, d_ok,
+def rotate_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, cos, sin, offs, d_ok,
                   NUM_HEADS: tl.constexpr, H_PAD: tl.constexpr, HALF: tl.constexpr):
     """All heads of one token: [H_PAD, HALF_PAD] first halves and second halves."""
     h = tl.arange(0, H_PAD)
@@ -82,7 +82,7 @@ def _rotate_heads(src_ptr, dst_ptr, stride_src_h, stride_dst_h, cos, sin, offs, 
 
 
 @triton.jit
-def _cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok):
+def cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok):
     """Token t's cos and sin rows (fp32 [HALF_PAD]) at its position."""
     pos = tl.load(pos_ptr + t).to(tl.int64)
     cos = tl.load(cos_ptr + pos * stride_cos + offs, mask=d_ok, other=0.0).to(tl.float32)
@@ -104,10 +104,10 @@ def _rotary_kernel(
     t = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, HALF_PAD)
     d_ok = offs < HALF
-    cos, sin = _cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
-    _rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
+    cos, sin = cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
+    rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
                   cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
-    _rotate_heads(k_ptr + t * stride_kt, ko_ptr + t * stride_kot, stride_kh, stride_koh,
+    rotate_heads(k_ptr + t * stride_kt, ko_ptr + t * stride_kot, stride_kh, stride_koh,
                   cos, sin, offs, d_ok, NUM_KV_HEADS, HK_PAD, HALF)
 
 

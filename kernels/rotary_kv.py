@@ -15,7 +15,7 @@ import triton.language as tl
 from .grid import next_pow2
 from .paged_attention import check_kv_write, copy_heads
 from .pdl import pdl_enter, pdl_kwargs
-from .rotary import _cos_sin, _rotate_heads, check_rotary
+from .rotary import check_rotary, cos_sin, rotate_heads
 
 
 @triton.jit
@@ -36,13 +36,13 @@ def _rotary_write_kv_kernel(
     slot = tl.load(slot_ptr + t).to(tl.int64)
     offs = tl.arange(0, HALF_PAD)
     d_ok = offs < HALF
-    cos, sin = _cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
-    _rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
+    cos, sin = cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
+    rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
                   cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
     blk = tl.maximum(slot, 0) // BLOCK_SIZE
     off = tl.maximum(slot, 0) % BLOCK_SIZE
     keep_k = offs * 0 + slot >= 0  # a tensor: the interpreter cannot AND a scalar bool
-    _rotate_heads(k_ptr + t * stride_kt, kc_ptr + blk * stride_kcb + off * stride_kcs,
+    rotate_heads(k_ptr + t * stride_kt, kc_ptr + blk * stride_kcb + off * stride_kcs,
                   stride_kh, stride_kch, cos, sin, offs, d_ok & keep_k, NUM_KV_HEADS, HK_PAD,
                   HALF)
     keep_v = tl.arange(0, D_PAD)[None, :] * 0 + slot >= 0

@@ -23,19 +23,19 @@ import math
 
 import torch
 
-from .packing import PACK, QuantizedWeight, _to_int32, pack_int4, sequential_g_idx, unpack_int4
+from .packing import PACK, QuantizedWeight, pack_int4, sequential_g_idx, to_int32, unpack_int4
 
 _V1_OFFSET = 0x11111111  # one added to each of the eight nibbles of a qzeros word
 
 
 def v1_to_v2_qzeros(qzeros: torch.Tensor) -> torch.Tensor:
     """v1 qzeros words (zero - 1) -> v2 words (zero), modulo 2**32."""
-    return _to_int32(qzeros.to(torch.int64) + _V1_OFFSET)
+    return to_int32(qzeros.to(torch.int64) + _V1_OFFSET)
 
 
 def v2_to_v1_qzeros(qzeros: torch.Tensor) -> torch.Tensor:
     """v2 qzeros words (zero) -> v1 words (zero - 1), modulo 2**32."""
-    return _to_int32(qzeros.to(torch.int64) - _V1_OFFSET)
+    return to_int32(qzeros.to(torch.int64) - _V1_OFFSET)
 
 
 def pack_gptq(w: QuantizedWeight, checkpoint_format: str = "gptq") -> dict[str, torch.Tensor]:

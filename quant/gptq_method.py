@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .rtn import _check_args, group_params, quantize_to_int
+from .rtn import check_quant_args, group_params, quantize_to_int
 
 
 class HessianAccumulator:
@@ -67,7 +67,7 @@ def gptq_quantize(
     ``static_groups``), G = ceil(K / group_size). ``mse`` searches each group's clipping range
     (:func:`edge_llm.quant.rtn.group_params`) instead of using plain min/max.
     """
-    gs = _check_args(w, bits, group_size)
+    gs = check_quant_args(w, bits, group_size)
     n, k = w.shape
     if h.shape != (k, k):
         raise ValueError(f"H must be ({k}, {k}) for W of shape {(n, k)}, got {tuple(h.shape)}.")

@@ -98,7 +98,7 @@ def sequential_g_idx(in_features: int, group_size: int, device=None) -> torch.Te
     return torch.div(k, group_size, rounding_mode="floor").to(torch.int32)
 
 
-def _to_int32(words: torch.Tensor) -> torch.Tensor:
+def to_int32(words: torch.Tensor) -> torch.Tensor:
     """Reinterpret int64 values in [0, 2**32) as int32 bit patterns (two's complement)."""
     words = words & 0xFFFFFFFF
     return (words - ((words >> 31) << 32)).to(torch.int32)
@@ -120,7 +120,7 @@ def pack_int4(values: torch.Tensor, dim: int, order: Sequence[int] | None = None
     if order is not None:
         v = v[..., list(order)]  # nibble j <- logical order[j]
     words = (v << _SHIFTS.to(device=v.device, dtype=torch.int64)).sum(dim=-1)  # (..., M/8)
-    return _to_int32(words).movedim(-1, dim).contiguous()
+    return to_int32(words).movedim(-1, dim).contiguous()
 
 
 def unpack_int4(words: torch.Tensor, dim: int, order: Sequence[int] | None = None) -> torch.Tensor:

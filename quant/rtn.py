@@ -67,7 +67,7 @@ def quantize_to_int(
     return torch.clamp(torch.round(w / scale) + zero, 0, 2**bits - 1)
 
 
-def _check_args(w: torch.Tensor, bits: int, group_size: int) -> int:
+def check_quant_args(w: torch.Tensor, bits: int, group_size: int) -> int:
     if w.dim() != 2:
         raise ValueError(f"W must be 2-D (out_features, in_features), got shape {tuple(w.shape)}.")
     if bits != 4:
@@ -89,7 +89,7 @@ def rtn_quantize(
     integers, G = ceil(K / group_size) (group_size -1: one group over all of K). ``mse``: search
     each group's clipping range (see :func:`group_params`) instead of plain min/max.
     """
-    gs = _check_args(w, bits, group_size)
+    gs = check_quant_args(w, bits, group_size)
     n, k = w.shape
     groups = -(-k // gs)
     # zero padding leaves every group's (min(w, 0), max(w, 0)) range unchanged

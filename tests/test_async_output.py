@@ -42,7 +42,7 @@ def pair(tiny_dir):  # noqa: F811
     sync = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256, block_size=16)
     assert sync.engine.async_output is False  # the CPU default
     asyn = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256, block_size=16)
-    asyn.engine.async_output = True
+    asyn.engine.set_loop(async_output=True)
     return sync, asyn
 
 
@@ -172,13 +172,48 @@ def test_a_failed_launch_still_delivers_the_step_before_it(pair, monkeypatch):
 
 def test_demo_model_answer_is_unchanged(demo_dir):  # noqa: F811
     llm = LLM(str(demo_dir), device="cpu")
-    llm.engine.async_output = True
+    llm.engine.set_loop(async_output=True)
     chat = [{"role": "user", "content": "What is the capital of France?"}]
     params = SamplingParams(max_tokens=24, temperature=0.0, stop=["."])
     out = llm.chat(chat, params, use_tqdm=False)[0].outputs[0]
-    llm.engine.async_output = False
+    llm.engine.set_loop(async_output=False)
     ref = llm.chat(chat, params, use_tqdm=False)[0].outputs[0]
     assert (out.text, out.token_ids, out.finish_reason) == (
         ref.text, ref.token_ids, ref.finish_reason)
     assert "Paris" in out.text
     _assert_idle(llm)
+
+
+@pytest.mark.parametrize("loop", [dict(async_output=False),
+                                  dict(async_output=True, run_ahead=True)])
+def test_a_dropped_engine_is_freed_at_once(tiny_dir, loop):  # noqa: F811
+    """The loop chosen holds no reference back to its engine: dropping the last reference
+    frees the engine and its memory without waiting for a GC pass."""
+    import gc
+    import weakref
+
+    llm = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256, block_size=16)
+    llm.engine.set_loop(**loop)
+    llm.generate(_prompts(2), SamplingParams(max_tokens=3, **GREEDY), use_tqdm=False)
+    engine, runner = weakref.ref(llm.engine), weakref.ref(llm.engine.runner)
+    gc.disable()
+    try:
+        del llm
+        assert engine() is None and runner() is None
+    finally:
+        gc.enable()
+
+
+def test_the_loop_changes_only_between_steps(pair):
+    _, asyn = pair
+    eng = asyn.engine
+    with pytest.raises(ValueError, match="needs async output"):
+        eng.set_loop(async_output=False, run_ahead=True)
+    eng.add_request("x", _prompts(1)[0], SamplingParams(max_tokens=3, **GREEDY))
+    eng.step()  # launched, in flight
+    with pytest.raises(RuntimeError, match="in flight"):
+        eng.set_loop(async_output=False)
+    assert eng.async_output and not eng.run_ahead
+    while eng.has_unfinished():
+        eng.step()
+    _assert_idle(asyn)

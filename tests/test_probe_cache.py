@@ -124,8 +124,8 @@ def _fake_cuda_runner(kv_cache_memory=None):
     runner.cache_config = types.SimpleNamespace(kv_cache_memory=kv_cache_memory,
                                                 num_gpu_blocks_override=None)
     runner.calls = []
-    runner._profile_peak_memory = lambda: runner.calls.append("peak") or 5 << 30
-    runner._profile_graph_memory = lambda: runner.calls.append("graphs") or 100 << 20
+    runner.measure_peak_memory = lambda: runner.calls.append("peak") or 5 << 30
+    runner.measure_graph_memory = lambda: runner.calls.append("graphs") or 100 << 20
     return runner
 
 

@@ -23,8 +23,7 @@ def _prompts(n: int, seed: int = 0) -> list[dict]:
 def _engine(tiny_dir, ahead: bool, **kw) -> LLM:  # noqa: F811
     llm = LLM(str(tiny_dir), device="cpu", max_num_batched_tokens=256, block_size=16, **kw)
     assert llm.engine.run_ahead is False  # the CPU default
-    llm.engine.async_output = True
-    llm.engine.run_ahead = ahead
+    llm.engine.set_loop(async_output=True, run_ahead=ahead)
     return llm
 
 
@@ -182,7 +181,7 @@ def test_plan_ahead_rules(tiny_dir):  # noqa: F811
     llm = _engine(tiny_dir, False)
     eng = llm.engine
     sched = eng.scheduler
-    eng.async_output = False
+    eng.set_loop(async_output=False)
     for i, n in enumerate((15, 3)):  # prompt lengths: one row about to open a new block
         eng.add_request(f"p{i}", {"prompt_token_ids": list(range(100, 100 + n))},
                         SamplingParams(max_tokens=2 if i else 30, **GREEDY))

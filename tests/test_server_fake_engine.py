@@ -34,9 +34,13 @@ def load_tokenizer():
 
 
 class FakeEngine:
-    """AsyncEngine's API; choice i of a request replays ``script[i]`` (token ids)."""
+    """The server's engine protocol (server/engine_api.py) but for sleep: choice i of a
+    request replays ``script[i]`` (token ids); it has no model folder and constrains
+    nothing."""
 
     model_name = "fake-model"
+    model_path: Path | None = None
+    grammars = None
 
     def __init__(self, tokenizer, scripts: list[list[int]], max_model_len: int = 256,
                  step_delay: float = 0.0, total_blocks: int = 64) -> None:
@@ -50,6 +54,7 @@ class FakeEngine:
         self.requests: list[tuple[list[int], object]] = []
         self.fail_at_step: int | None = None
         self.started = False
+        self.interrupt = None  # interrupt_all's error maker: ends every running generate
 
     async def start(self) -> None:
         self.started = True
@@ -60,6 +65,10 @@ class FakeEngine:
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
         self.active.pop(request_id, None)
+
+    def interrupt_all(self, make_error) -> int:
+        self.interrupt = make_error
+        return len(self.active)
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, **kw) -> str:
         return apply_chat_template(self.tokenizer, messages, add_generation_prompt, **kw)
@@ -86,6 +95,8 @@ class FakeEngine:
                 await asyncio.sleep(self.step_delay)
                 if self.fail_at_step == step:
                     raise RuntimeError("simulated engine failure")
+                if self.interrupt is not None:
+                    raise self.interrupt()
                 for o in outs:
                     self._advance(o, params, step)
                 yield RequestOutput(request_id, None, list(prompt),

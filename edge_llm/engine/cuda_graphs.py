@@ -44,6 +44,7 @@ from edge_llm.config import MAX_CUDA_GRAPH_SIZE
 from edge_llm.model.attention_metadata import AttentionMetadata
 
 from .graph_capture import capture_graph
+from .scheduler_output import ScheduledSeq
 
 logger = logging.getLogger(__name__)
 
@@ -84,13 +85,13 @@ def padded_size(sizes: list[int], batch: int) -> int | None:
     return sizes[i] if i < len(sizes) else None
 
 
-def wants_prompt_logprobs(s) -> bool:
+def wants_prompt_logprobs(s: ScheduledSeq) -> bool:
     """This row (a ``ScheduledSeq``) produces prompt logprobs (its chunk holds prompt tokens
     whose successor is a prompt token)."""
     return s.seq.params.prompt_logprobs is not None and s.start_pos < s.seq.num_prompt_tokens - 1
 
 
-def is_decode_step(scheduled: list) -> bool:
+def is_decode_step(scheduled: list[ScheduledSeq]) -> bool:
     """Every row feeds exactly one token and none wants prompt logprobs."""
     return bool(scheduled) and all(
         s.num_scheduled_tokens == 1 and not wants_prompt_logprobs(s) for s in scheduled
@@ -108,7 +109,7 @@ class DecodeInputs:
     block_tables: torch.Tensor  # (bs, W) int32, W = the longest table; zeros past each table
 
 
-def decode_inputs(scheduled: list, bs: int, block_size: int) -> DecodeInputs:
+def decode_inputs(scheduled: list[ScheduledSeq], bs: int, block_size: int) -> DecodeInputs:
     """Flatten a decode step's rows (``ScheduledSeq`` with one token each) into ``bs`` rows."""
     b = len(scheduled)
     if not 0 < b <= bs:
@@ -226,7 +227,7 @@ class DecodeGraphs:
     def max_batch(self) -> int:
         return self.sizes[-1]
 
-    def can_run(self, scheduled: list) -> bool:
+    def can_run(self, scheduled: list[ScheduledSeq]) -> bool:
         """A decode-only step of at most ``max_batch`` rows whose tables fit the buffer."""
         return (
             len(scheduled) <= self.max_batch
@@ -248,7 +249,8 @@ class DecodeGraphs:
         self.logits[:bs].copy_(self.model.compute_logits(hidden))
 
     @torch.inference_mode()
-    def run(self, scheduled: list, input_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def run(self, scheduled: list[ScheduledSeq],
+            input_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, vocab) fp32 of a decode step (``can_run``), row i for ``scheduled[i]``;
         a view of the static buffer, valid until the next ``run``. ``input_ids`` (B,) int64
         on the device, if given, replaces the rows' ``token_ids`` (a run-ahead step feeds the

@@ -1,15 +1,20 @@
-"""LLMEngine: the synchronous core. ``step()`` is schedule, run, postprocess.
+"""LLMEngine: the synchronous core. ``step()`` runs one of three loops, chosen once at
+construction (``set_loop``; vLLM's ``step_fn``, mini-sglang's normal / overlap loops):
 
-With async output processing (on by default on a GPU: vLLM's ``async output processing``,
-``--disable-async-output-proc`` turns it off), ``step()`` is: wait for the step in flight,
-update the scheduler with its tokens, schedule and launch the next step, then build the
-finished step's outputs (detokenizing, stop strings, RequestOutput objects) while the GPU
-runs the next one. A stop string found there finishes its sequence one step late: the token
-the next step samples for it is dropped (the scheduler skips rows of finished sequences).
-With decode run-ahead as well (on by default with async outputs on a GPU; vLLM's "async
-scheduling"), a decode step in flight gets its successor launched before the wait, fed with
-the tokens it samples on the device (engine/scheduler_ahead.py): the GPU no longer idles
-while the host reads a step's tokens, updates the scheduler and schedules the next one.
+- plain (``_step_plain``): schedule, run, postprocess.
+- async output processing (``_step_async``; on by default on a GPU: vLLM's "async output
+  processing", ``--disable-async-output-proc`` turns it off): collect the step in flight and
+  update the scheduler with its tokens, schedule and launch the next step, then build the
+  collected step's outputs (detokenizing, stop strings, RequestOutput objects) while the GPU
+  runs the next one. A stop string found there finishes its sequence one step late: the token
+  the next step samples for it is dropped (the scheduler skips rows of finished sequences).
+- decode run-ahead (``_step_run_ahead``; on by default with async outputs on a GPU; vLLM's
+  "async scheduling"): as async output processing, and a decode step in flight gets its
+  successor launched before the wait, fed with the tokens it samples on the device
+  (engine/scheduler_ahead.py): the GPU no longer idles while the host reads a step's tokens,
+  updates the scheduler and schedules the next one. A step with a row whose sampling reads
+  the tokens so far (a constraint, penalties, logprobs: ``Sampler.chainable``) keeps the
+  async order.
 
 Also owns request admission (tokenization, validation) and turning sampled tokens into
 ``RequestOutput`` objects (detokenization, stop strings, logprobs, finish reasons).
@@ -21,8 +26,10 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from edge_llm import envs
 from edge_llm.config import EngineConfig
@@ -34,10 +41,12 @@ from edge_llm.sampling_params import SamplingParams
 from .cpu_threads import set_cpu_threads
 from .detokenizer import IncrementalDetokenizer
 from .kv_cache import use_expandable_segments
+from .pending_step import PendingStep, RunnerOutput
 from .request_state import Choice, RequestState, TokenNames, checked_request, finish_reason
-from .runner import ModelRunner, RunnerOutput
+from .runner import ModelRunner
 from .scheduler import Scheduler
 from .scheduler_ahead import ahead_matches, plan_ahead
+from .scheduler_output import ScheduledSeq, SchedulerOutput
 from .sequence import Sequence, SequenceStatus
 from .structured_output import GrammarCompiler
 from .tokenizer import eos_token_ids, load_tokenizer
@@ -45,6 +54,11 @@ from .tokenizer_files import check_tokenizer_files
 
 logger = logging.getLogger(__name__)
 PromptInput = str | list[int] | dict
+T = TypeVar("T")
+# a collected step: what it ran, the sequences it advanced, what it sampled
+FinishedStep = tuple[SchedulerOutput, list[Sequence], RunnerOutput]
+# a run-ahead step: its rows (scheduler_ahead.plan_ahead) and its launch
+AheadStep = tuple[list[ScheduledSeq], PendingStep]
 
 
 class StepError(RuntimeError):
@@ -109,10 +123,10 @@ class LLMEngine:
         )
         self.requests: dict[str, RequestState] = {}
         on_gpu = self.runner.device.type == "cuda"
-        self.async_output = on_gpu if config.async_output_proc is None else config.async_output_proc
-        self._in_flight = None  # (SchedulerOutput, PendingStep) of the step launched last
-        self.run_ahead = self.async_output and (
-            on_gpu if config.decode_run_ahead is None else config.decode_run_ahead)
+        self._in_flight: tuple[SchedulerOutput, PendingStep] | None = None  # launched last
+        async_output = on_gpu if config.async_output_proc is None else config.async_output_proc
+        self.set_loop(async_output, async_output and (
+            on_gpu if config.decode_run_ahead is None else config.decode_run_ahead))
         self.ahead_steps = Counter()  # run-ahead steps: "adopted" / "dropped"
         self.sleep_level = self.prompt_tokens_total = self.generation_tokens_total = 0
 
@@ -192,44 +206,112 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self._in_flight is not None or self.scheduler.has_unfinished()
 
-    # ---- one iteration ---------------------------------------------------------------------
+    # ---- the loop, chosen once ------------------------------------------------------------
+    @property
+    def async_output(self) -> bool:
+        """Async output processing: a step's outputs are built while the next step runs."""
+        return self._loop is not LLMEngine._step_plain
+
+    @property
+    def run_ahead(self) -> bool:
+        """Decode run-ahead (with async outputs): see engine/scheduler_ahead.py."""
+        return self._loop is LLMEngine._step_run_ahead
+
+    def set_loop(self, async_output: bool, run_ahead: bool = False) -> None:
+        """Choose what ``step()`` runs: the plain loop, async output processing, or async
+        output processing with decode run-ahead (``run_ahead`` needs ``async_output``).
+        Construction chooses from the config; a caller may choose again while no step is in
+        flight (tests and benchmarks compare the loops on one loaded engine)."""
+        if run_ahead and not async_output:
+            raise ValueError("Decode run-ahead needs async output processing.")
+        if self._in_flight is not None:
+            raise RuntimeError("Cannot change the engine loop while a step is in flight.")
+        # the function, not a bound method: one held by its own object is a reference cycle,
+        # which would keep a dropped engine (and its device memory) until a GC pass
+        self._loop: Callable[[LLMEngine], list[RequestOutput]] = (
+            LLMEngine._step_run_ahead if run_ahead
+            else LLMEngine._step_async if async_output else LLMEngine._step_plain)
+
     def step(self) -> list[RequestOutput]:
-        if not self.async_output:
-            sched = self.scheduler.schedule()
-            result = self._run(sched, lambda: self.runner.execute(sched))
-            seqs = self.scheduler.update_from_output(sched, result.sampled)
-            return self._postprocess(sched, seqs, result)
+        """One iteration of the loop chosen by ``set_loop``: the outputs of the step that
+        finished. A failed step raises StepError after aborting its requests."""
+        return self._loop(self)
+
+    def _step_plain(self) -> list[RequestOutput]:
+        """Schedule, run, postprocess."""
+        sched = self.scheduler.schedule()
+        result = self._run(sched, lambda: self.runner.execute(sched))
+        seqs = self.scheduler.update_from_output(sched, result.sampled)
+        return self._postprocess(sched, seqs, result)
+
+    def _step_async(self) -> list[RequestOutput]:
+        """Collect the step in flight and update the scheduler with its tokens, schedule and
+        launch the next step, then build the collected step's outputs while it runs."""
+        done = None
+        if self._in_flight is not None:
+            done = self._collect(*self._take_in_flight())
+        nxt = self.scheduler.schedule()
+        return self._launch_then_postprocess(done, lambda: self._launch(nxt))
+
+    def _step_run_ahead(self) -> list[RequestOutput]:
+        """``_step_async`` with the successor of a decode step in flight launched before the
+        wait, fed on the device with the tokens that step samples; once the next step is
+        scheduled it is adopted if it is that step, else dropped (scheduler_ahead.py)."""
         done = ahead = None
         if self._in_flight is not None:
-            sched, pending = self._in_flight
-            self._in_flight = None
-            if self.run_ahead:
-                ahead = self._launch_ahead(sched, pending)
-            result = self._run(sched, pending.collect)
-            done = (sched, self.scheduler.update_from_output(sched, result.sampled), result)
+            sched, pending = self._take_in_flight()
+            ahead = self._launch_ahead(sched, pending)
+            done = self._collect(sched, pending)
         nxt = self.scheduler.schedule()
+        return self._launch_then_postprocess(done, lambda: self._adopt_or_launch(nxt, ahead))
+
+    def _take_in_flight(self) -> tuple[SchedulerOutput, PendingStep]:
+        in_flight, self._in_flight = self._in_flight, None
+        return in_flight
+
+    def _collect(self, sched: SchedulerOutput, pending: PendingStep) -> FinishedStep:
+        """Wait for ``pending`` (launched for ``sched``) and update the scheduler."""
+        result = self._run(sched, pending.collect)
+        return sched, self.scheduler.update_from_output(sched, result.sampled), result
+
+    def _launch_then_postprocess(self, done: FinishedStep | None,
+                                 launch: Callable[[], None]) -> list[RequestOutput]:
+        """``launch()``, then the outputs of ``done``; those are still due when the launch
+        fails, so its StepError carries them."""
         try:
-            adopt = ahead is not None and ahead_matches(ahead[0], nxt)
-            if ahead is not None:  # a dropped one only cost GPU time (scheduler_ahead.py)
-                self.ahead_steps["adopted" if adopt else "dropped"] += 1
-                if not adopt:
-                    self.runner.drop(ahead[1])
-            if adopt:
-                self._in_flight = (nxt, self._run(nxt, lambda: self.runner.adopt(nxt,
-                                                                                   ahead[1])))
-            elif nxt.scheduled:
-                self._in_flight = (nxt, self._run(nxt, lambda: self.runner.launch(nxt)))
-            else:  # swaps, copies, forgotten seeds at most: nothing to wait for
-                self._run(nxt, lambda: self.runner.execute(nxt))
-                self.scheduler.update_from_output(nxt, {})
+            launch()
         except StepError as err:
             err.outputs = self._postprocess(*done) if done else []
             raise
         return self._postprocess(*done) if done else []
 
-    def _launch_ahead(self, sched, pending):
-        """(rows, PendingStep) of the decode step after ``sched``, launched now; None when it
-        cannot be planned yet. A failure here is the in-flight step's (its requests abort)."""
+    def _launch(self, nxt: SchedulerOutput) -> None:
+        """Launch ``nxt``; the next ``step()`` collects it. A step without rows (swaps,
+        copies, forgotten seeds at most) runs now: there is nothing to wait for."""
+        if nxt.scheduled:
+            self._in_flight = (nxt, self._run(nxt, lambda: self.runner.launch(nxt)))
+        else:
+            self._run(nxt, lambda: self.runner.execute(nxt))
+            self.scheduler.update_from_output(nxt, {})
+
+    def _adopt_or_launch(self, nxt: SchedulerOutput, ahead: AheadStep | None) -> None:
+        """The run-ahead step as ``nxt``'s launch when it is that step (``ahead_matches``),
+        else dropped (it only cost device time) and ``nxt`` launched."""
+        if ahead is not None:
+            rows, step = ahead
+            if ahead_matches(rows, nxt):
+                self.ahead_steps["adopted"] += 1
+                self._in_flight = (nxt, self._run(nxt, lambda: self.runner.adopt(nxt, step)))
+                return
+            self.ahead_steps["dropped"] += 1
+            self.runner.drop(step)
+        self._launch(nxt)
+
+    def _launch_ahead(self, sched: SchedulerOutput, pending: PendingStep) -> AheadStep | None:
+        """The decode step after ``sched``, launched now; None when it cannot be planned yet
+        (scheduler_ahead.plan_ahead) or a row's sampling rules out chaining (constrained and
+        penalized rows: ``ModelRunner.chain_index``). A failure here is the in-flight step's
+        (its requests abort)."""
         tokens_at = self.runner.chain_index(sched, pending)
         plan = None if tokens_at is None else plan_ahead(self.scheduler, sched)
         if plan is None:
@@ -238,7 +320,7 @@ class LLMEngine:
         index = [tokens_at[i] for i in index]
         return rows, self._run(sched, lambda: self.runner.launch_ahead(rows, index, pending))
 
-    def _run(self, sched, fn):
+    def _run(self, sched: SchedulerOutput, fn: Callable[[], T]) -> T:
         """``fn()``; on an exception, abort the step's requests and raise StepError."""
         try:
             return fn()
@@ -248,7 +330,7 @@ class LLMEngine:
                 self.abort(rid)
             raise StepError(ids, exc) from exc
 
-    def _record_prompt_logprobs(self, sched, result: RunnerOutput) -> None:
+    def _record_prompt_logprobs(self, sched: SchedulerOutput, result: RunnerOutput) -> None:
         """Position p holds the logprob of prompt token p (p = 0 has none, as in vLLM); a
         recomputed prefill reports positions already recorded, which are skipped."""
         if not result.prompt_logprobs:
@@ -263,7 +345,7 @@ class LLMEngine:
                     req.prompt_logprobs.append(self.token_names(lp))
 
     def _postprocess(
-        self, sched, seqs: list[Sequence], result: RunnerOutput
+        self, sched: SchedulerOutput, seqs: list[Sequence], result: RunnerOutput
     ) -> list[RequestOutput]:
         now = time.time()
         touched: dict[str, RequestState] = {}

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .sample_row import SampleRow
 from .sampler import Sampler
+from .scheduler_output import ScheduledSeq
 
 
 @dataclass
@@ -26,14 +28,16 @@ class PendingStep:
 
     def __init__(self, out: RunnerOutput) -> None:
         self.out = out
-        self.sampling = None  # (rows, sample rows, packed device tensor)
+        # (rows, their sample rows, the packed device tensor: Sampler.sample_on_device)
+        self.sampling: tuple[list[ScheduledSeq], list[SampleRow], torch.Tensor] | None = None
         # the sampled ids on the device, one per row of ``sampling`` (None: packed with
         # logprobs); a run-ahead step feeds them as its input ids
         self.tokens: torch.Tensor | None = None
         self._host = None  # (pinned copy of packed, CUDA event after its copy)
         self.generators = None  # a run-ahead step: the sampler's snapshot from before it
 
-    def set_sampling(self, rows: list, sample_rows: list, packed: torch.Tensor) -> None:
+    def set_sampling(self, rows: list[ScheduledSeq], sample_rows: list[SampleRow],
+                     packed: torch.Tensor) -> None:
         """The step's sampling, queued: ``packed`` (``Sampler.sample_on_device``) for
         ``rows``. On a GPU its copy to pinned host memory is queued now, ahead of any step
         launched after this one (a run-ahead step would otherwise delay ``collect``)."""

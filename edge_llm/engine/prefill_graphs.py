@@ -76,6 +76,7 @@ from .cuda_graphs import (
     wants_prompt_logprobs,
 )
 from .graph_capture import capture_graph
+from .scheduler_output import ScheduledSeq
 
 PREFILL_SIZES = (8, 16, 32, 64, 128, 256, 512)  # padded new-token counts, one graph each
 MIN_TOKENS = 2  # one-token steps are decode steps (cuda_graphs.py)
@@ -89,7 +90,7 @@ def prefill_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
     return below + tuple(above)
 
 
-def is_short_step(scheduled: list, max_tokens: int = PREFILL_SIZES[-1],
+def is_short_step(scheduled: list[ScheduledSeq], max_tokens: int = PREFILL_SIZES[-1],
                   max_seqs: int = PREFILL_SIZES[-1]) -> bool:
     """``MIN_TOKENS .. max_tokens`` new tokens in all over at most ``max_seqs`` sequences,
     none wanting prompt logprobs."""
@@ -118,7 +119,8 @@ class PrefillInputs:
     last_rows: torch.Tensor  # (K - 1,) int64: each slot's last row, 0 for empty slots
 
 
-def prefill_inputs(scheduled: list, t: int, slots: int, block_size: int) -> PrefillInputs:
+def prefill_inputs(scheduled: list[ScheduledSeq], t: int, slots: int,
+                   block_size: int) -> PrefillInputs:
     """Lay out the ``ScheduledSeq`` rows of a short step as ``t`` rows over ``slots`` sequence
     slots (module doc)."""
     n_total = sum(s.num_scheduled_tokens for s in scheduled)
@@ -211,7 +213,7 @@ class PrefillGraphs:
         self._pool = None
         self.replays: Counter[int] = Counter()
 
-    def can_run(self, scheduled: list) -> bool:
+    def can_run(self, scheduled: list[ScheduledSeq]) -> bool:
         return (is_short_step(scheduled, self.sizes[-1], self.max_seqs)
                 and max(len(s.block_table) for s in scheduled) <= self.max_blocks)
 
@@ -232,7 +234,7 @@ class PrefillGraphs:
         self.logits[: k - 1].copy_(self.model.compute_logits(rows))
 
     @torch.inference_mode()
-    def run(self, scheduled: list) -> torch.Tensor:
+    def run(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:
         """Logits (S, vocab) fp32 of a short step (``can_run``), row i: the last row of
         ``scheduled[i]``; a view of the logits buffer, valid until the next ``run`` (of these
         graphs or of the decode graphs sharing it)."""

@@ -50,12 +50,12 @@ def probe_dir() -> Path:
 def source_digest() -> str:
     """sha256 of this package's Python files (kernels and quant included): any change to
     the code the probes run measures again."""
-    import edge_llm
     import edge_llm.kernels
     import edge_llm.quant
 
     digest = hashlib.sha256()
-    roots = {Path(m.__file__).parent for m in (edge_llm, edge_llm.kernels, edge_llm.quant)}
+    package = Path(__file__).parents[1]  # edge_llm/ (this file is edge_llm/engine/probe_cache.py)
+    roots = {package} | {Path(m.__file__).parent for m in (edge_llm.kernels, edge_llm.quant)}
     for root in sorted(roots):
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root)).encode())

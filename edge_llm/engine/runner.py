@@ -34,6 +34,7 @@ from .kv_cache import KVCache, KVCachePlan, kv_storage_dtype, plan_kv_cache
 from .pending_step import PendingStep, RunnerOutput
 from .prefill_graphs import PrefillGraphs, prefill_sizes
 from .sampler import Sampler, SampleRow, compute_prompt_logprobs
+from .scheduler_output import ScheduledSeq, SchedulerOutput
 from .startup_probes import (
     memory_probes,
     profile_graph_memory,
@@ -101,7 +102,8 @@ class ModelRunner:
         self._capture_graphs()
 
     # ---- CUDA graphs -----------------------------------------------------------------------
-    def _graphs_wanted(self) -> bool:
+    @property
+    def wants_cuda_graphs(self) -> bool:
         """CUDA with the Triton kernels, and not ``enforce_eager``."""
         return (not self.enforce_eager and self.device.type == "cuda"
                 and triton_enabled(self.device, self.dtype))
@@ -109,7 +111,7 @@ class ModelRunner:
     def _capture_graphs(self, eager_max: int | None = None) -> None:
         """Capture the decode graphs over the current KV cache and weights (start-up: all
         sizes; wake: sizes up to ``eager_max`` now, the others on first use)."""
-        if not self._graphs_wanted():
+        if not self.wants_cuda_graphs:
             if not self.enforce_eager and self.device.type == "cuda":
                 logger.info("CUDA graphs off: the %s forward runs the torch reference kernels",
                             self.dtype)
@@ -201,14 +203,15 @@ class ModelRunner:
         values, self.probes_reused = memory_probes(self)
         return values
 
-    def _profile_peak_memory(self) -> int:
+    def measure_peak_memory(self) -> int:
+        """Peak device memory of a whole step's forward (startup_probes.py); 0 off CUDA."""
         return profile_peak_memory(self.model, self.loaded.arch.vocab_size,
                                    self.scheduler_config, self.block_size, self.dtype,
                                    self.device)
 
-    def _profile_graph_memory(self) -> int:
+    def measure_graph_memory(self) -> int:
         """The graphs' memory for the KV plan (startup_probes.py); 0 without graphs."""
-        if not self._graphs_wanted():
+        if not self.wants_cuda_graphs:
             return 0
         sc = self.scheduler_config
         return profile_graph_memory(self.model, self.graph_sizes[-1],
@@ -216,12 +219,12 @@ class ModelRunner:
                                     sc.max_model_len, self.block_size, self.kv_dtype,
                                     self.device)
 
-    def execute(self, sched) -> RunnerOutput:
+    def execute(self, sched: SchedulerOutput) -> RunnerOutput:
         """Apply swap-out, swap-in, copies; run the scheduled tokens; sample ``do_sample`` rows."""
         return self.launch(sched).collect()
 
     @torch.inference_mode()
-    def launch(self, sched) -> PendingStep:
+    def launch(self, sched: SchedulerOutput) -> PendingStep:
         """``execute`` up to the host's wait for the sampled tokens: on a GPU the step's
         kernels are queued when this returns (prompt logprobs, when asked for, are read
         here). ``collect()`` on the result finishes it."""
@@ -260,7 +263,7 @@ class ModelRunner:
         return step
 
     # ---- decode run-ahead (engine/scheduler_ahead.py) ---------------------------------------
-    def chain_index(self, sched, pending: PendingStep) -> list[int] | None:
+    def chain_index(self, sched: SchedulerOutput, pending: PendingStep) -> list[int] | None:
         """Where each row of ``sched`` finds the token ``pending`` (launched for it) samples
         on the device: indices into ``pending.tokens``, or None when some row has none or its
         sampling follows rules a run-ahead step may not (``Sampler.chainable``). A run-ahead
@@ -274,7 +277,8 @@ class ModelRunner:
             return None
         return index
 
-    def launch_ahead(self, rows: list, index: list[int], pending: PendingStep) -> PendingStep:
+    def launch_ahead(self, rows: list[ScheduledSeq], index: list[int],
+                     pending: PendingStep) -> PendingStep:
         """Launch the decode step ``rows`` (``scheduler_ahead.plan_ahead``) before ``pending``
         is collected: row i feeds the token ``pending`` sampled at ``index[i]``."""
         ids = pending.tokens
@@ -301,14 +305,14 @@ class ModelRunner:
             self.sampler.restore(step.generators)
             step.generators = None
 
-    def adopt(self, sched, step: PendingStep) -> PendingStep:
+    def adopt(self, sched: SchedulerOutput, step: PendingStep) -> PendingStep:
         """Take the run-ahead ``step`` as the launch of ``sched`` (``ahead_matches``): only
         the bookkeeping ``launch`` does before its forward is left to do."""
         for seq_id in sched.finished_seq_ids:
             self.sampler.forget(seq_id)
         return step
 
-    def _sample(self, logits: torch.Tensor, rows: list, step: PendingStep) -> None:
+    def _sample(self, logits: torch.Tensor, rows: list[ScheduledSeq], step: PendingStep) -> None:
         """Queue sampling one token per row of ``logits`` (row i belongs to ``rows[i]``);
         ``step.collect()`` reads the tokens."""
         sample_rows = [
@@ -325,12 +329,12 @@ class ModelRunner:
         step.set_sampling(rows, sample_rows, self.sampler.sample_on_device(logits, sample_rows))
 
     @staticmethod
-    def _prompt_targets(s) -> list[int]:
+    def _prompt_targets(s: ScheduledSeq) -> list[int]:
         prompt = s.seq.prompt_token_ids
         end = min(s.start_pos + s.num_scheduled_tokens, len(prompt) - 1)
         return prompt[s.start_pos + 1 : end + 1]
 
-    def _prepare(self, scheduled):
+    def _prepare(self, scheduled: list[ScheduledSeq]):
         bs = self.block_size
         ids: list[int] = []
         positions: list[int] = []
@@ -378,17 +382,16 @@ def _move_tensors(module: torch.nn.Module, device: torch.device, pin: bool) -> N
     shared), host copies pinned so the way back is a fast DMA."""
     moved: dict[int, torch.Tensor] = {}
     for m in module.modules():
-        for store in (m._parameters, m._buffers):
-            for name, t in store.items():
-                if t is None:
-                    continue
-                if id(t) not in moved:
-                    data = t.detach().to(device, non_blocking=True)
-                    if pin and data.device.type == "cpu":
-                        data = data.pin_memory()
-                    moved[id(t)] = (torch.nn.Parameter(data, requires_grad=False)
-                                    if isinstance(t, torch.nn.Parameter) else data)
-                store[name] = moved[id(t)]
+        own = [*m.named_parameters(recurse=False, remove_duplicate=False),
+               *m.named_buffers(recurse=False, remove_duplicate=False)]
+        for name, t in own:
+            if id(t) not in moved:
+                data = t.detach().to(device, non_blocking=True)
+                if pin and data.device.type == "cpu":
+                    data = data.pin_memory()
+                moved[id(t)] = (torch.nn.Parameter(data, requires_grad=False)
+                                if isinstance(t, torch.nn.Parameter) else data)
+            setattr(m, name, moved[id(t)])  # a parameter stays one, a buffer stays one
         drop = getattr(m, "drop_cpu_cache", None)  # QuantLinear's CPU forms of the weight
         if drop is not None:
             drop()

@@ -25,7 +25,7 @@ vLLM v0's behaviour (for greedy rows "processed" equals "penalized").
 
 Host syncs. Everything up to the final packed tensor is queued on the device without waiting
 for it (``Sampler.sample_on_device``): per-row parameters and row indices travel as host lists
-copied with ``non_blocking`` (``_to_device``), rows are picked with ``index_select`` /
+copied with ``non_blocking`` (``to_device``), rows are picked with ``index_select`` /
 ``index_copy_`` rather than list indexing (which copies its index synchronously), and sizes
 such as top-k's largest k come from the host lists. The one device->host copy is the
 ``tolist()`` of the packed result (``SamplerOutput`` needs host ids).
@@ -48,11 +48,11 @@ from edge_llm.sampling_params import SamplingType
 
 from .sample_row import SampleRow
 from .sampler_logits import (  # noqa: F401 - re-exported: tests and callers import them here
-    _to_device,
     apply_bias_and_min_tokens,
     apply_penalties,
     apply_token_bitmask,
     apply_top_k_top_p_min_p,
+    to_device,
 )
 from .structured_output import fill_bitmasks
 
@@ -161,7 +161,7 @@ class Sampler:
             held = [i for i in constrained
                     if len(rows[i].output_token_ids) < rows[i].params.min_tokens]
             if held:
-                held_t = _to_device(held, torch.long, dev)
+                held_t = to_device(held, torch.long, dev)
                 grammar_only = x.index_select(0, held_t)
         apply_bias_and_min_tokens(x, rows)
         if held:  # min_tokens may ban the only tokens the grammar allows: the grammar wins
@@ -173,11 +173,11 @@ class Sampler:
         random = [i for i, r in enumerate(rows) if r.params.sampling_type == SamplingType.RANDOM]
         tokens = torch.empty(len(rows), dtype=torch.long, device=dev)
         if greedy:
-            g = _to_device(greedy, torch.long, dev)
+            g = to_device(greedy, torch.long, dev)
             tokens.index_copy_(0, g, x.index_select(0, g).argmax(dim=-1))
         processed = None
         if random:
-            r_t = _to_device(random, torch.long, dev)
+            r_t = to_device(random, torch.long, dev)
             processed = self._filtered(x, [rows[i] for i in random], r_t)
             probs = processed.softmax(dim=-1)  # [nr, V]
             noise = self._exponential_noise([rows[i] for i in random], x.shape[1], dev)
@@ -223,7 +223,7 @@ class Sampler:
     def _filtered(x: torch.Tensor, rows: list[SampleRow], idx: torch.Tensor) -> torch.Tensor:
         """Temperature-scaled, top-k/top-p/min-p filtered logits of rows ``idx``: [nr, V]."""
         temps = [r.params.temperature for r in rows]
-        sub = x.index_select(0, idx) / _to_device(temps, x.dtype, x.device).unsqueeze(1)
+        sub = x.index_select(0, idx) / to_device(temps, x.dtype, x.device).unsqueeze(1)
         apply_top_k_top_p_min_p(
             sub,
             [r.params.top_k for r in rows],
@@ -261,7 +261,7 @@ class Sampler:
         noise = torch.empty(len(rows), vocab, dtype=torch.float32, device=device)
         if unseeded:
             gen = self._generator(rows[unseeded[0]], device)
-            noise.index_copy_(0, _to_device(unseeded, torch.long, device),
+            noise.index_copy_(0, to_device(unseeded, torch.long, device),
                               torch.rand(len(unseeded), vocab, generator=gen, device=device))
         for i, row in enumerate(rows):
             if row.params.seed is not None:
@@ -283,14 +283,14 @@ class Sampler:
         if not want:
             return tokens
         dev = x.device
-        want_t = _to_device(want, torch.long, dev)
+        want_t = to_device(want, torch.long, dev)
         if self.logprobs_mode == "raw_logprobs":
             src = logits.index_select(0, want_t).float()
         elif self.logprobs_mode == "penalized_logprobs" or processed is None:
             src = x.index_select(0, want_t)
         else:
             full = x.clone()
-            full.index_copy_(0, _to_device(random, torch.long, dev), processed)
+            full.index_copy_(0, to_device(random, torch.long, dev), processed)
             src = full.index_select(0, want_t)
         lp = src.log_softmax(dim=-1)  # [W, V]
         chosen = tokens.index_select(0, want_t)

@@ -1,7 +1,7 @@
 """Logit processing before sampling (edge_llm/engine/sampler.py's order): the grammar's token
 bitmask, logit_bias and min_tokens, repetition/frequency/presence penalties, top-k/top-p/min-p
 filters, all in place on a float32 ``[rows, vocab]`` tensor and queued without a host sync
-(host lists reach the device through ``_to_device``; rows are picked with
+(host lists reach the device through ``to_device``; rows are picked with
 index_select/index_copy_)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from .sample_row import SampleRow
 
 
-def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A host list as a tensor on ``device``, the copy queued without waiting for the device
     (``torch.tensor(..., device=cuda)`` would synchronize; a non-blocking copy out of pageable
     memory is staged at once, so the list may go away)."""
@@ -44,7 +44,7 @@ def apply_token_bitmask(x: torch.Tensor, rows: list[int], bitmask: np.ndarray) -
     words = _to_device_array(bitmask, dev)  # [n, W] int32
     shifts = torch.arange(32, dtype=torch.int32, device=dev)
     allowed = ((words.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)[:, :vocab]  # [n, V]
-    idx = _to_device(rows, torch.long, dev)
+    idx = to_device(rows, torch.long, dev)
     x.index_copy_(0, idx, x.index_select(0, idx).masked_fill(~allowed, -torch.inf))
 
 
@@ -70,7 +70,7 @@ def apply_bias_and_min_tokens(x: torch.Tensor, rows: list[SampleRow]) -> None:
     if bias_rows:
         biases = [rows[i].params.logit_bias for i in bias_rows]
         r_idx, t_idx = _flat_index(bias_rows, [list(b) for b in biases], vocab, "logit_bias", dev)
-        vals = _to_device([v for b in biases for v in b.values()], x.dtype, dev)
+        vals = to_device([v for b in biases for v in b.values()], x.dtype, dev)
         x.index_put_((r_idx, t_idx), vals, accumulate=True)
     min_rows = [i for i, r in enumerate(rows) if len(r.output_token_ids) < r.params.min_tokens]
     if min_rows:
@@ -110,9 +110,9 @@ def apply_penalties(x: torch.Tensor, rows: list[SampleRow]) -> None:
 
     def column(name: str) -> torch.Tensor:  # [n, 1]
         vals = [float(getattr(rows[i].params, name)) for i in idx]
-        return _to_device(vals, x.dtype, dev).unsqueeze(1)
+        return to_device(vals, x.dtype, dev).unsqueeze(1)
 
-    idx_t = _to_device(idx, torch.long, dev)
+    idx_t = to_device(idx, torch.long, dev)
     sub = x.index_select(0, idx_t)  # [n, V]
     rep = column("repetition_penalty")
     scaled = torch.where(sub > 0, sub / rep, sub * rep)
@@ -135,16 +135,16 @@ def apply_top_k_top_p_min_p(
     k_rows = [i for i, k in enumerate(top_k) if 0 < k < vocab]
     if k_rows:
         k_list = [top_k[i] for i in k_rows]
-        ks = _to_device(k_list, torch.long, dev)
-        rows_t = _to_device(k_rows, torch.long, dev)
+        ks = to_device(k_list, torch.long, dev)
+        rows_t = to_device(k_rows, torch.long, dev)
         sub = x.index_select(0, rows_t)  # [nk, V]
         top_vals = sub.topk(max(k_list), dim=-1).values  # [nk, kmax], descending
         kth = top_vals.gather(1, (ks - 1).unsqueeze(1))  # [nk, 1]
         x.index_copy_(0, rows_t, sub.masked_fill(sub < kth, -torch.inf))
     p_rows = [i for i, p in enumerate(top_p) if p < 1.0]
     if p_rows:
-        ps = _to_device([top_p[i] for i in p_rows], x.dtype, dev).unsqueeze(1)
-        rows_t = _to_device(p_rows, torch.long, dev)
+        ps = to_device([top_p[i] for i in p_rows], x.dtype, dev).unsqueeze(1)
+        rows_t = to_device(p_rows, torch.long, dev)
         sub = x.index_select(0, rows_t)  # [np, V]
         sorted_vals, order = sub.sort(dim=-1, descending=True)
         probs = sorted_vals.softmax(dim=-1)
@@ -155,8 +155,8 @@ def apply_top_k_top_p_min_p(
         x.index_copy_(0, rows_t, sub.masked_fill(drop, -torch.inf))
     m_rows = [i for i, m in enumerate(min_p) if m > 0.0]
     if m_rows:
-        ms = _to_device([min_p[i] for i in m_rows], x.dtype, dev).unsqueeze(1)
-        rows_t = _to_device(m_rows, torch.long, dev)
+        ms = to_device([min_p[i] for i in m_rows], x.dtype, dev).unsqueeze(1)
+        rows_t = to_device(m_rows, torch.long, dev)
         sub = x.index_select(0, rows_t)  # [nm, V]
         floor = sub.max(dim=-1, keepdim=True).values + ms.log()
         x.index_copy_(0, rows_t, sub.masked_fill(sub < floor, -torch.inf))

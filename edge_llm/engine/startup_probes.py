@@ -144,8 +144,8 @@ def profile_graph_memory(model, largest: int, largest_prefill: int, max_model_le
 
 def memory_probes(runner) -> tuple[dict[str, int], bool]:
     """The KV plan's two measurements for ``runner`` (a ModelRunner): the peak memory of a
-    whole step (``_profile_peak_memory``) and the CUDA graphs' memory
-    (``_profile_graph_memory``), which only a fraction-of-the-card budget subtracts (an
+    whole step (``measure_peak_memory``) and the CUDA graphs' memory
+    (``measure_graph_memory``), which only a fraction-of-the-card budget subtracts (an
     explicit KV size is the KV alone). On CUDA they are kept on disk for the next start
     with the same model and settings (probe_cache.py). Returns (values, whether they came
     from an earlier start)."""
@@ -153,8 +153,8 @@ def memory_probes(runner) -> tuple[dict[str, int], bool]:
     sized = cc.kv_cache_memory is None and cc.num_gpu_blocks_override is None
 
     def measure() -> dict[str, int]:
-        return {"peak_bytes": runner._profile_peak_memory(),
-                "graph_bytes": runner._profile_graph_memory() if sized else 0}
+        return {"peak_bytes": runner.measure_peak_memory(),
+                "graph_bytes": runner.measure_graph_memory() if sized else 0}
 
     if runner.device.type != "cuda":
         return measure(), False  # nothing to measure: zeros
@@ -171,8 +171,6 @@ def probe_parts(runner, sized: bool) -> dict:
     """What the memory probes' results depend on (the probe cache's key)."""
     import triton
 
-    import edge_llm
-
     props = torch.cuda.get_device_properties(runner.device)
     return {
         "arch": dataclasses.asdict(runner.loaded.arch),
@@ -181,10 +179,11 @@ def probe_parts(runner, sized: bool) -> dict:
         "dtype": str(runner.dtype), "kv_dtype": str(runner.kv_dtype),
         "block_size": runner.block_size,
         "scheduler": dataclasses.asdict(runner.scheduler_config),
-        "graphs": runner._graphs_wanted(), "sized": sized,
+        "graphs": runner.wants_cuda_graphs, "sized": sized,
         "graph_sizes": list(runner.graph_sizes),
         "gpu": [props.name, props.total_memory, props.major, props.minor],
+        # the package's version is in its source (source_digest)
         "versions": [torch.__version__, torch.version.cuda, triton.__version__,
-                     edge_llm.__version__, source_digest()],
+                     source_digest()],
         "env": probe_environment(),
     }

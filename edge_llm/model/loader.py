@@ -293,7 +293,7 @@ def _set_param(
         )
     value = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None,
                       copy=copy)
-    module._parameters[attr] = nn.Parameter(value, requires_grad=False)
+    setattr(module, attr, nn.Parameter(value, requires_grad=False))
 
 
 def _replace_with_plain(modules: dict, prefix: str) -> nn.Linear:

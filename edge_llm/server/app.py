@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
@@ -24,10 +23,11 @@ from edge_llm.config import EngineConfig, ServerConfig
 
 from . import openapi
 from .context import USAGE_KEY, ServerContext
+from .engine_api import ServingEngine
 from .errors import handle_exception
 from .guard import RequestGuard
 from .hooks import Hooks, LifecycleConfig, StartupPhases, builtin_warmup, user_warmup
-from .lifecycle import EngineHolder
+from .lifecycle import EngineHolder, Warmup
 from .metrics import ServerMetrics, engine_stats, usage_from_trackers
 from .preprocess import read_chat_template
 from .request_defaults import resolve_request_defaults
@@ -40,7 +40,7 @@ def create_app(
     engine_config: EngineConfig | None = None,
     server_config: ServerConfig | None = None,
     *,
-    engine_factory: Callable[[], Any] | None = None,
+    engine_factory: Callable[[], ServingEngine] | None = None,
     on_load_failure: Callable[[BaseException], None] | None = None,
     lifecycle: LifecycleConfig | None = None,
 ) -> Litestar:
@@ -64,12 +64,12 @@ def create_app(
     chat_template = read_chat_template(server_config.chat_template)
     factory = engine_factory
 
-    def load_engine() -> Any:
+    def load_engine() -> ServingEngine:
         """The engine, then the defaults of the model it loaded (``ctx`` exists by then: the
         holder calls this once the app runs)."""
         engine = factory()
         ctx.defaults = resolve_request_defaults(server_config.generation_config,
-                                                getattr(engine, "model_path", None),
+                                                engine.model_path,
                                                 server_config.default_max_tokens)
         return engine
 
@@ -129,7 +129,7 @@ def _cors(config: ServerConfig) -> CORSConfig | None:
                       allow_credentials=config.allow_credentials)
 
 
-def _holder(factory: Callable[[], Any], engine_config: EngineConfig,
+def _holder(factory: Callable[[], ServingEngine], engine_config: EngineConfig,
             server_config: ServerConfig, lifecycle: LifecycleConfig,
             on_load_failure: Callable[[BaseException], None] | None, hooks: Hooks,
             phases: StartupPhases, chat_template: str | None) -> EngineHolder:
@@ -150,8 +150,9 @@ def _holder(factory: Callable[[], Any], engine_config: EngineConfig,
     )
 
 
-def _default_factory(config: EngineConfig, phases: StartupPhases) -> Callable[[], Any]:
-    def load() -> Any:
+def _default_factory(config: EngineConfig, phases: StartupPhases
+                     ) -> Callable[[], ServingEngine]:
+    def load() -> ServingEngine:
         began = time.perf_counter()
         from edge_llm.engine.async_engine import AsyncEngine  # torch loads here, off the loop
 
@@ -162,12 +163,12 @@ def _default_factory(config: EngineConfig, phases: StartupPhases) -> Callable[[]
 
 
 def _warmup(lifecycle: LifecycleConfig, max_num_seqs: int, chat_template: str | None
-            ) -> Callable[[Any], Any] | None:
+            ) -> Warmup | None:
     """The warm-up run before ready: the built-in shapes, then the user's requests."""
     if not lifecycle.warmup and not lifecycle.warmup_prompts:
         return None
 
-    async def warm(engine: Any) -> None:
+    async def warm(engine: ServingEngine) -> None:
         tokens = 0
         if lifecycle.warmup:
             tokens += await builtin_warmup(engine, lifecycle, max_num_seqs)

@@ -14,6 +14,7 @@ from litestar import Request
 
 from edge_llm.config import ServerConfig
 
+from .engine_api import ServingEngine
 from .errors import ClientDisconnected
 from .lifecycle import EngineHolder
 from .logprobs import TokenTexts
@@ -50,18 +51,18 @@ class ServerContext:
         if self.config.served_model_name:
             return self.config.served_model_name
         engine = self.holder.engine
-        return getattr(engine, "model_name", None) or "edge-llm"
+        return (engine.model_name if engine is not None else None) or "edge-llm"
 
     def served_names(self) -> list[str]:
         """Names a request's ``model`` may use (the served name and the engine's own)."""
         names = [self.model_name()]
         engine = self.holder.engine
-        own = getattr(engine, "model_name", None)
+        own = engine.model_name if engine is not None else None
         if own and own not in names:
             names.append(own)
         return names
 
-    def token_texts(self, engine: Any) -> TokenTexts:
+    def token_texts(self, engine: ServingEngine) -> TokenTexts:
         if self._texts is None or self._texts.tokenizer is not engine.tokenizer:
             self._texts = TokenTexts(engine.tokenizer)
         return self._texts

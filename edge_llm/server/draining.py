@@ -19,13 +19,15 @@ from typing import Any
 
 import uvicorn
 
+from .lifecycle import EngineHolder
+
 logger = logging.getLogger("edge_llm.server")
 
 CUT_GRACE_S = 5.0  # seconds the ended streams get to send their last events
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, holder: Any, drain_timeout: float) -> None:
+    def __init__(self, config: uvicorn.Config, holder: EngineHolder, drain_timeout: float) -> None:
         config.timeout_graceful_shutdown = int(drain_timeout + CUT_GRACE_S + 1)
         super().__init__(config)
         self.holder = holder  # an EngineHolder: begin_drain() closes admission

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 
 from edge_llm.outputs import RequestOutput
 from edge_llm.sampling_params import SamplingParams
 
+from .engine_api import ServingEngine
 from .errors import OpenAIError, bad_request, param_from_value_error
 from .metrics import RequestTracker
 from .preprocess import SAMPLING_FIELDS
@@ -25,7 +25,7 @@ logger = logging.getLogger("edge_llm.server")
 
 
 async def generate_one(
-    engine: Any, prompt_ids: list[int], params: SamplingParams, request_id: str,
+    engine: ServingEngine, prompt_ids: list[int], params: SamplingParams, request_id: str,
     tracker: RequestTracker, prompt_param: str = "prompt",
 ) -> AsyncIterator[RequestOutput]:
     """The engine's outputs for one request; a ValueError from the engine becomes a 400."""

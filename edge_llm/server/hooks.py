@@ -27,9 +27,14 @@ import uuid
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_llm import envs
+
+from .engine_api import ServingEngine
+
+if TYPE_CHECKING:
+    from edge_llm.sampling_params import SamplingParams
 
 logger = logging.getLogger("edge_llm.server")
 
@@ -176,7 +181,7 @@ def read_warmup_prompts(path: str | Path) -> tuple[dict[str, Any], ...]:
     return tuple(bodies)
 
 
-async def _drain(engine: Any, prompt_ids: list[int], params: Any) -> int:
+async def _drain(engine: ServingEngine, prompt_ids: list[int], params: SamplingParams) -> int:
     """Run one request to its end; the number of tokens generated."""
     count = 0
     async for out in engine.generate(prompt_ids, params, f"warmup-{uuid.uuid4().hex[:12]}"):
@@ -184,7 +189,7 @@ async def _drain(engine: Any, prompt_ids: list[int], params: Any) -> int:
     return count
 
 
-async def builtin_warmup(engine: Any, config: LifecycleConfig, max_num_seqs: int) -> int:
+async def builtin_warmup(engine: ServingEngine, config: LifecycleConfig, max_num_seqs: int) -> int:
     """Prefill + ``warmup_tokens`` decode steps at batch 1, then at a larger batch (greedy,
     EOS ignored, so every step runs). Returns the tokens generated."""
     from edge_llm.sampling_params import SamplingParams
@@ -201,7 +206,7 @@ async def builtin_warmup(engine: Any, config: LifecycleConfig, max_num_seqs: int
     return total
 
 
-async def user_warmup(engine: Any, bodies: tuple[dict[str, Any], ...],
+async def user_warmup(engine: ServingEngine, bodies: tuple[dict[str, Any], ...],
                       chat_template: str | None) -> int:
     """Run the user's warm-up bodies through the same preprocessing as the routes (all at
     once, like a burst of requests); returns the tokens generated. Raises on a bad body."""
@@ -251,7 +256,7 @@ class StartupPhases:
         self.seconds[phase] = seconds
         logger.info("startup phase %s: %.2f s%s", phase, seconds, f" ({detail})" if detail else "")
 
-    def record_engine(self, engine: Any, construct_seconds: float) -> None:
+    def record_engine(self, engine: ServingEngine, construct_seconds: float) -> None:
         """Split the engine's construction into the demo model's first-start build (when it
         happened), weight loading (the loader's own figure), the decode CUDA graph capture
         (from ``engine.stats()``, when graphs were captured) and the rest (tokenizer, KV cache

@@ -21,13 +21,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .engine_api import ServingEngine
 from .errors import OpenAIError
 from .hooks import Hooks, StartupPhases
 
 logger = logging.getLogger("edge_llm.server")
 
-EngineFactory = Callable[[], Any]  # blocking; returns an AsyncEngine-like object
-Warmup = Callable[[Any], Awaitable[None]]  # given the started engine; runs before ready
+EngineFactory = Callable[[], ServingEngine]  # blocking; returns the engine to serve
+Warmup = Callable[[ServingEngine], Awaitable[None]]  # given the started engine; runs before ready
 
 
 class EngineHolder:
@@ -67,7 +68,7 @@ class EngineHolder:
         self.phases = phases or StartupPhases()
         self.idle_sleep_s = idle_sleep_s
         self.sleep_level = sleep_level
-        self.engine: Any = None  # set once ready (after warm-up)
+        self.engine: ServingEngine | None = None  # set once ready (after warm-up)
         self.error: str | None = None
         self.load_seconds: float | None = None
         self.in_flight = 0  # sequences admitted and not yet finished
@@ -137,7 +138,7 @@ class EngineHolder:
             self.last_activity = time.monotonic()
             self.phases.record_ready()
             logger.info("READY: model %s answers requests (loaded in %.1f s)",
-                        getattr(engine, "model_name", "?"), self.load_seconds)
+                        engine.model_name, self.load_seconds)
             if self.freeze_gc:
                 gc.collect()
                 gc.freeze()
@@ -168,10 +169,9 @@ class EngineHolder:
         """End every engine request still running when the drain timed out: each stream
         ends with a 503 error event and ``[DONE]`` (a waiting response gets the 503), and
         the engine aborts them. Returns how many were ended."""
-        interrupt = getattr(self.engine, "interrupt_all", None)
-        if interrupt is None:
+        if self.engine is None:
             return 0
-        return interrupt(lambda: OpenAIError(
+        return self.engine.interrupt_all(lambda: OpenAIError(
             503, f"The server is shutting down: this request did not finish within the "
             f"{drain_timeout:g} s drain timeout.", code="shutting_down", logged=True,
             headers={"Retry-After": str(self.retry_after)}))
@@ -239,7 +239,7 @@ class EngineHolder:
         await self.hooks.fire("on_wake")
         return True
 
-    def _loaded_engine(self) -> Any:
+    def _loaded_engine(self) -> ServingEngine:
         if self.engine is None:
             raise self._unavailable(f"The model is not loaded ({self.state}).")
         return self.engine
@@ -265,7 +265,7 @@ class EngineHolder:
                     logger.exception("Idle sleep failed")
 
     # ---- requests --------------------------------------------------------------------------
-    async def admit(self, num_sequences: int) -> tuple[Any, Ticket]:
+    async def admit(self, num_sequences: int) -> tuple[ServingEngine, Ticket]:
         """Admission, then the awake engine (``wait_ready``): the ticket counts the request's
         sequences before anything is awaited, so a sleep asked for meanwhile gets 409 and one
         already under way is waited for (then the engine wakes). 429 when the queue is full;
@@ -278,7 +278,7 @@ class EngineHolder:
             raise
         return engine, ticket
 
-    async def wait_ready(self) -> Any:
+    async def wait_ready(self) -> ServingEngine:
         """The awake engine, waiting up to ``ready_timeout`` while it loads and waking it if
         it sleeps or is going to sleep; 503 while draining or if it is not there."""
         if self.draining:

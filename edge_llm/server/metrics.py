@@ -19,6 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from edge_llm.outputs import RequestOutput
 
+from .lifecycle import EngineHolder
+
 TRACKERS_KEY = "edge_llm_trackers"  # scope["state"] key: the request's RequestTrackers
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
@@ -249,6 +251,6 @@ def usage_from_trackers(scope_state: dict) -> tuple[int, int] | None:
     return (sum(t.prompt_tokens for t in trackers), sum(t.completion_tokens for t in trackers))
 
 
-def engine_stats(holder: Any) -> dict[str, Any] | None:
-    engine = getattr(holder, "engine", None)
+def engine_stats(holder: EngineHolder) -> dict[str, Any] | None:
+    engine = holder.engine
     return None if engine is None else engine.stats()

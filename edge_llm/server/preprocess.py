@@ -16,6 +16,7 @@ from edge_llm.sampling_params import SamplingParams
 
 from . import reasoning_parsers, tool_parsers
 from .chat_tools import ToolPlan, structured_spec, template_messages, tool_plan
+from .engine_api import ServingEngine
 from .errors import OpenAIError, bad_request, param_from_value_error
 from .protocol import (
     REFUSED_FIELDS,
@@ -113,7 +114,7 @@ def _check_tool_calls(msg: ChatMessage, where: str) -> None:
                               f"{where}.tool_calls")
 
 
-def render_chat(engine: Any, messages: list[dict], template: str | None,
+def render_chat(engine: ServingEngine, messages: list[dict], template: str | None,
                 add_generation_prompt: bool, **kwargs: Any) -> str:
     """The chat prompt text: ``template`` if given, else the engine's (tokenizer's) template.
     ``kwargs``: ``continue_final_message`` and template variables."""
@@ -282,7 +283,7 @@ def check_chat_features(req: ChatCompletionRequest) -> None:
                           "message.", "continue_final_message")
 
 
-def constraint(req: SamplingFields, engine: Any, plan_spec: Any = None) -> Any:
+def constraint(req: SamplingFields, engine: ServingEngine, plan_spec: Any = None) -> Any:
     """The request's ``StructuredOutputsParams`` (or None), compiled once here so that a
     schema the engine cannot enforce is a 400 naming the field that sent it."""
     spec, field = structured_spec(req)
@@ -293,7 +294,7 @@ def constraint(req: SamplingFields, engine: Any, plan_spec: Any = None) -> Any:
         spec, field = plan_spec, "tools"
     if spec is None:
         return None
-    grammars = getattr(engine, "grammars", None)
+    grammars = engine.grammars
     if grammars is None:
         raise bad_request("This engine does not constrain outputs.", field)
     try:
@@ -303,7 +304,7 @@ def constraint(req: SamplingFields, engine: Any, plan_spec: Any = None) -> Any:
     return spec
 
 
-def template_text(engine: Any, template: str | None) -> str | None:
+def template_text(engine: ServingEngine, template: str | None) -> str | None:
     """The chat template in use (the override, else the tokenizer's)."""
     if template is not None:
         return template
@@ -317,13 +318,13 @@ def _parser_choice(flag: str | None, detected: str | None) -> str | None:
     return None if flag == "none" else flag
 
 
-def chat_inputs(req: ChatCompletionRequest, engine: Any, template: str | None,
+def chat_inputs(req: ChatCompletionRequest, engine: ServingEngine, template: str | None,
                 defaults: RequestDefaults = _NO_DEFAULTS) -> tuple[Prompt, SamplingParams]:
     prompt, params, _ = chat_request(req, engine, template, defaults=defaults)
     return prompt, params
 
 
-def chat_request(req: ChatCompletionRequest, engine: Any, template: str | None,
+def chat_request(req: ChatCompletionRequest, engine: ServingEngine, template: str | None,
                  tool_call_parser: str | None = "auto", reasoning_parser: str | None = "auto",
                  defaults: RequestDefaults = _NO_DEFAULTS
                  ) -> tuple[Prompt, SamplingParams, ChatPlan]:
@@ -377,7 +378,7 @@ def chat_request(req: ChatCompletionRequest, engine: Any, template: str | None,
     return prompt, params, ChatPlan(plan, reasoning)
 
 
-def completion_inputs(req: CompletionRequest, engine: Any,
+def completion_inputs(req: CompletionRequest, engine: ServingEngine,
                       defaults: RequestDefaults = _NO_DEFAULTS
                       ) -> tuple[list[Prompt], list[SamplingParams]]:
     """One (prompt, params) per prompt; params differ only in the ``max_tokens`` left.

@@ -16,6 +16,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Body, FromPath, QueryParameter
 
 from .context import ServerContext, until_disconnect
+from .engine_api import ServingEngine
 from .errors import OpenAIError, bad_request
 from .metrics import CONTENT_TYPE
 from .preprocess import check_model
@@ -86,7 +87,7 @@ async def _model_card(request: Request, name: str | None = None) -> ModelCard:
     ctx = ctx_of(request)
     engine = await until_disconnect(request, ctx.holder.wait_ready())
     served = ctx.model_name()
-    return ModelCard(name or served, ctx.created, root=getattr(engine, "model_name", served),
+    return ModelCard(name or served, ctx.created, root=engine.model_name,
                      max_model_len=engine.max_model_len)
 
 
@@ -198,7 +199,7 @@ async def metrics(request: Request) -> Response:
     return Response(ctx_of(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
-async def _tokenizer_engine(request: Request, model: str | None = None) -> Any:
+async def _tokenizer_engine(request: Request, model: str | None = None) -> ServingEngine:
     """The engine whose tokenizer answers: no wake-up needed (a sleeping engine keeps its
     tokenizer), but the model must have loaded. 404 for a model not served."""
     ctx = ctx_of(request)

@@ -19,6 +19,7 @@ from typing import Any
 
 from msgspec import Struct
 
+from .engine_api import ServingEngine
 from .errors import bad_request
 from .preprocess import messages_to_dicts, render_chat, tokenize_text
 from .protocol import ChatMessage, Int64
@@ -59,7 +60,7 @@ class DetokenizeResponse(Struct):
     prompt: str
 
 
-def tokenize(req: TokenizeRequest, engine: Any, template: str | None) -> TokenizeResponse:
+def tokenize(req: TokenizeRequest, engine: ServingEngine, template: str | None) -> TokenizeResponse:
     """Token ids of the request's prompt or rendered messages; 400 naming the field on bad
     input. ``template``: the server's ``--chat-template`` text (None: the tokenizer's)."""
     if (req.prompt is None) == (req.messages is None):
@@ -76,7 +77,7 @@ def tokenize(req: TokenizeRequest, engine: Any, template: str | None) -> Tokeniz
     return TokenizeResponse(len(ids), engine.max_model_len, ids, strs)
 
 
-def _render(req: TokenizeRequest, engine: Any, template: str | None) -> str:
+def _render(req: TokenizeRequest, engine: ServingEngine, template: str | None) -> str:
     if req.chat_template is not None:
         raise bad_request("A per-request chat_template is not accepted: start the server with "
                           "--chat-template instead.", "chat_template")
@@ -99,7 +100,7 @@ def _render(req: TokenizeRequest, engine: Any, template: str | None) -> str:
     return render_chat(engine, messages, template, add_generation_prompt, **extra)
 
 
-def detokenize(req: DetokenizeRequest, engine: Any) -> DetokenizeResponse:
+def detokenize(req: DetokenizeRequest, engine: ServingEngine) -> DetokenizeResponse:
     """The text of ``tokens`` (special tokens kept, as vLLM does); 400 for an id outside the
     vocabulary."""
     vocab = len(engine.tokenizer)
@@ -110,13 +111,13 @@ def detokenize(req: DetokenizeRequest, engine: Any) -> DetokenizeResponse:
     return DetokenizeResponse(engine.tokenizer.decode(req.tokens))
 
 
-def tokenizer_info(engine: Any, template: str | None) -> dict[str, Any]:
+def tokenizer_info(engine: ServingEngine, template: str | None) -> dict[str, Any]:
     """The tokenizer's configuration (its ``tokenizer_config.json`` less the added-token table)
     with its special tokens as strings, ``tokenizer_class``, ``model_max_length`` (the served
     context) and the chat template the chat route uses."""
     tokenizer = engine.tokenizer
     info: dict[str, Any] = {}
-    folder = getattr(engine, "model_path", None)
+    folder = engine.model_path
     config_file = Path(folder) / "tokenizer_config.json" if folder is not None else None
     if config_file is not None and config_file.is_file():
         try:
