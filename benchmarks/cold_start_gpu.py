@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e_common import (
+from lib.e2e_common import (
     DEFAULT_CKPT_DIR,
     MiB,
     Results,

@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from e2e_common import (
+from lib.e2e_common import (
     DEFAULT_CKPT_DIR,
     PROFILES,
     Budget,
@@ -99,7 +99,7 @@ class Run:
 
     def load(self, shape: str, path: Path, fmt: str, record: bool = True):
         """The engine on ``path``; ``record``: store its load figures as ``load_<fmt>``."""
-        from e2e_engine import load_llm
+        from lib.e2e_engine import load_llm
 
         def go():
             began = time.perf_counter()
@@ -138,7 +138,7 @@ def run_engine(run: Run, shape: str, prompts: PromptMaker, work: list) -> None:
 
 def _engine_steps(run: Run, shape: str, llm, prompts: PromptMaker, work: list,
                   todo: list[str]) -> None:
-    from e2e_engine import (
+    from lib.e2e_engine import (
         EngineBench,
         decode_at,
         scenario_card,
@@ -167,7 +167,7 @@ def _engine_steps(run: Run, shape: str, llm, prompts: PromptMaker, work: list,
 
 def run_baseline(run: Run, shape: str, prompts: PromptMaker, work: list) -> None:
     """Phase 2: transformers fp16 with random weights on the same shapes."""
-    from e2e_baseline import build_hf_model, hf_decode_b1, hf_offline
+    from lib.e2e_baseline import build_hf_model, hf_decode_b1, hf_offline
 
     if "baseline" not in run.selected:
         return
@@ -197,7 +197,7 @@ def run_baseline(run: Run, shape: str, prompts: PromptMaker, work: list) -> None
 
 def run_serving(run: Run, shape: str, prompts: PromptMaker) -> None:
     """Phase 3: the HTTP server in a subprocess (skipped with a message without litestar)."""
-    from e2e_serving import litestar_missing, scenario_serving
+    from lib.e2e_serving import litestar_missing, scenario_serving
 
     if "serving" not in run.selected:
         return
@@ -219,7 +219,7 @@ def run_formats(run: Run, shape: str, prompts: PromptMaker) -> None:
     then AWQ again. Each ratio is taken against the mean of the two AWQ runs around it: on a
     lent GPU the same checkpoint drifts by several percent over minutes, more than the 5%
     target. Without them, phase 1's AWQ figure is the reference."""
-    from e2e_engine import EngineBench, decode_at
+    from lib.e2e_engine import EngineBench, decode_at
 
     if "formats" not in run.selected:
         return
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     run.copy_gbs = bw["gb_per_s"]
     run.results.data["copy_bandwidth"] = bw
     if "offline" in run.selected:  # the matmul rate is only the offline floor's ceiling
-        from e2e_floor import matmul_tflops
+        from lib.e2e_floor import matmul_tflops
 
         run.matmul_tflops = matmul_tflops(p.device)
         run.results.data["matmul_tflops"] = run.matmul_tflops
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         run_baseline(run, shape, prompts, work)
         run_serving(run, shape, prompts)
         run_formats(run, shape, prompts)
-    from e2e_report import draw_plots, format_table, headline_rows
+    from lib.e2e_report import draw_plots, format_table, headline_rows
 
     rows = headline_rows(run.results.data)
     run.results.data["table"] = [dict(zip(("shape", "measure", "value", "target", "ok"), r,

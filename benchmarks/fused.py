@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import torch
-from kernel_timing import copy_bandwidth, rel_err, rotations, time_op
+from lib.kernel_timing import copy_bandwidth, rel_err, rotations, time_op
 
 MODELS = [  # (name, hidden, intermediate, heads, kv heads, head dim)
     ("llama2-7b", 4096, 11008, 32, 32, 128),

@@ -277,7 +277,7 @@ DISPATCHED = {1: "g16 bn32 bk512 w4 v8", 2: "g16 bn32 bk512 w4 v8", 4: "g16 bn32
 def plot(json_path: Path, png: Path) -> None:
     """Speed-up over fp16 cuBLAS against activation rows, one line per shape: per M the
     ``DISPATCHED`` variant, else the run's own dispatched choice ("auto")."""
-    from kernel_report import draw_speedup
+    from lib.kernel_report import draw_speedup
 
     data = json.loads(json_path.read_text())
     lines = {}

@@ -21,9 +21,9 @@ import sys
 import time
 
 import torch
-from attention_bench import bench_decode, check_prefill
-from kernel_report import print_table
-from kernel_timing import copy_bandwidth, rel_err, rotations, time_op
+from lib.attention_bench import bench_decode, check_prefill
+from lib.kernel_report import print_table
+from lib.kernel_timing import copy_bandwidth, rel_err, rotations, time_op
 
 SHAPES = [  # (model, name, K, N)
     ("llama2-7b", "qkv", 4096, 12288), ("llama2-7b", "o", 4096, 4096),
@@ -199,7 +199,7 @@ def main() -> int:
                     help="no GPU: draw the W4A16 speed-ups of a saved kernels_bench.json")
     args = ap.parse_args()
     if args.plot:
-        from kernel_report import plot_speedup
+        from lib.kernel_report import plot_speedup
 
         with open(args.plot[0]) as f:
             plot_speedup(json.load(f), args.plot[1])

@@ -15,7 +15,7 @@ import torch
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from e2e_common import (  # noqa: E402
+from lib.e2e_common import (  # noqa: E402
     PROFILES,
     Budget,
     PromptMaker,
@@ -23,7 +23,7 @@ from e2e_common import (  # noqa: E402
     offline_workload,
     percentile,
 )
-from e2e_report import format_table, headline_rows  # noqa: E402
+from lib.e2e_report import format_table, headline_rows  # noqa: E402
 
 
 def test_percentile_interpolates():
@@ -88,7 +88,7 @@ def test_decode_bytes_counts_weights_embedding_rows_and_kv():
 
 
 def test_offline_floor_counts_kv_positions_and_flops():
-    from e2e_floor import linear_weights, offline_floor
+    from lib.e2e_floor import linear_weights, offline_floor
 
     class Llama7B:  # Llama-2-7B's shapes
         hidden_size, intermediate_size, num_layers = 4096, 11008, 32

@@ -1,4 +1,4 @@
-"""Shared pieces of the end-to-end benchmarks (``e2e.py``, ``cold_start_gpu.py``).
+"""Shared pieces of the end-to-end benchmarks (``e2e.py``, ``cold_start.py``).
 
 Profiles (run sizes), random-weight checkpoints on local disk, fresh random prompts, the
 device copy bandwidth, the bytes one decode step must read, a time budget, and the results file.
@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+BENCHMARKS = Path(__file__).resolve().parents[1]  # random_checkpoint.py's folder
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
 
 log = logging.getLogger("e2e")
 GiB = 1 << 30
@@ -371,7 +371,7 @@ def environment() -> dict[str, Any]:
 
 if __name__ == "__main__":  # the Prebuilder's process: --build ROOT shape:fmt ...
     if len(sys.argv) < 4 or sys.argv[1] != "--build":
-        raise SystemExit("usage: e2e_common.py --build ROOT SHAPE:FORMAT [SHAPE:FORMAT ...]")
+        raise SystemExit("usage: lib/e2e_common.py --build ROOT SHAPE:FORMAT [SHAPE:FORMAT ...]")
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "4")))

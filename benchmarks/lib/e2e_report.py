@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from e2e_common import log
+from .e2e_common import log
 
 Row = tuple[str, str, float | None, str, bool | None]  # shape, measure, value, target, ok
 
