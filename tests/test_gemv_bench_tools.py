@@ -27,7 +27,7 @@ def test_best_variant_takes_the_geomean_over_every_shape(tmp_path):
         _row(1, "c", {"auto": (9.0, 0), "p": (2.0, 1e-3), "q": (1.5, 1e-3)}),
         _row(2, "a", {"s": (50.0, 0)}),
     ]
-    path = tmp_path / "gemv_sweep.json"
+    path = tmp_path / "w4a16_sweep.json"
     path.write_text(json.dumps({"copy_bw": 1.0, "rows": rows}))
     # q's geomean 2.08 beats p's 2.0; r is wrong on b and missing on c; auto and M=2 don't count
     assert decode_graphs.best_variant(path) == "q"

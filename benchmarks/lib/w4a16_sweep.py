@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    logf = open(out_dir / "gemv_sweep.log", "w")
+    logf = open(out_dir / "w4a16_sweep.log", "w")
 
     def log(msg):
         print(msg, file=logf, flush=True)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{model} {name} M={m} {vname}: x{us_cublas / us:.2f} err {err:.1e} "
                     f"bw {q_bytes / (us * 1e-6) / copy_bw:.2f}")
             rows.append(row)
-    (out_dir / "gemv_sweep.json").write_text(json.dumps(dict(copy_bw=copy_bw, rows=rows)))
+    (out_dir / "w4a16_sweep.json").write_text(json.dumps(dict(copy_bw=copy_bw, rows=rows)))
     # geometric means per M and variant (only variants with err < 1e-2 everywhere)
     print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s; speed-up vs {args.dtype} cuBLAS, geomean of 8 "
           "shapes (max rel err)")
