@@ -290,7 +290,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--budget-s", type=float, default=None, help="wall-clock budget in seconds")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: the profile's)")
     ap.add_argument("--kv-cache-dtype", default=None, choices=("auto", "fp8"),
-                    help="the engine's KV cache dtype (default: the profile's, auto)")
+                    help="the engine's KV cache dtype (default: the profile's, auto; the long "
+                         "scenario runs both unless this names one)")
     ap.add_argument("--decode-batches", default=None,
                     help="comma-separated batch sizes of the decode scenario (default: the "
                          "profile's 1,4,16)")

@@ -92,8 +92,9 @@ def scenario_long(path, p, kv_dtypes: tuple[str, ...], copy_gbs: float) -> dict[
         began = time.perf_counter()
         llm = load_long(path, p, kv_dtype, max_len)
         bench = EngineBench(llm, p, p.device, PromptMaker(arch.vocab_size, seed=7), copy_gbs)
-        # kernels of the prefill chunks, the cached prefill and batch-1 decode, untimed
-        warm = bench.prompts.ids(min(p.long_contexts))
+        # kernels of a full prefill chunk and a partial one, the cached prefill and batch-1
+        # decode, untimed
+        warm = bench.prompts.ids(min(max(p.long_contexts), p.long_batched_tokens + 2 * BLOCK))
         bench.generate([warm], greedy(2))
         bench.generate([warm + bench.prompts.ids(p.long_user)], greedy(4))
         out = {"load_s": time.perf_counter() - began}
