@@ -253,12 +253,13 @@ def test_prefill_flops_count_new_tokens_attention_and_one_head_row():
             prefill_flops(a, *bad)
 
 
-def test_long_prompts_smoke_on_cpu(tmp_path):
+def _long_smoke(tmp_path: Path, device: str) -> None:
     """``--scenarios long`` on the tiny GQA llama3-rope shape: every context of the profile,
-    both KV dtypes, fields present and sane, and the headline rows."""
+    both KV dtypes, fields present and sane, and the headline rows; then one KV dtype and
+    one context."""
     out = tmp_path / "out"
-    cmd = [sys.executable, str(BENCH / "e2e.py"), "--smoke", "--scenarios", "long",
-           "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+    cmd = [sys.executable, str(BENCH / "e2e.py"), "--smoke", "--device", device,
+           "--scenarios", "long", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = json.loads((out / "e2e.json").read_text())
@@ -294,6 +295,15 @@ def test_long_prompts_smoke_on_cpu(tmp_path):
     only = json.loads((tmp_path / "one" / "e2e.json").read_text())
     assert set(only["shapes"][p.long_shape]["long"]["kv"]) == {"fp8"}
     assert list(only["shapes"][p.long_shape]["long"]["kv"]["fp8"]) == ["load_s", "c64"]
+
+
+def test_long_prompts_smoke_on_cpu(tmp_path):
+    _long_smoke(tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+def test_long_prompts_smoke_on_gpu(tmp_path):
+    _long_smoke(tmp_path, "cuda")
 
 
 @pytest.mark.parametrize("flag", ["--baseline-batches", "--decode-batches", "--long-contexts"])
