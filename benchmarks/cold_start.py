@@ -1,12 +1,31 @@
-"""Cold start of ``edge-llm serve``: process start -> port open -> /health 200 -> first token.
+"""Cold start of ``edge-llm serve``: process start -> ready -> first token, weight-load speed
+against a plain read of the same files, and a sleep / wake-up, over several starts.
 
-    python benchmarks/cold_start.py                  # the demo model, two starts
-    python benchmarks/cold_start.py MODEL --starts 3 --serve-arg=--no-warmup
+    python benchmarks/cold_start.py --out $OUT          # GPU: a random Llama-2-7B-shape AWQ
+    python benchmarks/cold_start.py                     # CPU: the demo model
+    python benchmarks/cold_start.py MODEL --device cuda --starts 2 --serve-arg=--no-warmup
+    python benchmarks/cold_start.py --smoke             # the tiny random model on CPU
 
-Each start is a fresh process on a free port; the first start may populate the compile caches
-under ``EDGE_LLM_CACHE_DIR`` (Triton, TorchInductor), the later ones reuse them. Per start it
-prints the wall-clock seconds to the port opening, to ready, to the first streamed token, and
-the server's own start-up phases (``edge_llm:startup_phase_seconds`` from /metrics).
+The model: MODEL (a checkpoint folder), else ``--shape`` (a random checkpoint built under
+``--ckpt-dir``), else a random Llama-2-7B-shape AWQ on CUDA and the demo model on the CPU.
+
+1. Page cache: ``echo 3 > /proc/sys/vm/drop_caches`` is tried (root); whether it worked (the
+   kernel's Cached figure before and after) is recorded. Without it every read is warm.
+2. Plain read: each safetensors file read with ``readinto`` into two pinned host buffers in
+   turn, each chunk copied to one device tensor (asynchronously, the next read overlaps the
+   copy): GB/s with a cold page cache (after a drop) and with a warm one.
+3. Starts: ``edge-llm serve`` (``lib.server_start.one_start``), or without litestar the engine in a
+   fresh process with the same phases (import, weight load, KV allocation, warm-up). Start 1
+   follows a page-cache drop and has empty compile caches (a fresh ``EDGE_LLM_CACHE_DIR``);
+   start 2 follows another drop and reuses the compile caches (what a platform's
+   scale-from-zero start sees with the cache on a volume); start 3 has both warm.
+   Each: process start -> ready, -> first token; weight-load GB/s (the
+   checkpoint bytes over the weight_load phase) as a fraction of the plain read of the same
+   cache state; then level-1 sleep and the wake-up's seconds.
+
+Targets (a 7B model on a GPU): ready < 15 s, first token < 16 s, weight load >= 50% of the
+plain read, wake < 2 s. Writes cold_start.json, cold_start.log and each start's server log
+under --out (default: $OUT, else a fresh temporary folder) and prints one table.
 """
 
 from __future__ import annotations
@@ -14,106 +33,346 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import httpx
+from lib.e2e_common import (
+    DEFAULT_CKPT_DIR,
+    MiB,
+    Results,
+    ensure_checkpoint,
+    environment,
+    free_device_memory,
+    log,
+    setup_logging,
+    synchronize,
+)
+from lib.server_start import one_start, sleep_and_wake
 
-PHASE = re.compile(r'^edge_llm:startup_phase_seconds\{phase="(\w+)"\} ([0-9.eE+-]+)$', re.M)
+TARGETS = {"ready_s": 15.0, "first_token_s": 16.0, "load_fraction": 0.5, "wake_s": 2.0}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def one_start(model: str | None, extra: list[str], timeout: float,
-              after: Callable[[str], dict] | None = None, keep_log: Path | None = None) -> dict:
-    """Start a server, time it to ready and to the first token, stop it (SIGTERM).
-
-    ``after(url)``, if given, runs once the first token and the metrics are in (e.g. a sleep
-    and wake measurement); its dict is merged into the result. ``keep_log``: where the
-    server's log goes once it has stopped (else it is deleted)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
-           "--no-log-requests", *extra] + ([model] if model else [])
-    log = tempfile.NamedTemporaryFile("w+b", suffix=".log", delete=False)
-    began = time.perf_counter()
-    # not from the repository root, where ./edge_llm would shadow the installed package
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=tempfile.gettempdir())
-    result: dict = {}
+def _cached_mb() -> float | None:
     try:
-        while "ready" not in result:
-            if proc.poll() is not None or time.perf_counter() - began > timeout:
-                log.seek(0)
-                raise RuntimeError("server did not get ready:\n"
-                                   + log.read().decode(errors="replace")[-3000:])
-            try:
-                status = httpx.get(url + "/health", timeout=5).status_code
-            except httpx.HTTPError:
-                time.sleep(0.05)
-                continue
-            now = time.perf_counter() - began
-            result.setdefault("port_open", now)
-            if status == 200:
-                result["ready"] = now
-            else:
-                time.sleep(0.05)
-        body = {"prompt": "The capital of France is", "max_tokens": 8, "stream": True}
-        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=timeout) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"]:
-                    result["first_token"] = time.perf_counter() - began
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("Cached:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def drop_page_cache() -> dict[str, Any]:
+    """Try to empty the page cache; ok is False (with the reason) where it is not allowed."""
+    before = _cached_mb()
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as exc:
+        return {"ok": False, "detail": f"drop_caches refused: {exc.strerror or exc}"}
+    after = _cached_mb()
+    return {"ok": True, "cached_mb_before": before, "cached_mb_after": after,
+            "detail": f"Cached {before:.0f} -> {after:.0f} MB" if before and after else ""}
+
+
+def plain_read(files: list[Path], device: str, chunk: int = 64 * MiB) -> dict[str, Any]:
+    """Read ``files`` into one device tensor through two (pinned on CUDA) host buffers."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    total = sum(f.stat().st_size for f in files)
+    bufs = [torch.empty(chunk, dtype=torch.uint8, pin_memory=cuda) for _ in range(2)]
+    views = [memoryview(b.numpy()) for b in bufs]
+    done: list[Any] = [None, None]  # the copy out of each buffer, once issued
+    dst = torch.empty(total, dtype=torch.uint8, device=device)
+    stream = torch.cuda.Stream() if cuda else None
+    synchronize(device)
+    began = time.perf_counter()
+    offset = turn = 0
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            while True:
+                i = turn % 2
+                if done[i] is not None:
+                    done[i].synchronize()  # that buffer's last copy has left it
+                n = fh.readinto(views[i])
+                if not n:
                     break
-        metrics = httpx.get(url + "/metrics", timeout=10).text
-        result["phases"] = {k: float(v) for k, v in PHASE.findall(metrics)}
-        if after is not None:
-            result.update(after(url))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            result["exit_code"] = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            result["exit_code"] = proc.wait()
-        log.close()
-        if keep_log is not None:
-            shutil.move(log.name, keep_log)
-        else:
-            os.unlink(log.name)
-    return result
+                if cuda:
+                    with torch.cuda.stream(stream):
+                        dst[offset:offset + n].copy_(bufs[i][:n], non_blocking=True)
+                        done[i] = torch.cuda.Event()
+                        done[i].record(stream)
+                else:
+                    dst[offset:offset + n].copy_(bufs[i][:n])
+                offset += n
+                turn += 1
+    synchronize(device)
+    seconds = time.perf_counter() - began
+    if offset != total:
+        raise RuntimeError(f"read {offset} bytes, the files hold {total}")
+    del dst, bufs, views
+    free_device_memory(device)  # the servers started next size their KV from free memory
+    return {"bytes": total, "seconds": seconds, "gb_s": total / 1e9 / seconds, "pinned": cuda}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", nargs="?", default=None, help="default: the demo model")
-    parser.add_argument("--starts", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=1200.0)
-    parser.add_argument("--serve-arg", action="append", default=[],
-                        help="extra flag for serve (repeat), e.g. --serve-arg=--max-model-len=512")
-    parser.add_argument("--json", action="store_true", help="one JSON line per start")
-    args = parser.parse_args()
+def worker(model: str, device: str) -> None:
+    """The engine alone in this fresh process, phase by phase (stamps are time.time())."""
+    stamps: dict[str, float] = {}
+    from edge_llm.config import EngineConfig, ModelConfig
+    from edge_llm.engine.llm_engine import LLMEngine
+    from edge_llm.sampling_params import SamplingParams
+
+    stamps["imported"] = time.time()
+    engine = LLMEngine(EngineConfig(model=ModelConfig(model=model, device=device)))
+    stamps["built"] = time.time()
+
+    def run(prompts: list[list[int]], tokens: int) -> float:
+        params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+        for i, p in enumerate(prompts):
+            engine.add_request(f"r{time.time()}-{i}", p, params)
+        while engine.has_unfinished():
+            for out in engine.step():
+                if out.outputs and out.outputs[0].token_ids and "first" not in stamps:
+                    stamps["first"] = time.time()
+        return time.time()
+
+    # the server's built-in warm-up: 3 decode steps at batch 1, then at batch 4
+    run([[1] + list(range(10, 26))], 3)
+    run([[1, 5 + i] + list(range(10, 26)) for i in range(4)], 3)
+    stamps["ready"] = time.time()
+    stamps.pop("first", None)
+    run([[1] + list(range(30, 40))], 1)
+    began = time.perf_counter()
+    engine.sleep(1)
+    slept = time.perf_counter() - began
+    began = time.perf_counter()
+    engine.wake_up()
+    woke = time.perf_counter() - began
+    began = time.perf_counter()
+    run([[1] + list(range(40, 50))], 1)
+    graphs_s = getattr(getattr(engine.runner, "graph_stats", None), "seconds", 0.0)
+    print(json.dumps({"stamps": stamps, "load_s": engine.loaded.load_seconds,
+                      "graphs_s": graphs_s,
+                      "sleep_s": slept, "wake_s": woke,
+                      "first_token_after_wake_s": time.perf_counter() - began}), flush=True)
+
+
+def engine_start(model: Path, device: str, timeout: float) -> dict[str, Any]:
+    """The fallback start: ``worker`` in a fresh process, seconds since its launch."""
+    cmd = [sys.executable, __file__, "--worker", str(model), "--device", device]
+    launched = time.time()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"engine worker failed:\n{res.stderr[-3000:]}")
+    w = json.loads(res.stdout.strip().splitlines()[-1])
+    s = {k: v - launched for k, v in w["stamps"].items()}
+    return {"ready": s["ready"], "first_token": s["first"],
+            "phases": {"import": s["imported"], "weight_load": w["load_s"],
+                       "kv_allocation": s["built"] - s["imported"] - w["load_s"]
+                       - w["graphs_s"], "cuda_graphs": w["graphs_s"],
+                       "warmup": s["ready"] - s["built"], "ready": s["ready"]},
+            "sleep_s": w["sleep_s"], "wake_s": w["wake_s"],
+            "first_token_after_wake_s": w["first_token_after_wake_s"], "exit_code": 0}
+
+
+def server_available() -> str | None:
+    try:
+        import litestar  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def one(model: Path, args, cache_dir: Path, use_server: bool,
+        keep_log: Path | None = None) -> dict[str, Any]:
+    """One start with ``EDGE_LLM_CACHE_DIR`` (and Triton's cache under it) set to cache_dir."""
+    for var in ("TORCHINDUCTOR_CACHE_DIR",):
+        os.environ.pop(var, None)
+    os.environ["EDGE_LLM_CACHE_DIR"] = str(cache_dir)
+    os.environ["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
+    if use_server:
+        # the sleep routes are off by default; this run measures them
+        extra = ["--device", args.device, "--enable-sleep-endpoints", *args.serve_arg]
+        return one_start(str(model), extra, args.timeout, after=sleep_and_wake,
+                         keep_log=keep_log)
+    return engine_start(model, args.device, args.timeout)
+
+
+def table(starts: list[dict[str, Any]]) -> str:
+    """One row per start; each measure is followed by whether it meets its target."""
+    def mark(value: float | None, ok: bool) -> str:
+        return "n/a" if value is None else f"{value:.3g} {'ok' if ok else 'NO'}"
+
+    head = ("start", "page cache", "compile cache", "ready s (<15)", "first token s (<16)",
+            "load GB/s", "load / plain read (>=0.5)", "wake s (<2)")
+    rows = [head]
+    for i, r in enumerate(starts, 1):
+        first, wake = r.get("first_token"), r.get("wake_s")
+        rows.append((f"{i} {r.get('env', '')}".strip(), r["page_cache"], r["compile_cache"],
+                     mark(r["ready"], r["ready"] < TARGETS["ready_s"]),
+                     mark(first, first is not None and first < TARGETS["first_token_s"]),
+                     f"{r['load_gb_s']:.3g}",
+                     mark(r["load_fraction"], r["load_fraction"] >= TARGETS["load_fraction"]),
+                     mark(wake, wake is not None and wake < TARGETS["wake_s"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                     for row in rows)
+
+
+def _model(args: argparse.Namespace) -> tuple[Path, str]:
+    """The checkpoint folder to start and its name in the results."""
+    if args.model:
+        path = Path(args.model).resolve()
+        if not (path / "config.json").is_file():
+            raise SystemExit(f"error: {path} is not a checkpoint folder (no config.json)")
+        return path, path.name
+    if args.shape is None and not args.device.startswith("cuda"):
+        from edge_llm.model.demo import ensure_demo_model
+
+        return ensure_demo_model(), "demo"
+    shape = args.shape or "llama2-7b"
+    return ensure_checkpoint(shape, "awq", args.ckpt_dir), shape
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", nargs="?", default=None, help="a checkpoint folder (default: "
+                    "--shape's random checkpoint, else llama2-7b on CUDA, the demo on the CPU)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="folder for cold_start.json and the logs (default: $OUT, else a "
+                         "fresh temporary folder)")
+    ap.add_argument("--shape", default=None, help="a random checkpoint's shape "
+                    "(random_checkpoint.py's SHAPES)")
+    ap.add_argument("--ckpt-dir", type=Path, default=DEFAULT_CKPT_DIR)
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the tiny random model on the CPU, two starts (seconds)")
+    ap.add_argument("--starts", type=int, default=3,
+                    help="1: cold page cache, empty compile cache; 2: cold page cache, compile "
+                         "cache reused (a scale-from-zero start); 3 and later: both warm")
+    ap.add_argument("--cold-starts", type=int, default=2,
+                    help="how many starts, from the first, follow a page-cache drop")
+    ap.add_argument("--start-env", action="append", default=[], metavar="I:KEY=VALUE",
+                    help="an environment variable for start I only (repeat), e.g. "
+                         "3:EDGE_LLM_PROBE_CACHE=0, to compare starts of the same state")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per start")
+    ap.add_argument("--engine-only", action="store_true",
+                    help="start the engine in a subprocess even where the server could run")
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help="EDGE_LLM_CACHE_DIR for the starts (default: a fresh, empty one)")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="extra flag for serve (repeat), e.g. --serve-arg=--max-model-len=4096")
+    ap.add_argument("--drop-caches", action=argparse.BooleanOptionalAction, default=None,
+                    help="drop the page cache before cold reads (default: on with CUDA only, "
+                         "so shared CPU machines keep theirs)")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.smoke:
+        if args.model or (args.shape or "tiny-llama") != "tiny-llama":
+            ap.error("--smoke runs the tiny random model: leave MODEL and --shape out")
+        args.shape, args.device = "tiny-llama", args.device or "cpu"
+        args.starts = min(args.starts, 2)
+    if args.model and args.shape:
+        ap.error("give MODEL or --shape, not both")
+    if args.device is None and args.worker is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.out is None and args.worker is None:
+        args.out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="cold-start-"))
+    if args.starts < 1:
+        ap.error("--starts must be >= 1")
+    args.env = {}
+    for item in args.start_env:
+        index, sep, pair = item.partition(":")
+        key, eq, value = pair.partition("=")
+        if not (sep and eq and key and index.isdigit()):
+            ap.error(f"--start-env takes I:KEY=VALUE, got {item!r}")
+        args.env.setdefault(int(index), {})[key] = value
+    args.ckpt_dir = args.ckpt_dir.resolve()  # the server runs in another directory
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.device)
+        return 0
+    setup_logging(args.out, "cold_start")
+    missing = None if args.engine_only else server_available()
+    use_server = not args.engine_only and missing is None
+    mode = "server" if use_server else (
+        "engine subprocess (--engine-only)" if args.engine_only
+        else f"engine subprocess (no server here: {missing})")
+    model, label = _model(args)
+    results = Results(args.out / "cold_start.json", {
+        "env": environment(), "model": label, "device": args.device, "mode": mode,
+        "targets": TARGETS, "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+    files = sorted(model.glob("*.safetensors"))
+    nbytes = sum(f.stat().st_size for f in files)
+    data = results.shape(label)
+    data.update(checkpoint=str(model), checkpoint_bytes=nbytes, mode=mode)
+    if args.drop_caches is None:
+        args.drop_caches = args.device.startswith("cuda")
+    drop = drop_page_cache() if args.drop_caches else {"ok": False, "detail": "not asked"}
+    data["drop_caches"] = drop
+    log.info("mode: %s; page cache drop: %s %s", mode, drop["ok"], drop["detail"])
+    reads = {}
+    if drop["ok"]:
+        reads["cold"] = plain_read(files, args.device)
+    reads["warm"] = plain_read(files, args.device)
+    data["plain_read"] = reads
+    for state, r in reads.items():
+        log.info("plain read (%s page cache, %s): %.2f GB/s", state,
+                 "pinned buffers" if r["pinned"] else "host buffers", r["gb_s"])
+    results.save()
+    args.ckpt_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="compile-cache-",
+                                                        dir=args.ckpt_dir))
+    starts = []
     for i in range(1, args.starts + 1):
-        r = one_start(args.model, args.serve_arg, args.timeout)
-        if args.json:
-            print(json.dumps({"start": i, **r}), flush=True)
+        state = "cold" if i <= args.cold_starts and drop["ok"] else "warm"
+        if state == "cold":
+            drop_page_cache()
+        env = args.env.get(i, {})
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            r = one(model, args, cache_dir, use_server, keep_log=args.out / f"server{i}.log")
+        except Exception as exc:  # noqa: BLE001 - recorded, the next start still runs
+            results.error(label, f"start {i}", exc, repr(exc)[-3000:])
             continue
-        phases = " ".join(f"{k}={v:.2f}" for k, v in r["phases"].items())
-        print(f"start {i}: port {r['port_open']:.2f} s, ready {r['ready']:.2f} s, first token "
-              f"{r.get('first_token', float('nan')):.2f} s, exit {r['exit_code']} | {phases}",
-              flush=True)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        r["env"] = " ".join(f"{k}={v}" for k, v in env.items())
+        r["page_cache"] = state
+        r["compile_cache"] = "given" if args.cache_dir else ("empty" if i == 1 else "reused")
+        r["load_gb_s"] = nbytes / 1e9 / r["phases"]["weight_load"]
+        r["load_fraction"] = r["load_gb_s"] / reads[state]["gb_s"]
+        starts.append(r)
+        results.put(label, f"start{i}", r)
+        log.info("start %d%s: ready %.2f s, first token %.2f s, load %.2f GB/s (%.0f%% of the "
+                 "plain read), wake %.2f s; phases %s", i, f" ({r['env']})" if r["env"] else "",
+                 r["ready"], r.get("first_token") or -1, r["load_gb_s"],
+                 100 * r["load_fraction"], r.get("wake_s") or -1,
+                 " ".join(f"{k} {v:.2f}" for k, v in r["phases"].items() if k != "ready"))
+    if starts:
+        text = table(starts)
+        data["table"] = text.splitlines()
+        results.save()
+        log.info("cold start (%s, %s):\n%s", label, mode, text)
+    return 1 if results.data["errors"] or not starts else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -5,13 +5,17 @@ against the bandwidth floor, Hugging Face transformers and llama.cpp's figures, 
     python benchmarks/e2e.py --out DIR                    # full: Llama-2-7B and Qwen2.5-7B
     python benchmarks/e2e.py --smoke --out DIR            # tiny model on CPU, seconds
     python benchmarks/e2e.py --quick --out DIR --scenarios decode,baseline
+    python benchmarks/e2e.py --scenarios long --out DIR   # long prompts, Llama-3.1-8B shape
 
 Scenarios (``--scenarios``, default all): decode (batch 1/4/16, fraction of the bandwidth
 floor), offline (throughput of a random workload), gen64 (64 sequences of 512-token prompts:
 prefill and generation tok/s), prefix (TTFT with the prefix cache on / off), card24 (a 24 GB
 card via kv_cache_memory), baseline (transformers fp16: batch 1 static cache, best static
 batch), serving (HTTP server at several concurrencies), formats (AWQ vs GPTQ vs GPTQ
-act-order decode). Per shape the run goes: AWQ engine in process (decode, offline, gen64,
+act-order decode), long (only when named: long prompts on a Llama-3.1-8B shape at 4k, 16k
+and 32k tokens, fp16 and fp8 KV: first-token time whole and with the prefix cached, prefill
+as a fraction of the fp16 matmul rate, decode as a fraction of the floor with KV reads;
+lib/e2e_long.py). Per shape the run goes: AWQ engine in process (decode, offline, gen64,
 prefix, card24, the AWQ part of formats), transformers, the server, then formats: AWQ, GPTQ,
 GPTQ act-order and AWQ again, each ratio against the two AWQ runs around it.
 
@@ -31,7 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from e2e_common import (
+from lib.e2e_common import (
     DEFAULT_CKPT_DIR,
     PROFILES,
     Budget,
@@ -52,7 +56,8 @@ from e2e_common import (
 )
 
 SCENARIOS = ("decode", "offline", "gen64", "prefix", "card24", "baseline", "serving",
-             "formats")
+             "formats", "long")
+DEFAULT_SCENARIOS = SCENARIOS[:-1]  # long prompts load their own 8B shape: asked for by name
 IN_PROCESS = ("decode", "offline", "gen64", "prefix", "card24")  # card24 last: resizes the KV
 
 
@@ -99,7 +104,7 @@ class Run:
 
     def load(self, shape: str, path: Path, fmt: str, record: bool = True):
         """The engine on ``path``; ``record``: store its load figures as ``load_<fmt>``."""
-        from e2e_engine import load_llm
+        from lib.e2e_engine import load_llm
 
         def go():
             began = time.perf_counter()
@@ -138,7 +143,7 @@ def run_engine(run: Run, shape: str, prompts: PromptMaker, work: list) -> None:
 
 def _engine_steps(run: Run, shape: str, llm, prompts: PromptMaker, work: list,
                   todo: list[str]) -> None:
-    from e2e_engine import (
+    from lib.e2e_engine import (
         EngineBench,
         decode_at,
         scenario_card,
@@ -167,7 +172,7 @@ def _engine_steps(run: Run, shape: str, llm, prompts: PromptMaker, work: list,
 
 def run_baseline(run: Run, shape: str, prompts: PromptMaker, work: list) -> None:
     """Phase 2: transformers fp16 with random weights on the same shapes."""
-    from e2e_baseline import build_hf_model, hf_decode_b1, hf_offline
+    from lib.e2e_baseline import build_hf_model, hf_decode_b1, hf_offline
 
     if "baseline" not in run.selected:
         return
@@ -197,7 +202,7 @@ def run_baseline(run: Run, shape: str, prompts: PromptMaker, work: list) -> None
 
 def run_serving(run: Run, shape: str, prompts: PromptMaker) -> None:
     """Phase 3: the HTTP server in a subprocess (skipped with a message without litestar)."""
-    from e2e_serving import litestar_missing, scenario_serving
+    from lib.e2e_serving import litestar_missing, scenario_serving
 
     if "serving" not in run.selected:
         return
@@ -219,7 +224,7 @@ def run_formats(run: Run, shape: str, prompts: PromptMaker) -> None:
     then AWQ again. Each ratio is taken against the mean of the two AWQ runs around it: on a
     lent GPU the same checkpoint drifts by several percent over minutes, more than the 5%
     target. Without them, phase 1's AWQ figure is the reference."""
-    from e2e_engine import EngineBench, decode_at
+    from lib.e2e_engine import EngineBench, decode_at
 
     if "formats" not in run.selected:
         return
@@ -254,24 +259,45 @@ def run_formats(run: Run, shape: str, prompts: PromptMaker) -> None:
     run.results.save()
 
 
+def run_long(run: Run, kv_dtype: str | None) -> None:
+    """The long-prompt phase on the profile's ``long_shape``, one engine per KV dtype."""
+    from lib.e2e_long import scenario_long
+
+    if "long" not in run.selected:
+        return
+    p = run.p
+    shape = p.long_shape
+    path = run.checkpoint(shape, "awq")
+    if path is None:
+        return
+    dtypes = (kv_dtype,) if kv_dtype else p.long_kv_dtypes
+    run.step(shape, "long", lambda: scenario_long(path, p, dtypes, run.copy_gbs),
+             run.est("long", loads=len(dtypes)))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="Llama-2-7B, fewer requests")
     size.add_argument("--smoke", action="store_true", help="tiny random model on CPU")
     ap.add_argument("--out", type=Path, required=True, help="folder for e2e.json, log, PNGs")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
-                    help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    ap.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+                    help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all "
+                         "but long)")
     ap.add_argument("--shapes", default=None, help="comma-separated shapes (default: profile)")
     ap.add_argument("--ckpt-dir", type=Path, default=DEFAULT_CKPT_DIR,
                     help=f"random checkpoints are built (or reused) here [{DEFAULT_CKPT_DIR}]")
     ap.add_argument("--budget-s", type=float, default=None, help="wall-clock budget in seconds")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: the profile's)")
     ap.add_argument("--kv-cache-dtype", default=None, choices=("auto", "fp8"),
-                    help="the engine's KV cache dtype (default: the profile's, auto)")
+                    help="the engine's KV cache dtype (default: the profile's, auto; the long "
+                         "scenario runs both unless this names one)")
     ap.add_argument("--decode-batches", default=None,
                     help="comma-separated batch sizes of the decode scenario (default: the "
                          "profile's 1,4,16)")
+    ap.add_argument("--long-contexts", default=None,
+                    help="comma-separated prompt lengths of the long scenario (default: the "
+                         "profile's 4096,16384,32768)")
     ap.add_argument("--baseline-batches", default=None,
                     help="comma-separated static batch sizes for transformers' offline run "
                          "(default: the profile's; the best one is the baseline)")
@@ -281,7 +307,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not chosen:
         ap.error(f"unknown scenarios {unknown}; choose from {','.join(SCENARIOS)}")
     args.selected = chosen
-    for name in ("baseline_batches", "decode_batches"):
+    for name in ("baseline_batches", "decode_batches", "long_contexts"):
         text = getattr(args, name)
         if text is None:
             continue
@@ -291,7 +317,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         except ValueError:
             ap.error(f"{flag}: integers expected, got {text!r}")
         if not sizes or min(sizes) < 1:
-            ap.error(f"{flag}: positive batch sizes expected")
+            ap.error(f"{flag}: positive sizes expected")
         setattr(args, name, sizes)
     args.out, args.ckpt_dir = args.out.resolve(), args.ckpt_dir.resolve()  # subprocess cwd
     return args
@@ -305,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                 shapes=tuple(args.shapes.split(",")) if args.shapes else p.shapes,
                 baseline_batches=args.baseline_batches or p.baseline_batches,
                 decode_batches=args.decode_batches or p.decode_batches,
+                long_contexts=args.long_contexts or p.long_contexts,
                 kv_cache_dtype=args.kv_cache_dtype or p.kv_cache_dtype)
     if p.device.startswith("cuda"):
         import torch
@@ -319,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     run.copy_gbs = bw["gb_per_s"]
     run.results.data["copy_bandwidth"] = bw
     if "offline" in run.selected:  # the matmul rate is only the offline floor's ceiling
-        from e2e_floor import matmul_tflops
+        from lib.e2e_floor import matmul_tflops
 
         run.matmul_tflops = matmul_tflops(p.device)
         run.results.data["matmul_tflops"] = run.matmul_tflops
@@ -327,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
              p.device, run.copy_gbs, run.matmul_tflops)
     later = [(s, f) for s in p.shapes for f in ("gptq", "gptq-act") if "formats" in run.selected]
     run.prebuilder = Prebuilder(later, args.ckpt_dir)
-    for shape in p.shapes:
+    shapes = p.shapes if set(run.selected) - {"long"} else ()
+    for shape in shapes:
         vocab = shape_config(shape)["vocab_size"]
         prompts = PromptMaker(vocab, seed=0)
         work = offline_workload(p, vocab)
@@ -335,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         run_baseline(run, shape, prompts, work)
         run_serving(run, shape, prompts)
         run_formats(run, shape, prompts)
-    from e2e_report import draw_plots, format_table, headline_rows
+    run_long(run, args.kv_cache_dtype)
+    from lib.e2e_report import draw_plots, format_table, headline_rows
 
     rows = headline_rows(run.results.data)
     run.results.data["table"] = [dict(zip(("shape", "measure", "value", "target", "ok"), r,

@@ -57,11 +57,27 @@ SHAPES = {
                              num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                              vocab_size=131072, max_position_embeddings=131072,
                              rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
+    # long prompts (issue 37): 128k vocabulary, GQA 8, llama3 rope scaling
+    "llama3.1-8b": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096,
+                        intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072,
+                        rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                        rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 8192}),
     # CPU smoke runs of the benchmarks (every K a multiple of the group size 128)
     "tiny-llama": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=128,
                        intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, vocab_size=1024, max_position_embeddings=1024,
                        rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
+    # the long-prompt scenario's smoke: GQA 4, llama3 rope scaling active past 64 positions
+    "tiny-llama3": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=128,
+                        intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=1, vocab_size=1024, max_position_embeddings=4096,
+                        rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                        rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 64}),
 }
 FORMATS = ("awq", "gptq", "gptq-act", "fp16")
 

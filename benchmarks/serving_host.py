@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from emulated_gpu import EmulatedGPU, emulate  # noqa: E402 - after the path
+from lib.emulated_gpu import EmulatedGPU, emulate  # noqa: E402 - after the path
 
 
 def engine_config(args: argparse.Namespace):
@@ -115,7 +115,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def served_levels(args: argparse.Namespace, prompts) -> list[dict]:
-    import e2e_serving
+    from lib import e2e_serving
 
     port = e2e_serving.free_port()
     stats = Path(f"/tmp/serving_host_{os.getpid()}.json")
@@ -234,7 +234,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> list[dict]:
     """The served levels, then (``--inproc``) the in-process ones: one dict per row."""
-    from e2e_common import PromptMaker
+    from lib.e2e_common import PromptMaker
 
     maker = PromptMaker(49152, seed=0)
 

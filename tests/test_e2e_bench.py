@@ -15,7 +15,7 @@ import torch
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from e2e_common import (  # noqa: E402
+from lib.e2e_common import (  # noqa: E402
     PROFILES,
     Budget,
     PromptMaker,
@@ -23,7 +23,7 @@ from e2e_common import (  # noqa: E402
     offline_workload,
     percentile,
 )
-from e2e_report import format_table, headline_rows  # noqa: E402
+from lib.e2e_report import format_table, headline_rows  # noqa: E402
 
 
 def test_percentile_interpolates():
@@ -88,7 +88,7 @@ def test_decode_bytes_counts_weights_embedding_rows_and_kv():
 
 
 def test_offline_floor_counts_kv_positions_and_flops():
-    from e2e_floor import linear_weights, offline_floor
+    from lib.e2e_floor import linear_weights, offline_floor
 
     class Llama7B:  # Llama-2-7B's shapes
         hidden_size, intermediate_size, num_layers = 4096, 11008, 32
@@ -227,7 +227,86 @@ def test_smoke_run_on_gpu(tmp_path):
     assert 0 < card["graph_bytes"] <= card["graph_estimate_bytes"]
 
 
-@pytest.mark.parametrize("flag", ["--baseline-batches", "--decode-batches"])
+def test_prefill_flops_count_new_tokens_attention_and_one_head_row():
+    from lib.e2e_floor import layer_shapes, linear_weights, prefill_flops
+    from random_checkpoint import SHAPES
+
+    class Llama31_8B:  # Llama-3.1-8B: GQA 8, 128k vocabulary
+        hidden_size, intermediate_size, num_layers = 4096, 14336, 32
+        num_heads, num_kv_heads, head_dim, vocab_size = 32, 8, 128, 128256
+
+    cfg = SHAPES["llama3.1-8b"]
+    assert (cfg["num_attention_heads"] // cfg["num_key_value_heads"], cfg["vocab_size"],
+            cfg["rope_scaling"]["rope_type"]) == (4, 128256, "llama3")
+    assert layer_shapes(Llama31_8B) == [(4096, 6144), (4096, 4096), (4096, 28672),
+                                         (14336, 4096)]
+    assert sum(k * n for k, n in layer_shapes(Llama31_8B)) == linear_weights(Llama31_8B)
+    a = Llama31_8B
+    attn = 4 * a.num_layers * a.num_heads * a.head_dim
+    head = 2 * a.hidden_size * a.vocab_size
+    assert prefill_flops(a, 10) == 10 * 2 * a.num_layers * linear_weights(a) + attn * 55 + head
+    # 4 cached of 10: tokens 5..10 run, attending over 5..10 positions each
+    assert prefill_flops(a, 10, cached=4) == (6 * 2 * a.num_layers * linear_weights(a)
+                                              + attn * (55 - 10) + head)
+    for bad in ((10, 10), (10, -1), (0, 0)):
+        with pytest.raises(ValueError):
+            prefill_flops(a, *bad)
+
+
+def _long_smoke(tmp_path: Path, device: str) -> None:
+    """``--scenarios long`` on the tiny GQA llama3-rope shape: every context of the profile,
+    both KV dtypes, fields present and sane, and the headline rows; then one KV dtype and
+    one context."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(BENCH / "e2e.py"), "--smoke", "--device", device,
+           "--scenarios", "long", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads((out / "e2e.json").read_text())
+    assert data["errors"] == [] and data["skipped"] == []
+    p = PROFILES["smoke"]
+    assert set(data["shapes"]) == {p.long_shape}  # the long phase alone ran
+    long = data["shapes"][p.long_shape]["long"]
+    assert long["matmul_tflops"] > 0 and long["prefill_chunk"] == min(
+        p.long_batched_tokens, max(p.long_contexts))
+    assert set(long["kv"]) == set(p.long_kv_dtypes) == {"auto", "fp8"}
+    for kv in long["kv"].values():
+        assert kv["load_s"] > 0
+        for n in p.long_contexts:
+            c = kv[f"c{n}"]
+            assert c["context"] == n and c["cached_tokens"] >= n - 16
+            for key in ("ttft_whole_s", "ttft_cached_s", "prefill_tok_s", "decode_step_ms",
+                        "decode_tok_s", "decode_floor_ms", "ttft_whole_over_cached"):
+                assert c[key] > 0, (key, c)
+            for key in ("prefill_fraction", "decode_floor_fraction"):
+                assert 0 < c[key] <= 1.5, (key, c)
+            assert c["decode_bytes_per_step"]["kv"] > 0
+    fp8, fp16 = long["kv"]["fp8"], long["kv"]["auto"]
+    n = max(p.long_contexts)
+    assert fp8[f"c{n}"]["decode_bytes_per_step"]["kv"] * 2 == pytest.approx(
+        fp16[f"c{n}"]["decode_bytes_per_step"]["kv"])
+    measures = {row["measure"] for row in data["table"]}
+    assert f"long {n} fp8 KV: decode b1 fraction of floor (weights + KV)" in measures
+    one = subprocess.run(cmd[:-4] + ["--kv-cache-dtype", "fp8", "--long-contexts", "64",
+                                     "--out", str(tmp_path / "one"),
+                                     "--ckpt-dir", str(tmp_path / "ckpt")],
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    only = json.loads((tmp_path / "one" / "e2e.json").read_text())
+    assert set(only["shapes"][p.long_shape]["long"]["kv"]) == {"fp8"}
+    assert list(only["shapes"][p.long_shape]["long"]["kv"]["fp8"]) == ["load_s", "c64"]
+
+
+def test_long_prompts_smoke_on_cpu(tmp_path):
+    _long_smoke(tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+def test_long_prompts_smoke_on_gpu(tmp_path):
+    _long_smoke(tmp_path, "cuda")
+
+
+@pytest.mark.parametrize("flag", ["--baseline-batches", "--decode-batches", "--long-contexts"])
 def test_batch_list_options(tmp_path: Path, flag: str):
     from e2e import parse_args
 

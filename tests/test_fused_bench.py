@@ -1,4 +1,5 @@
-"""benchmarks/fused.py runs end to end (``--smoke``: tiny shapes, CPU, Triton interpreter)."""
+"""``benchmarks/kernels_bench.py fused`` runs end to end (``--smoke``: tiny shapes, CPU, Triton
+interpreter)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from tests.helpers import run_bench_script
 
 
 def test_fused_benchmark_smoke(tmp_path):
-    proc = run_bench_script("fused.py", tmp_path, "--smoke")
+    proc = run_bench_script("kernels_bench.py", tmp_path, "fused", "--smoke")
     assert "==== fused kernels vs the torch ops they replace" in proc.stdout
     rows = json.loads((tmp_path / "fused_bench.json").read_text())["rows"]
     assert {(r["rows"], r["op"]) for r in rows} == {

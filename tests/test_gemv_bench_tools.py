@@ -1,18 +1,18 @@
-"""The GEMV benchmark tools, the parts that run without a GPU: decode_graphs.py's best
-sweep variant read from a sweep's JSON and the engine's 1-2 row dispatch patched to it."""
+"""The GEMV benchmark tools, the parts that run without a GPU: ``kernels_bench.py graphs``'
+best sweep variant read from a sweep's JSON and the engine's 1-2 row dispatch patched to it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 
 import pytest
 
 from tests.helpers import BENCHMARKS
 
-_spec = importlib.util.spec_from_file_location("decode_graphs", BENCHMARKS / "decode_graphs.py")
-decode_graphs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(decode_graphs)
+sys.path.insert(0, str(BENCHMARKS))
+
+from lib import decode_graphs, w4a16_variants  # noqa: E402
 
 
 def _row(m, shape, res):
@@ -27,7 +27,7 @@ def test_best_variant_takes_the_geomean_over_every_shape(tmp_path):
         _row(1, "c", {"auto": (9.0, 0), "p": (2.0, 1e-3), "q": (1.5, 1e-3)}),
         _row(2, "a", {"s": (50.0, 0)}),
     ]
-    path = tmp_path / "gemv_sweep.json"
+    path = tmp_path / "w4a16_sweep.json"
     path.write_text(json.dumps({"copy_bw": 1.0, "rows": rows}))
     # q's geomean 2.08 beats p's 2.0; r is wrong on b and missing on c; auto and M=2 don't count
     assert decode_graphs.best_variant(path) == "q"
@@ -40,11 +40,10 @@ def test_patch_gemv_routes_one_and_two_rows_only(monkeypatch):
     from edge_llm.kernels import w4a16
 
     monkeypatch.setattr(w4a16, "pick_config", w4a16.pick_config)  # undone after the test
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the sweep's siblings, as when run as a script
     before = w4a16.pick_config(16, 4096, 4096, 128, 132, half=True, fp16=True)
     with pytest.raises(KeyError):
-        decode_graphs.patch_gemv("no such variant")
-    decode_graphs.patch_gemv("g16 bn64 bk128 flat fold p4")
+        w4a16_variants.patch_gemv("no such variant")
+    w4a16_variants.patch_gemv("g16 bn64 bk128 flat fold p4")
     for m in (1, 2):
         cfg = w4a16.pick_config(m, 4096, 4096, 128, 132, half=True, fp16=True)
         assert (cfg.kind, cfg.block_n, cfg.block_k, cfg.rows, cfg.fold_zero,

@@ -1,7 +1,7 @@
 """The page-cache prefetch ``edge-llm serve`` starts before importing torch
 (edge_llm/model/prefetch.py): which files it finds, the memory-room guard, the flag, and that
 the kernel is really asked (a file read back afterwards is unchanged). Whether it shortens a
-cold start is measured on the GPU machine (benchmarks/cold_start_gpu.py, start 2)."""
+cold start is measured on the GPU machine (benchmarks/cold_start.py, start 2)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ key, reused by the next start with the same key, measured again when any part of
 the stored file or the switch says so; and the runner's use of it
 (``startup_probes.memory_probes``, with the two probes counted: they only run on CUDA, so the
 GPU is faked here). The probes themselves are measured on the GPU (tests/test_warmup_gpu.py,
-benchmarks/cold_start_gpu.py)."""
+benchmarks/cold_start.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""benchmarks/serving_host.py and emulated_gpu.py: the real server and engine over an
+"""benchmarks/serving_host.py and lib/emulated_gpu.py: the real server and engine over an
 emulated GPU. Every request gets all its tokens, served and in process; decode steps are
 launched ahead as on a GPU; the emulated GPU is busy at most all of the time."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from e2e_common import log
+from .e2e_common import log
 
 Row = tuple[str, str, float | None, str, bool | None]  # shape, measure, value, target, ok
 
@@ -82,6 +82,33 @@ def headline_rows(results: dict[str, Any]) -> list[Row]:
                 _ratio(high["output_tok_s"], low["output_tok_s"]), "reported", None)
             add(f"serving c={high['concurrency']}: ITL p99 / p50",
                 _ratio(high["itl_ms"]["p99"], high["itl_ms"]["p50"]), "reported", None)
+        rows.extend(_long_rows(shape, _get(r, "long")))
+    return rows
+
+
+LONG_PREFILL_TARGET = (16384, 0.6)  # issue 37: prefill >= 0.6 of the fp16 matmul rate at 16k
+
+
+def _long_rows(shape: str, long: dict[str, Any] | None) -> list[Row]:
+    """Per KV dtype and context: prefill fraction of the matmul rate, TTFT whole / cached,
+    decode fraction of the floor with KV reads."""
+    rows: list[Row] = []
+    for kv, by_context in ((long or {}).get("kv") or {}).items():
+        name = "fp16" if kv == "auto" else kv
+        for key, c in by_context.items():
+            if not key.startswith("c"):
+                continue
+            n = c["context"]
+            label = f"long {n // 1024}k" if n >= 1024 else f"long {n}"
+            target = n == LONG_PREFILL_TARGET[0]
+            frac = c["prefill_fraction"]
+            rows.append((shape, f"{label} {name} KV: prefill fraction of fp16 matmul rate", frac,
+                         f">= {LONG_PREFILL_TARGET[1]}" if target else "reported",
+                         frac >= LONG_PREFILL_TARGET[1] if target else None))
+            rows.append((shape, f"{label} {name} KV: TTFT whole / prefix cached",
+                         c["ttft_whole_over_cached"], "reported", None))
+            rows.append((shape, f"{label} {name} KV: decode b1 fraction of floor (weights + KV)",
+                         c["decode_floor_fraction"], "reported", None))
     return rows
 
 

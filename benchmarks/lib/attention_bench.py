@@ -6,7 +6,8 @@ as kernels_bench.py times everything (kernel_timing.time_op).
 from __future__ import annotations
 
 import torch
-from kernel_timing import rel_err, rotations, time_op
+
+from .kernel_timing import rel_err, rotations, time_op
 
 
 def make_paged(b, ctx, h, hkv, d, bs, dt, dev, n_sets):

@@ -1,4 +1,4 @@
-"""Shared pieces of the end-to-end benchmarks (``e2e.py``, ``cold_start_gpu.py``).
+"""Shared pieces of the end-to-end benchmarks (``e2e.py``, ``cold_start.py``).
 
 Profiles (run sizes), random-weight checkpoints on local disk, fresh random prompts, the
 device copy bandwidth, the bytes one decode step must read, a time budget, and the results file.
@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+BENCHMARKS = Path(__file__).resolve().parents[1]  # random_checkpoint.py's folder
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
 
 log = logging.getLogger("e2e")
 GiB = 1 << 30
@@ -62,6 +62,13 @@ class Profile:
     card_tokens: int = 64
     card_run_max: int | None = None  # run at most this many of the sequences that fit
     format_tokens: int = 128
+    # long prompts (--scenarios long): its own shape and engine, batch 1
+    long_shape: str = "llama3.1-8b"
+    long_contexts: tuple[int, ...] = (4096, 16384, 32768)
+    long_user: int = 32  # the fresh user turn after a cached prefix
+    long_tokens: int = 64  # decode tokens at each context
+    long_batched_tokens: int = 8192  # prefill chunk: edge_llm.LLM's default
+    long_kv_dtypes: tuple[str, ...] = ("auto", "fp8")  # --kv-cache-dtype picks one
     baseline_batches: tuple[int, ...] = (32, 64)
     baseline_compile: bool = True  # transformers' own default with the static cache
     budget_s: float | None = None  # wall-clock budget of the whole run (quick: device time)
@@ -76,7 +83,7 @@ PROFILES = {
         offline_output=(64, 192), serve_min_requests=4, serve_tokens=48, prefix_trials=3,
         card_tokens=16, format_tokens=96, baseline_batches=(64,), budget_s=400.0,
         estimates=dict(build=25, load=60, decode=40, offline=45, gen64=25, prefix=15,
-                       card24=30, baseline=120, serving=70, formats=40),
+                       card24=30, baseline=120, serving=70, formats=40, long=150),
     ),
     "smoke": Profile(
         "smoke", shapes=("tiny-llama",), device="cpu", max_model_len=512,
@@ -85,7 +92,8 @@ PROFILES = {
         gen_prompt=32, gen_tokens=8, serve_levels=(1, 4), serve_min_requests=4,
         serve_prompt=16, serve_tokens=8, prefix_system=96, prefix_user=8, prefix_trials=2,
         card_bytes=4 * MiB, card_seq_len=256, card_tokens=4, card_run_max=16, format_tokens=8,
-        baseline_batches=(4, 8), baseline_compile=False,
+        baseline_batches=(4, 8), baseline_compile=False, long_shape="tiny-llama3",
+        long_contexts=(64, 192, 448), long_user=8, long_tokens=6, long_batched_tokens=256,
     ),
 }
 
@@ -371,7 +379,7 @@ def environment() -> dict[str, Any]:
 
 if __name__ == "__main__":  # the Prebuilder's process: --build ROOT shape:fmt ...
     if len(sys.argv) < 4 or sys.argv[1] != "--build":
-        raise SystemExit("usage: e2e_common.py --build ROOT SHAPE:FORMAT [SHAPE:FORMAT ...]")
+        raise SystemExit("usage: lib/e2e_common.py --build ROOT SHAPE:FORMAT [SHAPE:FORMAT ...]")
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "4")))

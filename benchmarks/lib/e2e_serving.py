@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e_common import Profile, PromptMaker, log, percentile
+from .e2e_common import Profile, PromptMaker, log, percentile
 
 
 def litestar_missing() -> str | None:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from e2e_common import (
+from .e2e_common import (
     Profile,
     PromptMaker,
     decode_bytes_per_step,
@@ -159,7 +159,7 @@ def scenario_offline(bench: EngineBench, work: list[tuple[list[int], int]]) -> d
            "preemptions": bench.preemptions() - before,
            "run_ahead_steps": {k: v - ahead[k] for k, v in bench.run_ahead().items()}}
     if bench.matmul_tflops > 0:
-        from e2e_floor import offline_floor
+        from .e2e_floor import offline_floor
 
         floor = offline_floor(bench.arch, [(len(w[0]), w[1]) for w in work], bench.copy_gbs,
                               bench.matmul_tflops, kv_elem_bytes(bench))

@@ -1,13 +1,14 @@
-"""The fused elementwise kernels against the torch ops they replace; prints one table.
+"""``kernels_bench.py fused``: the fused elementwise kernels against the torch ops they
+replace; prints one table.
 
-    pip install --no-deps --no-build-isolation . >/dev/null; python benchmarks/fused.py
+    python benchmarks/kernels_bench.py fused [--dtype bfloat16]
 
 At decode sizes (1..256 rows) of Llama-2-7B and Qwen2.5-7B, per op: speed-up of the Triton
 kernel over the plain-torch reference (exactly the ops the model ran before: RMSNorm's pow /
 mean / rsqrt / mul / casts, the residual add, rotary's gathers / casts / mul / cat, SiLU and
 mul), and the fraction of device copy bandwidth each reaches (bytes the op must read and write
 per second over the copy's). "layer" sums one decoder layer's calls: two add_rms_norm, one
-rotary, one silu_and_mul. Each time is ``time_op`` of benchmarks/kernel_timing.py: median over
+rotary, one silu_and_mul. Each time is ``time_op`` of lib/kernel_timing.py: median over
 replays of a CUDA graph calling the op on a rotation of input sets, per call. Every op is
 checked against its reference before it is timed. JSON (with microseconds) under $OUT.
 
@@ -19,12 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
-from kernel_timing import copy_bandwidth, rel_err, rotations, time_op
+
+from .kernel_timing import copy_bandwidth, rel_err, rotations, time_op
 
 MODELS = [  # (name, hidden, intermediate, heads, kv heads, head dim)
     ("llama2-7b", 4096, 11008, 32, 32, 128),
@@ -131,11 +132,12 @@ def print_table(rows: list[dict]) -> None:
               f"{r['torch_bw']:8.3f} {r['fused_bw']:8.3f}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kernels_bench.py fused",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, CPU, Triton interpreter")
     ap.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
     dev = torch.device("cpu" if args.smoke else "cuda")
@@ -156,6 +158,3 @@ def main() -> int:
     print_table(rows)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,6 @@
-"""benchmarks/cold_start_gpu.py on the tiny random model: the engine-subprocess start and the
-server start on CPU; the GPU run (pinned buffers, page-cache drop) with ``-m gpu``."""
+"""benchmarks/cold_start.py on the tiny random model: the engine-subprocess start and the
+server start on CPU; the GPU run (pinned buffers, page-cache drop) with ``-m gpu``; a model
+folder given by path."""
 
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
 
 
-def _run(tmp_path: Path, *extra: str) -> dict:
+def _run(tmp_path: Path, *extra: str, model: str = "tiny-llama") -> dict:
     out = tmp_path / "out"
-    cmd = [sys.executable, str(BENCH / "cold_start_gpu.py"), "--shape", "tiny-llama",
-           "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt"), *extra]
+    cmd = [sys.executable, str(BENCH / "cold_start.py"), "--out", str(out),
+           "--ckpt-dir", str(tmp_path / "ckpt"), *extra]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "cold start (tiny-llama" in (out / "cold_start.log").read_text()
+    assert f"cold start ({model}" in (out / "cold_start.log").read_text()
     data = json.loads((out / "cold_start.json").read_text())
     assert data["errors"] == []
-    return data["shapes"]["tiny-llama"]
+    return data["shapes"][model]
 
 
 def _check_start(r: dict, plain_gb_s: float) -> None:
@@ -33,7 +35,7 @@ def _check_start(r: dict, plain_gb_s: float) -> None:
 
 
 def test_engine_subprocess_starts_on_cpu(tmp_path):
-    d = _run(tmp_path, "--device", "cpu", "--engine-only", "--starts", "2")
+    d = _run(tmp_path, "--smoke", "--engine-only")
     assert d["mode"].startswith("engine subprocess")
     assert d["drop_caches"] == {"ok": False, "detail": "not asked"}
     warm = d["plain_read"]["warm"]
@@ -44,7 +46,7 @@ def test_engine_subprocess_starts_on_cpu(tmp_path):
 
 
 def test_server_start_on_cpu(tmp_path):
-    d = _run(tmp_path, "--device", "cpu", "--starts", "1")
+    d = _run(tmp_path, "--shape", "tiny-llama", "--device", "cpu", "--starts", "1")
     assert d["mode"] == "server"
     r = d["start1"]
     _check_start(r, d["plain_read"]["warm"]["gb_s"])
@@ -54,10 +56,24 @@ def test_server_start_on_cpu(tmp_path):
 
 @pytest.mark.gpu
 def test_starts_on_gpu(tmp_path):
-    d = _run(tmp_path, "--device", "cuda", "--starts", "2")
+    d = _run(tmp_path, "--shape", "tiny-llama", "--device", "cuda", "--starts", "2")
     reads = d["plain_read"]
     assert reads["warm"]["pinned"]
     if d["drop_caches"]["ok"]:
         _check_start(d["start1"], reads["cold"]["gb_s"])
         assert d["start1"]["page_cache"] == "cold"
     _check_start(d["start2"], reads["warm"]["gb_s"])
+
+
+def test_model_folder_and_bad_arguments(tmp_path):
+    from random_checkpoint import make_random_checkpoint
+
+    ckpt = make_random_checkpoint("tiny-llama", "awq", tmp_path / "mine", 128, "cpu")
+    d = _run(tmp_path, str(ckpt), "--device", "cpu", "--engine-only", "--starts", "1",
+             model="mine")
+    assert d["checkpoint"] == str(ckpt) and d["start1"]["exit_code"] == 0
+    for bad in ([str(tmp_path)], [str(ckpt), "--shape", "tiny-llama"], ["--starts", "0"]):
+        res = subprocess.run([sys.executable, str(BENCH / "cold_start.py"), *bad,
+                              "--device", "cpu", "--out", str(tmp_path / "x")],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode != 0 and res.stderr.strip(), bad

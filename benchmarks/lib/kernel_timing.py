@@ -1,5 +1,4 @@
-"""The timing and error measures of the kernel benchmarks (kernels_bench.py, fused.py,
-gemv_sweep.py).
+"""The timing and error measures of the kernel benchmarks (every section of kernels_bench.py).
 
 ``time_op(fn, n_rot, smoke)`` is microseconds per call of ``fn(i)``: the median of
 triton.testing.do_bench over replays of a CUDA graph that calls ``fn`` on a rotation of

@@ -1,37 +1,17 @@
-"""Perplexity of a model before and after 4-bit quantization, on both bundled evaluation texts.
+"""Perplexity of a model before and after 4-bit quantization, on both bundled evaluation texts
+(``quality.py weights``).
 
 Each configuration reloads the fp32 model, quantizes it with ``quantize_model`` (which leaves
-the dequantized weights in place), and scores the first ``--tokens`` tokens of
+the dequantized weights in place), and scores the first ``tokens`` tokens of
 ``edge_llm/data/eval.txt`` (the text the demo's settings were tuned on) and of
-``edge_llm/data/heldout.txt`` (used by no tuning) through transformers. With ``--save-dir`` the
+``edge_llm/data/heldout.txt`` (used by no tuning) through transformers. With ``save_dir`` the
 AWQ checkpoint is also written and scored again through edge-llm's own loader and
-``QuantLinear`` (CPU reference path). Example (the demo's recipe, 512-token windows)::
-
-    python benchmarks/perplexity.py --model /tmp/smol/hf --configs fp32 rtn-g32 gptq-g32 \
-        --act-order --mse --nsamples 64 --seqlen 128 --window 512
-
-SmolLM2-135M-Instruct (fp32 safetensors), 2,048 eval tokens in one window, 2-core CPU
-(eval text only; quantize seconds on a quiet machine; fp32 ppl 28.016)::
-
-    RTN g32 / g64                                             +26.0% / +34.7%    3 s
-    GPTQ g32 / g64, 32 x 256 calibration, damp 0.01           +17.1% / +25.3%   56 s
-    GPTQ g32 / g64, --act-order (static groups, AWQ-storable),
-        64 x 128 calibration, --damp 0.001                     +6.3% / +10.0%   55 s
-    the same g64 checkpoint re-scored through edge-llm's loader: ppl 30.816 (30.817)
-
-The example command above, both texts, 512-token windows (fp32 ppl 31.518 / 35.403)::
-
-    config      eval     heldout   quantize
-    rtn-g32    +24.3%    +20.6%      42 s   (--mse applies to RTN too: range search)
-    rtn-g64    +31.3%    +28.9%      42 s
-    gptq-g32    +4.3%     +6.2%     108 s   (the demo's recipe)
+``QuantLinear`` (CPU reference path).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import time
 from pathlib import Path
 
@@ -54,9 +34,9 @@ def _parse(config: str) -> tuple[str, int]:
     return method, int(group)
 
 
-def _args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="/tmp/smol/hf")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--model", default=None,
+                    help="an fp16/fp32 transformers checkpoint folder (required but with --smoke)")
     ap.add_argument("--configs", nargs="+",
                     default=["fp32", "rtn-g32", "rtn-g64", "gptq-g32", "gptq-g64"])
     ap.add_argument("--tokens", type=int, default=2048)
@@ -72,8 +52,6 @@ def _args() -> argparse.Namespace:
                     help="with --act-order: groups in processing order (GPTQ format, g_idx)")
     ap.add_argument("--save-dir", default=None, help="write each AWQ checkpoint here and "
                     "score it again through edge-llm's loader")
-    ap.add_argument("--json", default=None, help="append one JSON line per configuration")
-    return ap.parse_args()
 
 
 def _edge_llm_ppl(path: Path, ids: dict[str, torch.Tensor], window: int) -> dict[str, float]:
@@ -111,19 +89,20 @@ def _run(config: str, args, tok, ids: dict[str, torch.Tensor]) -> dict:
     return row
 
 
-def main() -> None:
-    args = _args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("httpx", "transformers", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+def run(args: argparse.Namespace) -> list[dict]:
+    """One row per configuration (printed as it comes); the fp32 row is the reference."""
+    for config in args.configs:
+        if config != "fp32":
+            _parse(config)  # a bad name fails before the first (slow) configuration
     tok = AutoTokenizer.from_pretrained(args.model)
     try:
         ids = evaluation_token_ids(tok, args.tokens)
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-    base = None
+        raise SystemExit(f"error: {exc}") from None
+    base, rows = None, []
     for config in args.configs:
         row = _run(config, args, tok, ids)
+        rows.append(row)
         base = row["ppl"] if config == "fp32" else base
         cells = []
         for text, ppl in row["ppl"].items():
@@ -131,10 +110,4 @@ def main() -> None:
             edge = row.get("ppl_edge_llm", {}).get(text)
             cells.append(f"{text} {ppl:8.3f}{rel}" + (f" (edge-llm {edge:.3f})" if edge else ""))
         print(f"{config:10s} {'  '.join(cells)}  quantize {row['seconds']:6.1f} s", flush=True)
-        if args.json:
-            with open(args.json, "a") as f:
-                f.write(json.dumps(row) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    return rows

@@ -1,7 +1,7 @@
-"""Where a decode step's GPU time goes: CUDA kernel time per step, by kernel, at several batch
-sizes, against the step time of CUDA-graph replay (GPU only).
+"""``kernels_bench.py profile``: where a decode step's GPU time goes: CUDA kernel time per
+step, by kernel, at several batch sizes, against the step time of CUDA-graph replay (GPU only).
 
-    python benchmarks/profile_kernels.py --out DIR [--ckpt /tmp/ckpt-llama2-7b-awq]
+    python benchmarks/kernels_bench.py profile --out DIR [--ckpt /tmp/ckpt-llama2-7b-awq]
         [--batches 1,16,64] [--prompt 128] [--steps 16]
 
 For each batch B (B prompts of ``--prompt`` tokens): an eager engine (``enforce_eager``)
@@ -26,13 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def _short(name: str) -> str:
@@ -239,8 +235,9 @@ def table(batch: int, kernels: dict[str, list[float]], graph_us: float, top: int
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kernels_bench.py profile",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt", type=Path, default=Path("/tmp/ckpt-llama2-7b-awq"))
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--prompt", type=int, default=128)
@@ -254,7 +251,7 @@ def main() -> int:
                          "the prompt and the decode steps")
     ap.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"))
     ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     batches = [int(b) for b in a.batches.split(",")]
     if not (a.ckpt / "config.json").is_file():
         from random_checkpoint import make_random_checkpoint
@@ -303,6 +300,3 @@ def main() -> int:
     (a.out / "profile_kernels.json").write_text(json.dumps(results, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,7 +7,7 @@ W4A16 speed-ups over fp16 cuBLAS with one column per activation row count in ``m
 not measured), the worst W4A16 check error, the paged decode and prefill rows and the largest
 shared-memory use of the compiled kernels. ``plot_speedup(res, png)`` draws the dispatched
 W4A16 speed-up against activation rows, one line per shape (``draw_speedup``, which
-gemv_sweep.py's plot shares). None of them measures anything.
+the sweep's plot shares). None of them measures anything.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Decode speed with CUDA graphs against eager (``--enforce-eager``), batch 1, 4 and 16, on a
-random-weight Llama-2-7B-shape AWQ checkpoint (benchmarks/random_checkpoint.py). One table.
+"""``kernels_bench.py graphs``: decode speed with CUDA graphs against eager
+(``--enforce-eager``), batch 1, 4 and 16, on a random-weight Llama-2-7B-shape AWQ checkpoint
+(benchmarks/random_checkpoint.py). One table.
 
-    python benchmarks/decode_graphs.py [--ckpt /tmp/ckpt-llama2-7b-awq] [--out graphs.json]
-    python benchmarks/decode_graphs.py --graphs-only --variant NAME [--rounds 2]
+    python benchmarks/kernels_bench.py graphs [--ckpt /tmp/ckpt-llama2-7b-awq] [--out graphs.json]
+    python benchmarks/kernels_bench.py graphs --graphs-only --variant NAME [--rounds 2]
 
-``--variant NAME``: a 1-2 row W4A16 launch variant of benchmarks/gemv_sweep.py (its name there,
+``--variant NAME``: a 1-2 row W4A16 launch variant of the sweep (``w4a16_variants``, its name,
 e.g. "g16 bn128 bk128 w4 fold"; ``--variant best:SWEEP_JSON`` takes the best geometric mean at
 one row from a sweep's JSON) runs against the dispatched choice, interleaved ``--rounds`` times
 (graphs only): the engine with ``pick_config`` patched at M <= 2, nothing else changed.
@@ -25,30 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+KERNELS_BENCH = Path(__file__).resolve().parents[1] / "kernels_bench.py"
 BATCHES = (1, 4, 16)
-
-
-def patch_gemv(variant: str) -> None:
-    """Route fp16 matmuls of 1-2 rows to gemv_sweep's ``variant`` (this process only)."""
-    import importlib.util
-
-    from edge_llm.kernels import w4a16
-
-    spec = importlib.util.spec_from_file_location("gemv_sweep", HERE / "gemv_sweep.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
-    variants = sweep.variants
-
-    dispatched = w4a16.pick_config
-
-    def pick(m, n, k, group_size, sms, half=True, fp16=None):
-        if half and fp16 is not False and m <= 2:
-            return variants(m, n)[variant]
-        return dispatched(m, n, k, group_size, sms, half=half, fp16=fp16)
-
-    variants(1, 4096)[variant]  # an unknown name fails here, before the engine loads
-    w4a16.pick_config = pick
 
 
 def best_variant(sweep_json: Path, m: int = 1) -> str:
@@ -74,6 +53,8 @@ def worker(ckpt: str, mode: str, n1: int, n2: int, reps: int) -> dict:
     from edge_llm import LLM, SamplingParams
 
     if mode.startswith("graphs:"):
+        from .w4a16_variants import patch_gemv
+
         patch_gemv(mode.split(":", 1)[1])
 
     llm = LLM(ckpt, device="cuda", dtype="float16", max_model_len=1024, max_num_seqs=16,
@@ -104,7 +85,8 @@ def worker(ckpt: str, mode: str, n1: int, n2: int, reps: int) -> dict:
 
 def run(ckpt: Path, mode: str, n1: int, n2: int, reps: int) -> dict:
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-    cmd = [sys.executable, __file__, "--worker", str(ckpt), mode, str(n1), str(n2), str(reps)]
+    cmd = [sys.executable, str(KERNELS_BENCH), "graphs", "--worker", str(ckpt), mode, str(n1),
+           str(n2), str(reps)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"{mode} worker failed:\n{res.stderr[-3000:]}")
@@ -131,30 +113,31 @@ def compare_variant(a, name: str) -> None:
         a.out.write_text(json.dumps({"variant": name, "runs": runs}, indent=1))
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        ckpt, mode, n1, n2, reps = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[2:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        ckpt, mode, n1, n2, reps = argv[1], argv[2], *map(int, argv[3:6])
         print(json.dumps(worker(ckpt, mode, n1, n2, reps)))
-        return
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        return 0
+    ap = argparse.ArgumentParser(prog="kernels_bench.py graphs",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt", type=Path, default=Path("/tmp/ckpt-llama2-7b-awq"))
     ap.add_argument("--n1", type=int, default=16, help="tokens of the short run")
     ap.add_argument("--n2", type=int, default=80, help="tokens of the long run")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--graphs-only", action="store_true", help="skip the eager engine")
-    ap.add_argument("--variant", help="a gemv_sweep variant name, or best:SWEEP_JSON")
+    ap.add_argument("--variant", help="a sweep variant name, or best:SWEEP_JSON")
     ap.add_argument("--rounds", type=int, default=2, help="--variant: interleaved rounds")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.n2 <= a.n1 or a.n1 < 1:
         ap.error("need 1 <= --n1 < --n2")
     if a.variant:
         name = (best_variant(Path(a.variant[5:])) if a.variant.startswith("best:")
                 else a.variant)
         compare_variant(a, name)
-        return
+        return 0
     if not (a.ckpt / "config.json").is_file():
-        sys.path.insert(0, str(HERE))
         from random_checkpoint import make_random_checkpoint
 
         make_random_checkpoint("llama2-7b", "awq", a.ckpt, 128, "cuda")
@@ -174,7 +157,4 @@ def main() -> None:
           f"{graphs['capture_mib']:.0f} MiB")
     if a.out:
         a.out.write_text(json.dumps({"eager": eager, "graphs": graphs}, indent=1))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -77,3 +77,59 @@ def offline_floor(arch, work: list[tuple[int, int]], copy_gbs: float, tflops: fl
             "matmul_seconds": flop_s, "copy_gbs": copy_gbs, "matmul_tflops": tflops,
             "sequential_s": seq, "overlapped_s": over,
             "sequential_tok_s": out_tokens / seq, "overlapped_tok_s": out_tokens / over}
+
+
+def layer_shapes(arch) -> list[tuple[int, int]]:
+    """(K, N) of one layer's linear projections as the engine runs them merged: qkv, o,
+    gate_up, down."""
+    h, hd = arch.hidden_size, arch.head_dim
+    q, kv = arch.num_heads * hd, arch.num_kv_heads * hd
+    return [(h, q + 2 * kv), (q, h), (h, 2 * arch.intermediate_size),
+            (arch.intermediate_size, h)]
+
+
+def prefill_matmul_tflops(device: str, arch, rows: int, trials: int = 3,
+                          min_seconds: float = 0.05) -> float:
+    """The rate of the prefill's big matrix products on this device: ``rows`` activation rows
+    (the engine's prefill chunk) times each of a layer's projections (``layer_shapes``),
+    fp16 through torch.matmul (fp32 on the CPU): TFLOP/s, the best of ``trials`` timings of
+    at least ``min_seconds`` each (noise only slows a timing down, so the best is the
+    ceiling)."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    dtype = torch.float16 if cuda else torch.float32
+    pairs = [(torch.randn(rows, k, device=device, dtype=dtype),
+              torch.randn(k, n, device=device, dtype=dtype)) for k, n in layer_shapes(arch)]
+    per_rep = 2 * rows * sum(k * n for k, n in layer_shapes(arch))
+
+    def timed(reps: int) -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        began = time.perf_counter()
+        for _ in range(reps):
+            for a, b in pairs:
+                torch.matmul(a, b)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - began
+
+    reps = 1
+    while (seconds := timed(reps)) < min_seconds:  # the first pass also warms up
+        reps *= 2
+    best = min([seconds] + [timed(reps) for _ in range(trials - 1)])
+    return per_rep * reps / best / 1e12
+
+
+def prefill_flops(arch, prompt: int, cached: int = 0) -> float:
+    """Flops of a prefill of ``prompt`` tokens whose first ``cached`` come from the prefix
+    cache: the linear projections of every new token, causal attention of each new token
+    over the positions up to it (QK^T and PV: 4 x layers x heads x head dim per position),
+    and lm_head for the one sampled row."""
+    if not 0 <= cached < prompt:
+        raise ValueError(f"need 0 <= cached < prompt, got {cached}, {prompt}")
+    new = prompt - cached
+    linear = 2 * arch.num_layers * linear_weights(arch) * new
+    positions = prompt * (prompt + 1) // 2 - cached * (cached + 1) // 2
+    attn = 4 * arch.num_layers * arch.num_heads * arch.head_dim * positions
+    return float(linear + attn + 2 * arch.hidden_size * arch.vocab_size)

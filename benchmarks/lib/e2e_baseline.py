@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from e2e_common import PromptMaker, free_device_memory, log, shape_config, synchronize
+from .e2e_common import PromptMaker, free_device_memory, log, shape_config, synchronize
 
 
 def build_hf_model(shape: str, device: str):
