@@ -21,6 +21,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from edge_llm.config import EngineConfig, ServerConfig
+from edge_llm.engine.device_prep import start_device_prep
 
 from . import openapi
 from .context import USAGE_KEY, ServerContext
@@ -153,6 +154,9 @@ def _holder(factory: Callable[[], Any], engine_config: EngineConfig,
 def _default_factory(config: EngineConfig, phases: StartupPhases) -> Callable[[], Any]:
     def load() -> Any:
         began = time.perf_counter()
+        # the CUDA context and Triton's hash beside the imports (`edge-llm serve` began it
+        # earlier: this call then returns the running one)
+        start_device_prep(config.model.device)
         from edge_llm.engine.async_engine import AsyncEngine  # torch loads here, off the loop
 
         phases.record("import", time.perf_counter() - began, "torch and the engine")
