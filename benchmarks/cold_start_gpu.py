@@ -10,7 +10,9 @@ plain read of the same files into GPU memory.
    turn, each chunk copied to one device tensor (asynchronously, the next read overlaps the
    copy): GB/s with a cold page cache (after a drop) and with a warm one.
 3. Starts: ``edge-llm serve`` (``cold_start.one_start``), or without litestar the engine in a
-   fresh process with the same phases (import, weight load, KV allocation, warm-up). Start 1
+   fresh process with the same phases (import, CUDA context beside it, weight load, KV
+   allocation, kernel warm-up, CUDA graphs, warm-up; a table of them follows the main one;
+   ``--engine-only --profile`` adds each construction's cProfile listing). Start 1
    follows a page-cache drop and has empty compile caches (a fresh ``EDGE_LLM_CACHE_DIR``);
    start 2 follows another drop and reuses the compile caches (what a platform's
    scale-from-zero start sees with the cache on a volume); start 3 has both warm.
@@ -142,16 +144,30 @@ def sleep_and_wake(url: str) -> dict[str, Any]:
             "first_token_after_wake_s": first}
 
 
-def worker(model: str, device: str) -> None:
-    """The engine alone in this fresh process, phase by phase (stamps are time.time())."""
+def worker(model: str, device: str, profile: Path | None = None) -> None:
+    """The engine alone in this fresh process, phase by phase (stamps are time.time()), with
+    the device preparation `edge-llm serve` starts beside its imports. ``profile``: where the
+    engine construction's cProfile listing goes (the 40 costliest calls, cumulative)."""
     stamps: dict[str, float] = {}
+    from edge_llm.engine.device_prep import start_device_prep
+
+    prep = start_device_prep(device)
     from edge_llm.config import EngineConfig, ModelConfig
     from edge_llm.engine.llm_engine import LLMEngine
     from edge_llm.sampling_params import SamplingParams
 
     stamps["imported"] = time.time()
+    profiler = None
+    if profile is not None:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     engine = LLMEngine(EngineConfig(model=ModelConfig(model=model, device=device)))
     stamps["built"] = time.time()
+    if profiler is not None:
+        profiler.disable()
+        write_profile(profiler, profile)
 
     def run(prompts: list[list[int]], tokens: int) -> float:
         params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
@@ -177,27 +193,43 @@ def worker(model: str, device: str) -> None:
     woke = time.perf_counter() - began
     began = time.perf_counter()
     run([[1] + list(range(40, 50))], 1)
-    graphs_s = getattr(getattr(engine.runner, "graph_stats", None), "seconds", 0.0)
+    runner = engine.runner
+    graphs_s = runner.graph_stats.seconds + runner.prefill_graph_stats.seconds
     print(json.dumps({"stamps": stamps, "load_s": engine.loaded.load_seconds,
-                      "graphs_s": graphs_s,
+                      "graphs_s": graphs_s, "kernels_s": runner.kernel_warmup_seconds,
+                      "context_s": prep.join().context_seconds,
                       "sleep_s": slept, "wake_s": woke,
                       "first_token_after_wake_s": time.perf_counter() - began}), flush=True)
 
 
-def engine_start(model: Path, device: str, timeout: float) -> dict[str, Any]:
+def write_profile(profiler: Any, path: Path) -> None:
+    import io
+    import pstats
+
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+    path.write_text(text.getvalue())
+
+
+def engine_start(model: Path, device: str, timeout: float,
+                 profile: Path | None = None) -> dict[str, Any]:
     """The fallback start: ``worker`` in a fresh process, seconds since its launch."""
     cmd = [sys.executable, __file__, "--worker", str(model), "--device", device]
+    if profile is not None:
+        cmd += ["--profile-to", str(profile)]
     launched = time.time()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if res.returncode != 0:
         raise RuntimeError(f"engine worker failed:\n{res.stderr[-3000:]}")
     w = json.loads(res.stdout.strip().splitlines()[-1])
     s = {k: v - launched for k, v in w["stamps"].items()}
-    return {"ready": s["ready"], "first_token": s["first"],
-            "phases": {"import": s["imported"], "weight_load": w["load_s"],
-                       "kv_allocation": s["built"] - s["imported"] - w["load_s"]
-                       - w["graphs_s"], "cuda_graphs": w["graphs_s"],
-                       "warmup": s["ready"] - s["built"], "ready": s["ready"]},
+    phases = {"import": s["imported"], "weight_load": w["load_s"],
+              "kv_allocation": s["built"] - s["imported"] - w["load_s"] - w["kernels_s"]
+              - w["graphs_s"], "kernel_warmup": w["kernels_s"], "cuda_graphs": w["graphs_s"],
+              "warmup": s["ready"] - s["built"], "ready": s["ready"]}
+    if w["context_s"] is not None:
+        phases["cuda_context"] = w["context_s"]
+    return {"ready": s["ready"], "first_token": s["first"], "phases": phases,
             "sleep_s": w["sleep_s"], "wake_s": w["wake_s"],
             "first_token_after_wake_s": w["first_token_after_wake_s"], "exit_code": 0}
 
@@ -212,7 +244,7 @@ def server_available() -> str | None:
 
 
 def one(model: Path, args, cache_dir: Path, use_server: bool,
-        keep_log: Path | None = None) -> dict[str, Any]:
+        keep_log: Path | None = None, profile: Path | None = None) -> dict[str, Any]:
     """One start with ``EDGE_LLM_CACHE_DIR`` (and Triton's cache under it) set to cache_dir."""
     for var in ("TORCHINDUCTOR_CACHE_DIR",):
         os.environ.pop(var, None)
@@ -225,7 +257,22 @@ def one(model: Path, args, cache_dir: Path, use_server: bool,
         extra = ["--device", args.device, "--enable-sleep-endpoints", *args.serve_arg]
         return one_start(str(model), extra, args.timeout, after=sleep_and_wake,
                          keep_log=keep_log)
-    return engine_start(model, args.device, args.timeout)
+    return engine_start(model, args.device, args.timeout, profile)
+
+
+def phase_table(starts: list[dict[str, Any]]) -> str:
+    """Seconds per start-up phase, one row per start, the phases in the order the starts
+    recorded them (``cuda_context`` runs beside ``import``; ``ready``, last, counts from the
+    process start)."""
+    names = list(dict.fromkeys(p for r in starts for p in r["phases"] if p != "ready"))
+    names.append("ready")
+    rows = [("start", *names)]
+    for i, r in enumerate(starts, 1):
+        rows.append((str(i), *(f"{r['phases'][p]:.2f}" if p in r["phases"] else "-"
+                               for p in names)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                     for row in rows)
 
 
 def table(starts: list[dict[str, Any]]) -> str:
@@ -273,12 +320,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--drop-caches", action=argparse.BooleanOptionalAction, default=None,
                     help="drop the page cache before cold reads (default: on with CUDA only, "
                          "so shared CPU machines keep theirs)")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --engine-only: each start's engine construction under cProfile "
+                         "(profile<i>.txt under --out: where kv_allocation and the kernel "
+                         "warm-up spend their time; the phases then run slower)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--profile-to", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is None and args.out is None:
         ap.error("--out is required")
     if args.starts < 1:
         ap.error("--starts must be >= 1")
+    if args.profile and not args.engine_only:
+        ap.error("--profile needs --engine-only (the server loads the engine on a thread)")
     args.env = {}
     for item in args.start_env:
         index, sep, pair = item.partition(":")
@@ -293,7 +347,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
-        worker(args.worker, args.device)
+        worker(args.worker, args.device, args.profile_to)
         return 0
     setup_logging(args.out, "cold_start")
     missing = None if args.engine_only else server_available()
@@ -334,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            r = one(model, args, cache_dir, use_server, keep_log=args.out / f"server{i}.log")
+            r = one(model, args, cache_dir, use_server, keep_log=args.out / f"server{i}.log",
+                    profile=args.out / f"profile{i}.txt" if args.profile else None)
         except Exception as exc:  # noqa: BLE001 - recorded, the next start still runs
             results.error(args.shape, f"start {i}", exc, repr(exc)[-3000:])
             continue
@@ -357,10 +412,11 @@ def main(argv: list[str] | None = None) -> int:
                  100 * r["load_fraction"], r.get("wake_s") or -1,
                  " ".join(f"{k} {v:.2f}" for k, v in r["phases"].items() if k != "ready"))
     if starts:
-        text = table(starts)
-        data["table"] = text.splitlines()
+        text, phases = table(starts), phase_table(starts)
+        data["table"], data["phase_table"] = text.splitlines(), phases.splitlines()
         results.save()
-        log.info("cold start (%s, %s):\n%s", args.shape, mode, text)
+        log.info("cold start (%s, %s):\n%s\nstart-up phases (s):\n%s", args.shape, mode, text,
+                 phases)
     return 1 if results.data["errors"] or not starts else 0
 
 

@@ -33,7 +33,7 @@ def _check_start(r: dict, plain_gb_s: float) -> None:
 
 
 def test_engine_subprocess_starts_on_cpu(tmp_path):
-    d = _run(tmp_path, "--device", "cpu", "--engine-only", "--starts", "2")
+    d = _run(tmp_path, "--device", "cpu", "--engine-only", "--starts", "2", "--profile")
     assert d["mode"].startswith("engine subprocess")
     assert d["drop_caches"] == {"ok": False, "detail": "not asked"}
     warm = d["plain_read"]["warm"]
@@ -41,6 +41,11 @@ def test_engine_subprocess_starts_on_cpu(tmp_path):
     for key, cache in (("start1", "empty"), ("start2", "reused")):
         assert d[key]["compile_cache"] == cache
         _check_start(d[key], warm["gb_s"])
+        # the engine's phases, no CUDA ones on a CPU; the construction's profile
+        assert d[key]["phases"]["kernel_warmup"] == 0 and "cuda_context" not in d[key]["phases"]
+    assert "llm_engine.py" in (tmp_path / "out" / "profile1.txt").read_text()
+    assert d["phase_table"][0].split(" | ")[0:3] == ["start", "import", "weight_load"]
+    assert len(d["phase_table"]) == 3  # a header and two starts
 
 
 def test_server_start_on_cpu(tmp_path):
