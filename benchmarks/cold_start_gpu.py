@@ -144,14 +144,15 @@ def sleep_and_wake(url: str) -> dict[str, Any]:
             "first_token_after_wake_s": first}
 
 
-def worker(model: str, device: str, profile: Path | None = None) -> None:
+def worker(model: str, device: str, profile: Path | None = None, prep: bool = True) -> None:
     """The engine alone in this fresh process, phase by phase (stamps are time.time()), with
-    the device preparation `edge-llm serve` starts beside its imports. ``profile``: where the
-    engine construction's cProfile listing goes (the 40 costliest calls, cumulative)."""
+    the device preparation `edge-llm serve` starts beside its imports (``prep``; off: what
+    it buys). ``profile``: where the engine construction's cProfile listing goes (the 40
+    costliest calls, cumulative)."""
     stamps: dict[str, float] = {}
     from edge_llm.engine.device_prep import start_device_prep
 
-    prep = start_device_prep(device)
+    prepared = start_device_prep(device) if prep else None
     from edge_llm.config import EngineConfig, ModelConfig
     from edge_llm.engine.llm_engine import LLMEngine
     from edge_llm.sampling_params import SamplingParams
@@ -197,7 +198,7 @@ def worker(model: str, device: str, profile: Path | None = None) -> None:
     graphs_s = runner.graph_stats.seconds + runner.prefill_graph_stats.seconds
     print(json.dumps({"stamps": stamps, "load_s": engine.loaded.load_seconds,
                       "graphs_s": graphs_s, "kernels_s": runner.kernel_warmup_seconds,
-                      "context_s": prep.join().context_seconds,
+                      "prep": None if prepared is None else vars(prepared.join()),
                       "sleep_s": slept, "wake_s": woke,
                       "first_token_after_wake_s": time.perf_counter() - began}), flush=True)
 
@@ -212,11 +213,13 @@ def write_profile(profiler: Any, path: Path) -> None:
 
 
 def engine_start(model: Path, device: str, timeout: float,
-                 profile: Path | None = None) -> dict[str, Any]:
+                 profile: Path | None = None, prep: bool = True) -> dict[str, Any]:
     """The fallback start: ``worker`` in a fresh process, seconds since its launch."""
     cmd = [sys.executable, __file__, "--worker", str(model), "--device", device]
     if profile is not None:
         cmd += ["--profile-to", str(profile)]
+    if not prep:
+        cmd.append("--no-device-prep")
     launched = time.time()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if res.returncode != 0:
@@ -227,9 +230,9 @@ def engine_start(model: Path, device: str, timeout: float,
               "kv_allocation": s["built"] - s["imported"] - w["load_s"] - w["kernels_s"]
               - w["graphs_s"], "kernel_warmup": w["kernels_s"], "cuda_graphs": w["graphs_s"],
               "warmup": s["ready"] - s["built"], "ready": s["ready"]}
-    if w["context_s"] is not None:
-        phases["cuda_context"] = w["context_s"]
-    return {"ready": s["ready"], "first_token": s["first"], "phases": phases,
+    if w["prep"] and w["prep"]["context_seconds"] is not None:
+        phases["cuda_context"] = w["prep"]["context_seconds"]
+    return {"ready": s["ready"], "first_token": s["first"], "phases": phases, "prep": w["prep"],
             "sleep_s": w["sleep_s"], "wake_s": w["wake_s"],
             "first_token_after_wake_s": w["first_token_after_wake_s"], "exit_code": 0}
 
@@ -257,7 +260,7 @@ def one(model: Path, args, cache_dir: Path, use_server: bool,
         extra = ["--device", args.device, "--enable-sleep-endpoints", *args.serve_arg]
         return one_start(str(model), extra, args.timeout, after=sleep_and_wake,
                          keep_log=keep_log)
-    return engine_start(model, args.device, args.timeout, profile)
+    return engine_start(model, args.device, args.timeout, profile, args.device_prep)
 
 
 def phase_table(starts: list[dict[str, Any]]) -> str:
@@ -324,6 +327,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="with --engine-only: each start's engine construction under cProfile "
                          "(profile<i>.txt under --out: where kv_allocation and the kernel "
                          "warm-up spend their time; the phases then run slower)")
+    ap.add_argument("--device-prep", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --engine-only: the CUDA context and Triton's hash on a thread "
+                         "beside the imports, as serve does (--no-device-prep: without, to "
+                         "see what that overlap buys)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--profile-to", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -333,6 +340,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--starts must be >= 1")
     if args.profile and not args.engine_only:
         ap.error("--profile needs --engine-only (the server loads the engine on a thread)")
+    if not args.device_prep and not args.engine_only and args.worker is None:
+        ap.error("--no-device-prep needs --engine-only (serve always prepares the device)")
     args.env = {}
     for item in args.start_env:
         index, sep, pair = item.partition(":")
@@ -347,7 +356,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
-        worker(args.worker, args.device, args.profile_to)
+        worker(args.worker, args.device, args.profile_to, args.device_prep)
         return 0
     setup_logging(args.out, "cold_start")
     missing = None if args.engine_only else server_available()

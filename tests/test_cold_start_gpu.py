@@ -43,6 +43,7 @@ def test_engine_subprocess_starts_on_cpu(tmp_path):
         _check_start(d[key], warm["gb_s"])
         # the engine's phases, no CUDA ones on a CPU; the construction's profile
         assert d[key]["phases"]["kernel_warmup"] == 0 and "cuda_context" not in d[key]["phases"]
+        assert d[key]["prep"]["skipped"] == "not a CUDA device"  # serve's prep, no-op here
     assert "llm_engine.py" in (tmp_path / "out" / "profile1.txt").read_text()
     assert d["phase_table"][0].split(" | ")[0:3] == ["start", "import", "weight_load"]
     assert len(d["phase_table"]) == 3  # a header and two starts

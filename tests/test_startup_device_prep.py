@@ -50,6 +50,7 @@ def fresh(monkeypatch):
     hashed = []
     fake_cache = SimpleNamespace(triton_key=lambda: hashed.append(1) or "key")
     monkeypatch.setitem(sys.modules, "triton.runtime.cache", fake_cache)
+    monkeypatch.setitem(sys.modules, "triton.compiler.compiler", SimpleNamespace())
     monkeypatch.delenv("EDGE_LLM_KERNELS", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     return hashed
@@ -57,8 +58,11 @@ def fresh(monkeypatch):
 
 def with_driver(monkeypatch, driver: FakeDriver | None) -> list[str]:
     opened: list[str] = []
+    real = ctypes.CDLL
 
-    def cdll(name):
+    def cdll(name, *args, **kwargs):
+        if name != "libcuda.so.1":  # torch's own libraries, should it load meanwhile
+            return real(name, *args, **kwargs)
         opened.append(name)
         if driver is None:
             raise OSError(f"{name}: cannot open shared object file")

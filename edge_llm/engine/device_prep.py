@@ -73,9 +73,8 @@ class DevicePrep:
             if envs.KERNELS.get() == "torch" or envs.TRITON_INTERPRET.get():
                 return  # no compiled Triton kernels in this process
             began = time.perf_counter()
-            from triton.runtime.cache import triton_key
-
-            triton_key()
+            for key in _triton_key_functions():
+                key()
             self.result.triton_key_seconds = time.perf_counter() - began
         except Exception as exc:  # noqa: BLE001 - an optimisation only: the normal path reports
             self.result.skipped = f"{type(exc).__name__}: {exc}"
@@ -99,6 +98,22 @@ class DevicePrep:
         if cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device) != _CUDA_SUCCESS:
             return "the primary context could not be created"
         return ""
+
+
+def _triton_key_functions() -> list:
+    """Triton's ``triton_key``: in ``triton.runtime.cache`` (3.2 and later), in
+    ``triton.compiler.compiler`` before; each distinct one found (compile uses its own)."""
+    import importlib
+
+    found: list = []
+    for name in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            func = getattr(importlib.import_module(name), "triton_key", None)
+        except ImportError:
+            continue
+        if callable(func) and func not in found:
+            found.append(func)
+    return found
 
 
 def cuda_ordinal(device: str) -> int | None:
