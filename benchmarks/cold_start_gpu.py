@@ -157,6 +157,7 @@ def worker(model: str, device: str, profile: Path | None = None, prep: bool = Tr
     from edge_llm.engine.llm_engine import LLMEngine
     from edge_llm.sampling_params import SamplingParams
 
+    done = None if prepared is None else vars(prepared.join())  # as serve's factory waits
     stamps["imported"] = time.time()
     profiler = None
     if profile is not None:
@@ -198,7 +199,7 @@ def worker(model: str, device: str, profile: Path | None = None, prep: bool = Tr
     graphs_s = runner.graph_stats.seconds + runner.prefill_graph_stats.seconds
     print(json.dumps({"stamps": stamps, "load_s": engine.loaded.load_seconds,
                       "graphs_s": graphs_s, "kernels_s": runner.kernel_warmup_seconds,
-                      "prep": None if prepared is None else vars(prepared.join()),
+                      "prep": done,
                       "sleep_s": slept, "wake_s": woke,
                       "first_token_after_wake_s": time.perf_counter() - began}), flush=True)
 

@@ -156,10 +156,13 @@ def _default_factory(config: EngineConfig, phases: StartupPhases) -> Callable[[]
         began = time.perf_counter()
         # the CUDA context and Triton's hash beside the imports (`edge-llm serve` began it
         # earlier: this call then returns the running one)
-        start_device_prep(config.model.device)
+        prep = start_device_prep(config.model.device)
         from edge_llm.engine.async_engine import AsyncEngine  # torch loads here, off the loop
 
+        # done by now, as a rule; else waiting here costs what the load would spend on it
+        prepared = prep.join()
         phases.record("import", time.perf_counter() - began, "torch and the engine")
+        phases.record_device_prep(prepared)
         return AsyncEngine.from_config(config)
 
     return load

@@ -259,9 +259,7 @@ class StartupPhases:
         ``kernel_warmup_seconds``, CUDA), the CUDA graph capture (from ``engine.stats()``, when
         graphs were captured) and the rest (tokenizer, KV cache allocation; on CUDA also the
         memory probes and any wait for the context); an engine without ``engine.loaded`` (a
-        test double) records the whole as weight_load. The CUDA context made beside the
-        imports (engine/device_prep.py) is recorded as ``cuda_context``; it overlaps them."""
-        self._record_device_prep()
+        test double) records the whole as weight_load."""
         inner = getattr(engine, "engine", None)
         loaded = getattr(inner, "loaded", None)
         load_s = getattr(loaded, "load_seconds", None)
@@ -291,13 +289,9 @@ class StartupPhases:
             self.record("cuda_graphs", graphs_s,
                         f"{stats['num_cuda_graphs']} decode graphs, {mib:.0f} MiB")
 
-    def _record_device_prep(self) -> None:
-        from edge_llm.engine.device_prep import device_prep
-
-        prep = device_prep()
-        if prep is None:
-            return
-        result = prep.join(timeout=0)  # done long before the engine is built
+    def record_device_prep(self, result: Any) -> None:
+        """The CUDA context made beside the imports (a ``device_prep.PrepResult``), when it
+        was: ``cuda_context``, which overlaps ``import``."""
         if result.context_seconds is not None:
             key = (f"; Triton's hash {result.triton_key_seconds:.2f} s"
                    if result.triton_key_seconds is not None else "")
