@@ -36,14 +36,15 @@ def run_warmup(args: argparse.Namespace) -> int:
     engine_cfg, server_cfg, lifecycle = prepare_serve(args)
     from edge_llm.server import create_app
 
+    failures: list[BaseException] = []
     try:
-        app = create_app(engine_cfg, server_cfg, lifecycle=lifecycle)
+        app = create_app(engine_cfg, server_cfg, on_load_failure=failures.append,
+                         lifecycle=lifecycle)
     except (ValueError, OSError) as exc:
         raise RunError(str(exc)) from None
-    holder = app.state.ctx.holder
-    error = asyncio.run(_load(holder))
-    if error is not None:
-        raise RunError(f"the model failed to load: {error}")
+    error = asyncio.run(_load(app.state.ctx.holder))
+    if error is not None:  # worded as serve words it
+        raise RunError(f"the model failed to load: {failures[0] if failures else error}")
     root = envs.CACHE_DIR.get()
     logger.info("Warm-up only: done. %s keeps %s; copy it into the image for this GPU type "
                 "(recipes/warm-cache)", root, cache_summary(root, envs.TRITON_CACHE_DIR.get()))
