@@ -47,6 +47,7 @@ class FakeDriver:
 def fresh(monkeypatch):
     """No preparation started yet in this process; Triton's hash is a stub that counts."""
     monkeypatch.setattr(device_prep, "_prep", None)
+    monkeypatch.setattr(device_prep, "torch_built_with_cuda", lambda: True)
     hashed = []
     fake_cache = SimpleNamespace(triton_key=lambda: hashed.append(1) or "key")
     monkeypatch.setitem(sys.modules, "triton.runtime.cache", fake_cache)
@@ -145,3 +146,26 @@ def test_phases_name_the_context_and_the_kernel_warmup(fresh, monkeypatch, caplo
     assert caplog.text.count("startup phase cuda_context") == 1  # none for a CPU
     assert "on a thread beside the imports; Triton's hash" in caplog.text
     assert "startup phase kernel_warmup: 1.25 s" in caplog.text
+
+
+def test_a_cpu_build_of_torch_holds_no_context(fresh, monkeypatch):
+    monkeypatch.setattr(device_prep, "torch_built_with_cuda", lambda: False)
+    opened = with_driver(monkeypatch, FakeDriver(devices=1))
+    result = device_prep.start_device_prep("auto").join(timeout=10)
+    assert opened == [] and result.skipped == "torch is not built with CUDA"
+
+
+@pytest.mark.parametrize(("line", "cuda"), [
+    ("cuda: Optional[str] = '12.8'", True), ("cuda = '12.1'", True),
+    ("cuda: Optional[str] = None", False), ("cuda = None", False), ("", False),
+])
+def test_the_torch_build_is_read_without_importing_it(tmp_path, monkeypatch, line, cuda):
+    import importlib.util
+
+    (tmp_path / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (tmp_path / "version.py").write_text(f"__version__ = '2.10.0'\ndebug = False\n{line}\n"
+                                         "hip: Optional[str] = None\n")
+    spec = SimpleNamespace(origin=str(tmp_path / "__init__.py"))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: spec if name == "torch" else None)
+    assert device_prep.torch_built_with_cuda() is cuda

@@ -11,7 +11,8 @@ beside the imports of torch, litestar and the engine (which hold the GIL nearly 
 Nothing else is touched before torch: in particular not ``triton.runtime.driver.active``,
 which binds to torch's streams only when torch is imported first.
 
-Only for a CUDA device: ``cuda``, ``cuda:N``, or ``auto`` where the driver sees a GPU. A
+Only for a CUDA device (``cuda``, ``cuda:N``, or ``auto`` where the driver sees a GPU) and a
+torch built with CUDA (a CPU build on a GPU machine serves on the CPU: no context held). A
 failure here (no driver, no GPU, no Triton) is logged at debug level and changes nothing: the
 same work then happens where it always did, and reports its own errors there.
 """
@@ -64,6 +65,9 @@ class DevicePrep:
             if ordinal is None:
                 self.result.skipped = "not a CUDA device"
                 return
+            if not torch_built_with_cuda():  # auto on a CPU build: no context to hold
+                self.result.skipped = "torch is not built with CUDA"
+                return
             began = time.perf_counter()
             why = self._retain_primary_context(ordinal)
             if why:
@@ -114,6 +118,23 @@ def _triton_key_functions() -> list:
         if callable(func) and func not in found:
             found.append(func)
     return found
+
+
+def torch_built_with_cuda() -> bool:
+    """Whether the installed torch is a CUDA build, read from its ``version.py`` without
+    importing it (``cuda = None`` in CPU and ROCm builds); False where that cannot be read."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torch")  # the top-level package: nothing is imported
+    if spec is None or spec.origin is None:
+        return False
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return False
+    found = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(.+)$", text, re.MULTILINE)
+    return found is not None and found.group(1).strip() != "None"
 
 
 def cuda_ordinal(device: str) -> int | None:
