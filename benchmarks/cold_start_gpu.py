@@ -15,12 +15,15 @@ plain read of the same files into GPU memory.
    ``--engine-only --profile`` adds each construction's cProfile listing). Start 1
    follows a page-cache drop and has empty compile caches (a fresh ``EDGE_LLM_CACHE_DIR``);
    start 2 follows another drop and reuses the compile caches (what a platform's
-   scale-from-zero start sees with the cache on a volume); start 3 has both warm.
+   scale-from-zero start sees with the cache on a volume); start 3 has both warm. With
+   ``--bake`` the caches come from ``edge-llm warmup`` instead (an image's build step), and
+   every start finds them.
    Each: process start -> ready, -> first token; weight-load GB/s (the
    checkpoint bytes over the weight_load phase) as a fraction of the plain read of the same
    cache state; then level-1 sleep and the wake-up's seconds.
 
-Targets: ready < 15 s, first token < 16 s, weight load >= 50% of the plain read, wake < 2 s.
+Targets: ready and first token <= 7 s with a warm page cache and compile caches, <= 15 s
+after a page-cache drop; weight load >= 50% of the plain read; wake < 2 s.
 Writes cold_start.json and cold_start.log under --out and prints one table.
 """
 
@@ -48,7 +51,10 @@ from e2e_common import (
     synchronize,
 )
 
-TARGETS = {"ready_s": 15.0, "first_token_s": 16.0, "load_fraction": 0.5, "wake_s": 2.0}
+# issue #37: ready and first token within 7 s with warm caches (page cache and compile
+# caches), within 15 s on a fresh machine whose image carries the compile caches
+TARGETS = {"ready_s": 15.0, "first_token_s": 15.0, "warm_s": 7.0, "load_fraction": 0.5,
+           "wake_s": 2.0}
 
 
 def _cached_mb() -> float | None:
@@ -264,6 +270,24 @@ def one(model: Path, args, cache_dir: Path, use_server: bool,
     return engine_start(model, args.device, args.timeout, profile, args.device_prep)
 
 
+def bake(model: Path, args, cache_dir: Path) -> dict[str, Any]:
+    """The image build step (recipes/warm-cache): ``edge-llm warmup`` with the starts' flags
+    fills ``cache_dir``; the starts then find every kernel and probe there."""
+    env = {**os.environ, "EDGE_LLM_CACHE_DIR": str(cache_dir),
+           "TRITON_CACHE_DIR": str(cache_dir / "triton")}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    cmd = [sys.executable, "-m", "edge_llm.cli", "warmup", str(model), "--device", args.device,
+           *args.serve_arg]
+    began = time.perf_counter()
+    # from outside the checkout, as the starts run (the installed package is imported)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env,
+                         cwd=tempfile.gettempdir())
+    done = [ln for ln in res.stderr.splitlines() if "Warm-up only: done." in ln]
+    return {"seconds": time.perf_counter() - began, "exit_code": res.returncode,
+            "summary": done[-1].split("done. ", 1)[-1] if done else "",
+            "log_tail": res.stderr[-3000:]}
+
+
 def phase_table(starts: list[dict[str, Any]]) -> str:
     """Seconds per start-up phase, one row per start, the phases in the order the starts
     recorded them (``cuda_context`` runs beside ``import``; ``ready``, last, counts from the
@@ -284,14 +308,18 @@ def table(starts: list[dict[str, Any]]) -> str:
     def mark(value: float | None, ok: bool) -> str:
         return "n/a" if value is None else f"{value:.3g} {'ok' if ok else 'NO'}"
 
-    head = ("start", "page cache", "compile cache", "ready s (<15)", "first token s (<16)",
-            "load GB/s", "load / plain read (>=0.5)", "wake s (<2)")
+    head = ("start", "page cache", "compile cache", "ready s (<15, warm <7)",
+            "first token s (<15, warm <7)", "load GB/s", "load / plain read (>=0.5)",
+            "wake s (<2)")
     rows = [head]
     for i, r in enumerate(starts, 1):
         first, wake = r.get("first_token"), r.get("wake_s")
+        warm = r["page_cache"] == "warm"
+        ready_max = TARGETS["warm_s"] if warm else TARGETS["ready_s"]
+        first_max = TARGETS["warm_s"] if warm else TARGETS["first_token_s"]
         rows.append((f"{i} {r.get('env', '')}".strip(), r["page_cache"], r["compile_cache"],
-                     mark(r["ready"], r["ready"] < TARGETS["ready_s"]),
-                     mark(first, first is not None and first < TARGETS["first_token_s"]),
+                     mark(r["ready"], r["ready"] <= ready_max),
+                     mark(first, first is not None and first <= first_max),
                      f"{r['load_gb_s']:.3g}",
                      mark(r["load_fraction"], r["load_fraction"] >= TARGETS["load_fraction"]),
                      mark(wake, wake is not None and wake < TARGETS["wake_s"])))
@@ -332,6 +360,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="with --engine-only: the CUDA context and Triton's hash on a thread "
                          "beside the imports, as serve does (--no-device-prep: without, to "
                          "see what that overlap buys)")
+    ap.add_argument("--bake", action="store_true",
+                    help="fill the compile cache with `edge-llm warmup` first (the image build "
+                         "step of recipes/warm-cache), then start every time from it: what a "
+                         "fresh machine whose image carries the caches sees")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--profile-to", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -389,6 +421,15 @@ def main(argv: list[str] | None = None) -> int:
     results.save()
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="compile-cache-",
                                                         dir=args.ckpt_dir))
+    if args.bake:
+        data["bake"] = bake(model, args, cache_dir)
+        results.save()
+        log.info("bake (edge-llm warmup): %.1f s, exit %d: %s", data["bake"]["seconds"],
+                 data["bake"]["exit_code"], data["bake"]["summary"])
+        if data["bake"]["exit_code"] != 0:
+            results.error(args.shape, "bake", RuntimeError("edge-llm warmup failed"),
+                          data["bake"]["log_tail"])
+            return 1
     starts = []
     for i in range(1, args.starts + 1):
         state = "cold" if i <= args.cold_starts and drop["ok"] else "warm"
@@ -411,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                     os.environ[k] = v
         r["env"] = " ".join(f"{k}={v}" for k, v in env.items())
         r["page_cache"] = state
-        r["compile_cache"] = "given" if args.cache_dir else ("empty" if i == 1 else "reused")
+        r["compile_cache"] = ("baked" if args.bake else "given" if args.cache_dir
+                              else "empty" if i == 1 else "reused")
         r["load_gb_s"] = nbytes / 1e9 / r["phases"]["weight_load"]
         r["load_fraction"] = r["load_gb_s"] / reads[state]["gb_s"]
         starts.append(r)

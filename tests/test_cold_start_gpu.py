@@ -50,9 +50,12 @@ def test_engine_subprocess_starts_on_cpu(tmp_path):
 
 
 def test_server_start_on_cpu(tmp_path):
-    d = _run(tmp_path, "--device", "cpu", "--starts", "1")
+    d = _run(tmp_path, "--device", "cpu", "--starts", "1", "--bake")
     assert d["mode"] == "server"
+    # the caches came from `edge-llm warmup` (nothing to compile on a CPU)
+    assert d["bake"]["exit_code"] == 0 and "0 Triton cache files" in d["bake"]["summary"]
     r = d["start1"]
+    assert r["compile_cache"] == "baked"
     _check_start(r, d["plain_read"]["warm"]["gb_s"])
     assert r["health_asleep"] == 503 and r["port_open"] <= r["ready"]
     assert set(r["phases"]) >= {"import", "weight_load", "kv_allocation", "ready"}
