@@ -5,6 +5,8 @@ against a plain read of the same files, and a sleep / wake-up, over several star
     python benchmarks/cold_start.py                     # CPU: the demo model
     python benchmarks/cold_start.py MODEL --device cuda --starts 2 --serve-arg=--no-warmup
     python benchmarks/cold_start.py --smoke             # the tiny random model on CPU
+    python benchmarks/cold_start.py --bake --out $OUT   # from the caches edge-llm warmup bakes
+    python benchmarks/cold_start.py --engine-only --no-device-prep --out $OUT
 
 The model: MODEL (a checkpoint folder), else ``--shape`` (a random checkpoint built under
 ``--ckpt-dir``), else a random Llama-2-7B-shape AWQ on CUDA and the demo model on the CPU.
@@ -14,27 +16,30 @@ The model: MODEL (a checkpoint folder), else ``--shape`` (a random checkpoint bu
 2. Plain read: each safetensors file read with ``readinto`` into two pinned host buffers in
    turn, each chunk copied to one device tensor (asynchronously, the next read overlaps the
    copy): GB/s with a cold page cache (after a drop) and with a warm one.
-3. Starts: ``edge-llm serve`` (``lib.server_start.one_start``), or without litestar the engine in a
-   fresh process with the same phases (import, weight load, KV allocation, warm-up). Start 1
-   follows a page-cache drop and has empty compile caches (a fresh ``EDGE_LLM_CACHE_DIR``);
-   start 2 follows another drop and reuses the compile caches (what a platform's
-   scale-from-zero start sees with the cache on a volume); start 3 has both warm.
+3. Starts: ``edge-llm serve`` (``lib.server_start.one_start``), or (``--engine-only``, or
+   without litestar) the engine in a fresh process with the same phases
+   (``lib.engine_start``: import, the CUDA context beside it unless ``--no-device-prep``,
+   weight load, KV allocation, kernel warm-up, CUDA graphs, warm-up; ``--profile`` adds each
+   construction's cProfile listing). Start 1 follows a page-cache drop and has empty compile
+   caches (a fresh ``EDGE_LLM_CACHE_DIR``); start 2 follows another drop and reuses the
+   compile caches (what a platform's scale-from-zero start sees with the cache on a volume);
+   start 3 has both warm. With ``--bake`` the caches come from ``edge-llm warmup`` first (an
+   image's build step), and every start finds them.
    Each: process start -> ready, -> first token; weight-load GB/s (the
    checkpoint bytes over the weight_load phase) as a fraction of the plain read of the same
    cache state; then level-1 sleep and the wake-up's seconds.
 
-Targets (a 7B model on a GPU): ready < 15 s, first token < 16 s, weight load >= 50% of the
-plain read, wake < 2 s. Writes cold_start.json, cold_start.log and each start's server log
-under --out (default: $OUT, else a fresh temporary folder) and prints one table.
+Targets (issue #37, a 7B model on a GPU): ready and first token <= 7 s with a warm page cache
+and compile caches, <= 15 s after a page-cache drop; weight load >= 50% of the plain read;
+wake < 2 s. Writes cold_start.json, cold_start.log and each start's server log (or profile)
+under --out (default: $OUT, else a fresh temporary folder) and prints two tables: the
+targets per start, and the seconds of each start-up phase per start.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,9 +56,13 @@ from lib.e2e_common import (
     setup_logging,
     synchronize,
 )
-from lib.server_start import one_start, sleep_and_wake
+from lib.engine_start import engine_start, worker
+from lib.server_start import bake, one_start, sleep_and_wake
 
-TARGETS = {"ready_s": 15.0, "first_token_s": 16.0, "load_fraction": 0.5, "wake_s": 2.0}
+# issue #37: ready and first token within 7 s with warm caches (page cache and compile
+# caches), within 15 s on a fresh machine whose image carries the compile caches
+TARGETS = {"ready_s": 15.0, "first_token_s": 15.0, "warm_s": 7.0, "load_fraction": 0.5,
+           "wake_s": 2.0}
 
 
 def _cached_mb() -> float | None:
@@ -120,66 +129,6 @@ def plain_read(files: list[Path], device: str, chunk: int = 64 * MiB) -> dict[st
     return {"bytes": total, "seconds": seconds, "gb_s": total / 1e9 / seconds, "pinned": cuda}
 
 
-def worker(model: str, device: str) -> None:
-    """The engine alone in this fresh process, phase by phase (stamps are time.time())."""
-    stamps: dict[str, float] = {}
-    from edge_llm.config import EngineConfig, ModelConfig
-    from edge_llm.engine.llm_engine import LLMEngine
-    from edge_llm.sampling_params import SamplingParams
-
-    stamps["imported"] = time.time()
-    engine = LLMEngine(EngineConfig(model=ModelConfig(model=model, device=device)))
-    stamps["built"] = time.time()
-
-    def run(prompts: list[list[int]], tokens: int) -> float:
-        params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-        for i, p in enumerate(prompts):
-            engine.add_request(f"r{time.time()}-{i}", p, params)
-        while engine.has_unfinished():
-            for out in engine.step():
-                if out.outputs and out.outputs[0].token_ids and "first" not in stamps:
-                    stamps["first"] = time.time()
-        return time.time()
-
-    # the server's built-in warm-up: 3 decode steps at batch 1, then at batch 4
-    run([[1] + list(range(10, 26))], 3)
-    run([[1, 5 + i] + list(range(10, 26)) for i in range(4)], 3)
-    stamps["ready"] = time.time()
-    stamps.pop("first", None)
-    run([[1] + list(range(30, 40))], 1)
-    began = time.perf_counter()
-    engine.sleep(1)
-    slept = time.perf_counter() - began
-    began = time.perf_counter()
-    engine.wake_up()
-    woke = time.perf_counter() - began
-    began = time.perf_counter()
-    run([[1] + list(range(40, 50))], 1)
-    graphs_s = getattr(getattr(engine.runner, "graph_stats", None), "seconds", 0.0)
-    print(json.dumps({"stamps": stamps, "load_s": engine.loaded.load_seconds,
-                      "graphs_s": graphs_s,
-                      "sleep_s": slept, "wake_s": woke,
-                      "first_token_after_wake_s": time.perf_counter() - began}), flush=True)
-
-
-def engine_start(model: Path, device: str, timeout: float) -> dict[str, Any]:
-    """The fallback start: ``worker`` in a fresh process, seconds since its launch."""
-    cmd = [sys.executable, __file__, "--worker", str(model), "--device", device]
-    launched = time.time()
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if res.returncode != 0:
-        raise RuntimeError(f"engine worker failed:\n{res.stderr[-3000:]}")
-    w = json.loads(res.stdout.strip().splitlines()[-1])
-    s = {k: v - launched for k, v in w["stamps"].items()}
-    return {"ready": s["ready"], "first_token": s["first"],
-            "phases": {"import": s["imported"], "weight_load": w["load_s"],
-                       "kv_allocation": s["built"] - s["imported"] - w["load_s"]
-                       - w["graphs_s"], "cuda_graphs": w["graphs_s"],
-                       "warmup": s["ready"] - s["built"], "ready": s["ready"]},
-            "sleep_s": w["sleep_s"], "wake_s": w["wake_s"],
-            "first_token_after_wake_s": w["first_token_after_wake_s"], "exit_code": 0}
-
-
 def server_available() -> str | None:
     try:
         import litestar  # noqa: F401
@@ -190,7 +139,7 @@ def server_available() -> str | None:
 
 
 def one(model: Path, args, cache_dir: Path, use_server: bool,
-        keep_log: Path | None = None) -> dict[str, Any]:
+        keep_log: Path | None = None, profile: Path | None = None) -> dict[str, Any]:
     """One start with ``EDGE_LLM_CACHE_DIR`` (and Triton's cache under it) set to cache_dir."""
     for var in ("TORCHINDUCTOR_CACHE_DIR",):
         os.environ.pop(var, None)
@@ -201,7 +150,23 @@ def one(model: Path, args, cache_dir: Path, use_server: bool,
         extra = ["--device", args.device, "--enable-sleep-endpoints", *args.serve_arg]
         return one_start(str(model), extra, args.timeout, after=sleep_and_wake,
                          keep_log=keep_log)
-    return engine_start(model, args.device, args.timeout)
+    return engine_start(Path(__file__), model, args.device, args.timeout, profile,
+                        args.device_prep)
+
+
+def phase_table(starts: list[dict[str, Any]]) -> str:
+    """Seconds per start-up phase, one row per start, the phases in the order the starts
+    recorded them (``cuda_context`` runs beside ``import``; ``ready``, last, counts from the
+    process start)."""
+    names = list(dict.fromkeys(p for r in starts for p in r["phases"] if p != "ready"))
+    names.append("ready")
+    rows = [("start", *names)]
+    for i, r in enumerate(starts, 1):
+        rows.append((str(i), *(f"{r['phases'][p]:.2f}" if p in r["phases"] else "-"
+                               for p in names)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                     for row in rows)
 
 
 def table(starts: list[dict[str, Any]]) -> str:
@@ -209,14 +174,19 @@ def table(starts: list[dict[str, Any]]) -> str:
     def mark(value: float | None, ok: bool) -> str:
         return "n/a" if value is None else f"{value:.3g} {'ok' if ok else 'NO'}"
 
-    head = ("start", "page cache", "compile cache", "ready s (<15)", "first token s (<16)",
-            "load GB/s", "load / plain read (>=0.5)", "wake s (<2)")
+    head = ("start", "page cache", "compile cache", "ready s (<15, warm <7)",
+            "first token s (<15, warm <7)", "load GB/s", "load / plain read (>=0.5)",
+            "wake s (<2)")
     rows = [head]
     for i, r in enumerate(starts, 1):
         first, wake = r.get("first_token"), r.get("wake_s")
+        # the 7 s target holds where both the page cache and the compile caches are warm
+        warm = r["page_cache"] == "warm" and r["compile_cache"] != "empty"
+        ready_max = TARGETS["warm_s"] if warm else TARGETS["ready_s"]
+        first_max = TARGETS["warm_s"] if warm else TARGETS["first_token_s"]
         rows.append((f"{i} {r.get('env', '')}".strip(), r["page_cache"], r["compile_cache"],
-                     mark(r["ready"], r["ready"] < TARGETS["ready_s"]),
-                     mark(first, first is not None and first < TARGETS["first_token_s"]),
+                     mark(r["ready"], r["ready"] <= ready_max),
+                     mark(first, first is not None and first <= first_max),
                      f"{r['load_gb_s']:.3g}",
                      mark(r["load_fraction"], r["load_fraction"] >= TARGETS["load_fraction"]),
                      mark(wake, wake is not None and wake < TARGETS["wake_s"])))
@@ -271,7 +241,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--drop-caches", action=argparse.BooleanOptionalAction, default=None,
                     help="drop the page cache before cold reads (default: on with CUDA only, "
                          "so shared CPU machines keep theirs)")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --engine-only: each start's engine construction under cProfile "
+                         "(profile<i>.txt under --out: where kv_allocation and the kernel "
+                         "warm-up spend their time; the phases then run slower)")
+    ap.add_argument("--device-prep", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --engine-only: the CUDA context and Triton's hash on a thread "
+                         "beside the imports, as serve does (--no-device-prep: without, to "
+                         "see what that overlap buys)")
+    ap.add_argument("--bake", action="store_true",
+                    help="fill the compile cache with `edge-llm warmup` first (the image build "
+                         "step of recipes/warm-cache), then start every time from it: what a "
+                         "fresh machine whose image carries the caches sees")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--profile-to", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.smoke:
         if args.model or (args.shape or "tiny-llama") != "tiny-llama":
@@ -288,6 +271,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="cold-start-"))
     if args.starts < 1:
         ap.error("--starts must be >= 1")
+    if args.profile and not args.engine_only:
+        ap.error("--profile needs --engine-only (the server loads the engine on a thread)")
+    if not args.device_prep and not args.engine_only and args.worker is None:
+        ap.error("--no-device-prep needs --engine-only (serve always prepares the device)")
     args.env = {}
     for item in args.start_env:
         index, sep, pair = item.partition(":")
@@ -302,7 +289,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
-        worker(args.worker, args.device)
+        worker(args.worker, args.device, args.profile_to, args.device_prep)
         return 0
     setup_logging(args.out, "cold_start")
     missing = None if args.engine_only else server_available()
@@ -335,6 +322,16 @@ def main(argv: list[str] | None = None) -> int:
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="compile-cache-",
                                                         dir=args.ckpt_dir))
+    if args.bake:
+        data["bake"] = bake(str(model), ["--device", args.device, *args.serve_arg], cache_dir,
+                            args.timeout)
+        results.save()
+        log.info("bake (edge-llm warmup): %.1f s, exit %d: %s", data["bake"]["seconds"],
+                 data["bake"]["exit_code"], data["bake"]["summary"])
+        if data["bake"]["exit_code"] != 0:
+            results.error(label, "bake", RuntimeError("edge-llm warmup failed"),
+                          data["bake"]["log_tail"])
+            return 1
     starts = []
     for i in range(1, args.starts + 1):
         state = "cold" if i <= args.cold_starts and drop["ok"] else "warm"
@@ -344,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            r = one(model, args, cache_dir, use_server, keep_log=args.out / f"server{i}.log")
+            r = one(model, args, cache_dir, use_server, keep_log=args.out / f"server{i}.log",
+                    profile=args.out / f"profile{i}.txt" if args.profile else None)
         except Exception as exc:  # noqa: BLE001 - recorded, the next start still runs
             results.error(label, f"start {i}", exc, repr(exc)[-3000:])
             continue
@@ -356,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
                     os.environ[k] = v
         r["env"] = " ".join(f"{k}={v}" for k, v in env.items())
         r["page_cache"] = state
-        r["compile_cache"] = "given" if args.cache_dir else ("empty" if i == 1 else "reused")
+        r["compile_cache"] = ("baked" if args.bake else "given" if args.cache_dir
+                              else "empty" if i == 1 else "reused")
         r["load_gb_s"] = nbytes / 1e9 / r["phases"]["weight_load"]
         r["load_fraction"] = r["load_gb_s"] / reads[state]["gb_s"]
         starts.append(r)
@@ -367,10 +366,11 @@ def main(argv: list[str] | None = None) -> int:
                  100 * r["load_fraction"], r.get("wake_s") or -1,
                  " ".join(f"{k} {v:.2f}" for k, v in r["phases"].items() if k != "ready"))
     if starts:
-        text = table(starts)
-        data["table"] = text.splitlines()
+        text, phases = table(starts), phase_table(starts)
+        data["table"], data["phase_table"] = text.splitlines(), phases.splitlines()
         results.save()
-        log.info("cold start (%s, %s):\n%s", label, mode, text)
+        log.info("cold start (%s, %s):\n%s\nstart-up phases (s):\n%s", label, mode, text,
+                 phases)
     return 1 if results.data["errors"] or not starts else 0
 
 

@@ -184,10 +184,11 @@ def setup_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT: then new requests get 503 (or a refused connection), those
-    in flight get ``--drain-timeout`` seconds to finish, and the exit code is 0."""
-    started = time.time()
+def prepare_serve(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """What ``serve`` (and ``warmup``) do before the server loads: the compile caches' place,
+    the settings checked (UsageError / RunError), logging, then the device preparation and
+    the checkpoint prefetch started. Returns (EngineConfig, ServerConfig, LifecycleConfig)."""
+    from edge_llm.engine.device_prep import start_device_prep
     from edge_llm.model.prefetch import start_prefetch
     from edge_llm.server.hooks import set_compile_cache_env
 
@@ -205,9 +206,19 @@ def run_serve(args: argparse.Namespace) -> int:
         envs.check_all()  # every declared variable's value, before anything loads
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    # the checkpoint into the page cache while torch is imported
+    # the CUDA context and Triton's hash, then the checkpoint into the page cache, on their
+    # own threads while the server and torch are imported
+    start_device_prep(engine_cfg.model.device)
     start_prefetch(args.model, engine_cfg.model.revision,
                    compile_cache=envs.TRITON_CACHE_DIR.get())
+    return engine_cfg, server_cfg, lifecycle
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT: then new requests get 503 (or a refused connection), those
+    in flight get ``--drain-timeout`` seconds to finish, and the exit code is 0."""
+    started = time.time()
+    engine_cfg, server_cfg, lifecycle = prepare_serve(args)
     failures: list[BaseException] = []
     server: Any = None
 

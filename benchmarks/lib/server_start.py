@@ -1,7 +1,8 @@
 """Starting ``edge-llm serve`` from a benchmark: a fresh process on a free port, timed to the
 port opening, to ready (/health 200) and to the first streamed token, with the server's own
-start-up phases (``edge_llm:startup_phase_seconds`` from /metrics); and a level-1 sleep and
-wake-up of a running server."""
+start-up phases (``edge_llm:startup_phase_seconds`` from /metrics); a level-1 sleep and
+wake-up of a running server; and ``edge-llm warmup``, the same start-up up to ready that fills
+the compile caches (an image's build step) and exits."""
 
 from __future__ import annotations
 
@@ -114,3 +115,22 @@ def sleep_and_wake(url: str) -> dict[str, Any]:
                 break
     return {"sleep_s": slept, "health_asleep": health, "wake_s": woke,
             "first_token_after_wake_s": first}
+
+
+def bake(model: str, extra: list[str], cache_dir: Path, timeout: float) -> dict[str, Any]:
+    """The image build step of recipes/warm-cache: ``edge-llm warmup MODEL EXTRA`` (the
+    starts' serve flags) fills ``cache_dir`` (``EDGE_LLM_CACHE_DIR``, Triton's cache under
+    it), so that the starts from it find every kernel and probe result there. ``summary``:
+    warmup's last line (what the folder holds)."""
+    env = {**os.environ, "EDGE_LLM_CACHE_DIR": str(cache_dir),
+           "TRITON_CACHE_DIR": str(cache_dir / "triton")}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    cmd = [sys.executable, "-m", "edge_llm.cli", "warmup", model, *extra]
+    began = time.perf_counter()
+    # from outside the checkout, as the starts run (the installed package is imported)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                         cwd=tempfile.gettempdir())
+    done = [ln for ln in res.stderr.splitlines() if "Warm-up only: done." in ln]
+    return {"seconds": time.perf_counter() - began, "exit_code": res.returncode,
+            "summary": done[-1].split("done. ", 1)[-1] if done else "",
+            "log_tail": res.stderr[-3000:]}

@@ -20,6 +20,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from edge_llm.config import EngineConfig, ServerConfig
+from edge_llm.engine.device_prep import start_device_prep
 
 from . import openapi
 from .context import USAGE_KEY, ServerContext
@@ -154,9 +155,15 @@ def _default_factory(config: EngineConfig, phases: StartupPhases
                      ) -> Callable[[], ServingEngine]:
     def load() -> ServingEngine:
         began = time.perf_counter()
+        # the CUDA context and Triton's hash beside the imports (`edge-llm serve` began it
+        # earlier: this call then returns the running one)
+        prep = start_device_prep(config.model.device)
         from edge_llm.engine.async_engine import AsyncEngine  # torch loads here, off the loop
 
+        # done by now, as a rule; else waiting here costs what the load would spend on it
+        prepared = prep.join()
         phases.record("import", time.perf_counter() - began, "torch and the engine")
+        phases.record_device_prep(prepared)
         return AsyncEngine.from_config(config)
 
     return load

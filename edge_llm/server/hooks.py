@@ -1,12 +1,14 @@
 """Scale-to-zero settings and the pieces the server's lifecycle calls: start-up phase timing,
 warm-up passes, user hooks and the persistent compile caches.
 
-    process start -> import -> [demo_build] -> weight_load -> kv_allocation -> cuda_graphs
-                  -> [on_load] -> warmup -> ready [on_ready] -> (idle) sleep [on_sleep]
-                  -> wake_up [on_wake] -> ...
+    process start -> import -> [demo_build] -> weight_load -> kv_allocation -> kernel_warmup
+                  -> cuda_graphs -> [on_load] -> warmup -> ready [on_ready] -> (idle) sleep
+                  -> [on_sleep] -> wake_up [on_wake] -> ...
+                  [cuda_context]: on a thread of its own, beside import (engine/device_prep.py)
 
 (``demo_build``: the first start of the built-in demo model fetches its GGUF source and
-quantizes it; later starts find it in the cache.)
+quantizes it; later starts find it in the cache. ``kernel_warmup``: the Triton kernels a
+prefill needs, compiled or loaded from the cache directory.)
 
 A user hook is ``module:function``; it is called as ``function(event, state)`` with ``event``
 one of ``HOOK_EVENTS`` and ``state`` the Litestar app state (``state.ctx`` is the server's
@@ -40,8 +42,8 @@ logger = logging.getLogger("edge_llm.server")
 
 HOOK_EVENTS = ("on_load", "on_ready", "on_sleep", "on_wake")
 # start-up phases in order; "ready" is seconds from process start to ready
-PHASES = ("import", "demo_build", "weight_load", "kv_allocation", "cuda_graphs", "warmup",
-          "ready")
+PHASES = ("import", "cuda_context", "demo_build", "weight_load", "kv_allocation",
+          "kernel_warmup", "cuda_graphs", "warmup", "ready")
 WARMUP_PROMPT = "Warm-up: list three colours, then count from one to ten."
 
 
@@ -258,10 +260,11 @@ class StartupPhases:
 
     def record_engine(self, engine: ServingEngine, construct_seconds: float) -> None:
         """Split the engine's construction into the demo model's first-start build (when it
-        happened), weight loading (the loader's own figure), the decode CUDA graph capture
-        (from ``engine.stats()``, when graphs were captured) and the rest (tokenizer, KV cache
-        allocation; on CUDA also the context and the memory profile); an engine without
-        ``engine.loaded`` (a test double) records the whole as weight_load."""
+        happened), weight loading (the loader's own figure), the kernel warm-up (the runner's
+        ``kernel_warmup_seconds``, CUDA), the CUDA graph capture (from ``engine.stats()``, when
+        graphs were captured) and the rest (tokenizer, KV cache allocation; on CUDA also the
+        memory probes and any wait for the context); an engine without ``engine.loaded`` (a
+        test double) records the whole as weight_load."""
         inner = getattr(engine, "engine", None)
         loaded = getattr(inner, "loaded", None)
         load_s = getattr(loaded, "load_seconds", None)
@@ -276,15 +279,29 @@ class StartupPhases:
         self.record("weight_load", load_s, f"{gb:.2f} GB at {gb / max(load_s, 1e-9):.2f} GB/s")
         stats = engine.stats() if callable(getattr(engine, "stats", None)) else {}
         graphs_s = float(stats.get("cuda_graph_capture_seconds") or 0.0)
+        kernels_s = float(getattr(getattr(inner, "runner", None), "kernel_warmup_seconds", 0.0)
+                          or 0.0)
         on_cuda = getattr(getattr(loaded, "device", None), "type", None) == "cuda"
-        what = ("CUDA context, tokenizer, memory profile and KV cache" if on_cuda
-                else "tokenizer and KV cache")
+        what = ("tokenizer, memory probes, KV cache and any wait for the CUDA context"
+                if on_cuda else "tokenizer and KV cache")
         self.record("kv_allocation",
-                    max(construct_seconds - demo_s - load_s - graphs_s, 0.0), what)
+                    max(construct_seconds - demo_s - load_s - kernels_s - graphs_s, 0.0), what)
+        if kernels_s:
+            self.record("kernel_warmup", kernels_s, "Triton kernels of every prefill size, "
+                        "compiled or loaded from the cache directory")
         if stats.get("num_cuda_graphs"):
             mib = stats.get("cuda_graph_memory_bytes", 0) / (1 << 20)
             self.record("cuda_graphs", graphs_s,
                         f"{stats['num_cuda_graphs']} decode graphs, {mib:.0f} MiB")
+
+    def record_device_prep(self, result: Any) -> None:
+        """The CUDA context made beside the imports (a ``device_prep.PrepResult``), when it
+        was: ``cuda_context``, which overlaps ``import``."""
+        if result.context_seconds is not None:
+            key = (f"; Triton's hash {result.triton_key_seconds:.2f} s"
+                   if result.triton_key_seconds is not None else "")
+            self.record("cuda_context", result.context_seconds,
+                        f"on a thread beside the imports{key}")
 
     def record_ready(self) -> None:
         self.record("ready", time.time() - self.process_start, "since process start")

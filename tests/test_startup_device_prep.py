@@ -1,0 +1,171 @@
+"""The start-up's device preparation (edge_llm/engine/device_prep.py): which ``--device``
+values it prepares, the driver calls that create the primary context, Triton's hash computed
+beside them, nothing at all for a CPU, and the ``cuda_context`` / ``kernel_warmup`` phases it
+and the runner give the start-up log. A fake driver stands in for libcuda (no GPU here)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from edge_llm.engine import device_prep
+from edge_llm.server.hooks import StartupPhases
+
+
+class FakeDriver:
+    """libcuda's four calls the preparation makes, with ``devices`` GPUs."""
+
+    def __init__(self, devices: int, retain_result: int = 0) -> None:
+        self.devices = devices
+        self.retain_result = retain_result
+        self.calls: list[tuple] = []
+
+    def cuInit(self, flags):  # noqa: N802 - the driver's names
+        self.calls.append(("cuInit", flags))
+        return 0
+
+    def cuDeviceGetCount(self, ref):  # noqa: N802
+        ref._obj.value = self.devices
+        self.calls.append(("cuDeviceGetCount",))
+        return 0
+
+    def cuDeviceGet(self, ref, ordinal):  # noqa: N802
+        ref._obj.value = 100 + ordinal  # a handle, not the ordinal
+        self.calls.append(("cuDeviceGet", ordinal))
+        return 0
+
+    def cuDevicePrimaryCtxRetain(self, ref, device):  # noqa: N802
+        ref._obj.value = 0xC0
+        self.calls.append(("cuDevicePrimaryCtxRetain", device.value))
+        return self.retain_result
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """No preparation started yet in this process; Triton's hash is a stub that counts."""
+    monkeypatch.setattr(device_prep, "_prep", None)
+    monkeypatch.setattr(device_prep, "torch_built_with_cuda", lambda: True)
+    hashed = []
+    fake_cache = SimpleNamespace(triton_key=lambda: hashed.append(1) or "key")
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", fake_cache)
+    monkeypatch.setitem(sys.modules, "triton.compiler.compiler", SimpleNamespace())
+    monkeypatch.delenv("EDGE_LLM_KERNELS", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    return hashed
+
+
+def with_driver(monkeypatch, driver: FakeDriver | None) -> list[str]:
+    opened: list[str] = []
+    real = ctypes.CDLL
+
+    def cdll(name, *args, **kwargs):
+        if name != "libcuda.so.1":  # torch's own libraries, should it load meanwhile
+            return real(name, *args, **kwargs)
+        opened.append(name)
+        if driver is None:
+            raise OSError(f"{name}: cannot open shared object file")
+        return driver
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    return opened
+
+
+@pytest.mark.parametrize(("device", "ordinal"), [
+    ("auto", 0), ("cuda", 0), ("CUDA", 0), ("cuda:3", 3), ("cpu", None), ("mps", None),
+    ("cuda:x", None),
+])
+def test_which_devices_it_prepares(device, ordinal):
+    assert device_prep.cuda_ordinal(device) == ordinal
+
+
+def test_a_cuda_device_gets_its_primary_context_and_triton_hash(fresh, monkeypatch):
+    driver = FakeDriver(devices=2)
+    with_driver(monkeypatch, driver)
+    prep = device_prep.start_device_prep("cuda:1")
+    result = prep.join(timeout=10)
+    assert driver.calls == [("cuInit", 0), ("cuDeviceGetCount",), ("cuDeviceGet", 1),
+                            ("cuDevicePrimaryCtxRetain", 101)]
+    assert result.skipped == "" and result.context_seconds is not None
+    assert fresh == [1] and result.triton_key_seconds is not None
+    # once per process: a second start (the app's factory after `edge-llm serve`) reuses it
+    assert device_prep.start_device_prep("cuda:0") is prep and device_prep.device_prep() is prep
+    assert len(driver.calls) == 4
+
+
+def test_a_cpu_touches_no_driver(fresh, monkeypatch):
+    opened = with_driver(monkeypatch, FakeDriver(devices=1))
+    result = device_prep.start_device_prep("cpu").join(timeout=10)
+    assert opened == [] and fresh == []
+    assert result.context_seconds is None and result.skipped == "not a CUDA device"
+
+
+@pytest.mark.parametrize(("driver", "device", "why"), [
+    (None, "auto", "no CUDA driver"),  # a machine without the NVIDIA driver
+    (FakeDriver(devices=0), "auto", "no CUDA device 0"),
+    (FakeDriver(devices=1), "cuda:1", "no CUDA device 1"),  # the loader names the error
+    (FakeDriver(devices=1, retain_result=2), "cuda", "the primary context could not be "
+                                                     "created"),
+])
+def test_no_gpu_changes_nothing(fresh, monkeypatch, driver, device, why):
+    with_driver(monkeypatch, driver)
+    result = device_prep.start_device_prep(device).join(timeout=10)
+    assert result.skipped == why and result.context_seconds is None
+    assert fresh == []  # no Triton work either: the start will not launch its kernels
+
+
+@pytest.mark.parametrize("env", [("EDGE_LLM_KERNELS", "torch"), ("TRITON_INTERPRET", "1")])
+def test_no_triton_hash_where_no_kernel_is_compiled(fresh, monkeypatch, env):
+    monkeypatch.setenv(*env)
+    with_driver(monkeypatch, FakeDriver(devices=1))
+    result = device_prep.start_device_prep("cuda").join(timeout=10)
+    assert result.context_seconds is not None and fresh == []
+
+
+def test_phases_name_the_context_and_the_kernel_warmup(fresh, monkeypatch, caplog):
+    with_driver(monkeypatch, FakeDriver(devices=1))
+    result = device_prep.start_device_prep("cuda").join(timeout=10)
+    loaded = SimpleNamespace(load_seconds=2.0, num_bytes=int(4e9),
+                             device=SimpleNamespace(type="cuda"))
+    inner = SimpleNamespace(loaded=loaded, demo_build_seconds=0.0,
+                            runner=SimpleNamespace(kernel_warmup_seconds=1.25))
+    stats = {"num_cuda_graphs": 13, "cuda_graph_capture_seconds": 0.75,
+             "cuda_graph_memory_bytes": 96 << 20}
+    engine = SimpleNamespace(engine=inner, stats=lambda: stats)
+    phases = StartupPhases()
+    with caplog.at_level("INFO", logger="edge_llm.server"):
+        phases.record_device_prep(result)
+        phases.record_engine(engine, construct_seconds=5.0)
+        phases.record_device_prep(device_prep.PrepResult("cpu", skipped="not a CUDA device"))
+    assert phases.seconds["kernel_warmup"] == 1.25
+    assert phases.seconds["cuda_graphs"] == 0.75
+    assert phases.seconds["kv_allocation"] == pytest.approx(5.0 - 2.0 - 1.25 - 0.75)
+    assert "cuda_context" in phases.seconds
+    assert caplog.text.count("startup phase cuda_context") == 1  # none for a CPU
+    assert "on a thread beside the imports; Triton's hash" in caplog.text
+    assert "startup phase kernel_warmup: 1.25 s" in caplog.text
+
+
+def test_a_cpu_build_of_torch_holds_no_context(fresh, monkeypatch):
+    monkeypatch.setattr(device_prep, "torch_built_with_cuda", lambda: False)
+    opened = with_driver(monkeypatch, FakeDriver(devices=1))
+    result = device_prep.start_device_prep("auto").join(timeout=10)
+    assert opened == [] and result.skipped == "torch is not built with CUDA"
+
+
+@pytest.mark.parametrize(("line", "cuda"), [
+    ("cuda: Optional[str] = '12.8'", True), ("cuda = '12.1'", True),
+    ("cuda: Optional[str] = None", False), ("cuda = None", False), ("", False),
+])
+def test_the_torch_build_is_read_without_importing_it(tmp_path, monkeypatch, line, cuda):
+    import importlib.util
+
+    (tmp_path / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (tmp_path / "version.py").write_text(f"__version__ = '2.10.0'\ndebug = False\n{line}\n"
+                                         "hip: Optional[str] = None\n")
+    spec = SimpleNamespace(origin=str(tmp_path / "__init__.py"))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: spec if name == "torch" else None)
+    assert device_prep.torch_built_with_cuda() is cuda
