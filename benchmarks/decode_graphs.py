@@ -7,7 +7,8 @@ random-weight Llama-2-7B-shape AWQ checkpoint (benchmarks/random_checkpoint.py).
 ``--variant NAME``: a 1-2 row W4A16 launch variant of benchmarks/gemv_sweep.py (its name there,
 e.g. "g16 bn128 bk128 w4 fold"; ``--variant best:SWEEP_JSON`` takes the best geometric mean at
 one row from a sweep's JSON) runs against the dispatched choice, interleaved ``--rounds`` times
-(graphs only): the engine with ``pick_config`` patched at M <= 2, nothing else changed.
+(graphs only): the engine with the table's ``lookup`` patched at M <= 2, nothing else
+changed.
 
 Each mode runs in its own process. Decode rate at batch B: the same B prompts (128 tokens)
 generated to N1 and to N2 tokens, rate = B * (N2 - N1) / (t(N2) - t(N1)), so prefill and
@@ -40,15 +41,15 @@ def patch_gemv(variant: str) -> None:
     spec.loader.exec_module(sweep)
     variants = sweep.variants
 
-    dispatched = w4a16.pick_config
+    dispatched = w4a16.lookup
 
-    def pick(m, n, k, group_size, sms, half=True, fp16=None):
-        if half and fp16 is not False and m <= 2:
+    def pick(family, act, m, n, k, group_size, packed=False):
+        if act == "fp16" and m <= 2:
             return variants(m, n)[variant]
-        return dispatched(m, n, k, group_size, sms, half=half, fp16=fp16)
+        return dispatched(family, act, m, n, k, group_size, packed)
 
     variants(1, 4096)[variant]  # an unknown name fails here, before the engine loads
-    w4a16.pick_config = pick
+    w4a16.lookup = pick  # what w4a16.prepare consults
 
 
 def best_variant(sweep_json: Path, m: int = 1) -> str:

@@ -1,4 +1,4 @@
-"""W4A16 launch variants against fp16 cuBLAS and the dispatched choice ("auto"), on the eight
+"""W4A16 launch variants against fp16 cuBLAS and the table's choice ("auto"), on the eight
 Llama-2-7B / Qwen2.5-7B linear shapes (``variants`` holds the current question's candidates).
 
     python benchmarks/gemv_sweep.py --out DIR        # GPU; one table, JSON + log in DIR
@@ -36,15 +36,15 @@ def variants(m: int, n: int):
     choice) over tiles, stages, warps and splits; at 64 rows and above the plane dots
     against dequantize + cuBLAS; in between the "dot" kernel, the joined swap tile and the
     plane dots with x split or copied into plane order."""
-    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels.w4a16_config import Dot, Gemv16, Swap
 
     out = {}
     if m <= 2:  # the dispatched tile with its split K summed in the kernel at every width,
         # by a second launch, or with a fixed split
         def g(bn, bkk, pipe, warps=4, waves=2.5, fused=n <= 8192, split=0):
-            return C("gemv16", block_n=bn, block_k=bkk, split_k=split, num_warps=warps,
-                     rows=m, chain4=True, fold_zero=True, flat_scales=True, waves=waves,
-                     min_k_tiles=1, fused_reduce=fused, pipe_stages=pipe)
+            return Gemv16(block_n=bn, block_k=bkk, split_k=split, num_warps=warps,
+                          fold_zero=True, flat_scales=True, waves=waves, min_k_tiles=1,
+                          fused_reduce=fused, pipe_stages=pipe)
         out["g16 bn64 bk128 flat fold p4"] = g(64, 128, 4)
         out["g16 p4 fused"] = g(64, 128, 4, fused=True)
         out["g16 p4 reduce launch"] = g(64, 128, 4, fused=False)
@@ -55,9 +55,9 @@ def variants(m: int, n: int):
         return out
 
     def pl(bm, bn, warps, stages, waves=2, min_k=4, mode="split"):
-        return C("swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=stages,
-                 fp16_planes=True, fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
-                 nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
+        return Swap(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages,
+                    fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k, nibble_dots=True,
+                    x_planes=mode == "planes", x_split=mode == "split")
     if m <= 16:  # mma.sync: the split plane dots' tile, stages, warps and split
         for bn, warps, st, waves, min_k in ((64, 4, 2, 2.5, 1), (64, 4, 4, 2.5, 1),
                                             (64, 4, 5, 2.5, 1), (64, 4, 3, 1.5, 1),
@@ -65,9 +65,8 @@ def variants(m: int, n: int):
                                             (32, 2, 3, 2.5, 1), (128, 8, 3, 2.5, 1),
                                             (64, 4, 3, 2, 4)):
             out[f"split bn{bn} w{warps} st{st} v{waves}"] = pl(16, bn, warps, st, waves, min_k)
-        out["split bn64 w4 st3 v2.5 bk256"] = C(
-            "swap", 16, 64, 256, split_k=0, num_warps=4, num_stages=3, fp16_planes=True,
-            waves=2.5, min_k_tiles=1, nibble_dots=True, x_split=True)
+        out["split bn64 w4 st3 v2.5 bk256"] = Swap(
+            block_m=16, block_k=256, waves=2.5, min_k_tiles=1, nibble_dots=True, x_split=True)
         return out
     if m >= 64:  # the plane dots at 64-256 rows against dequantize + cuBLAS
         # ("planes": x copied into plane order, for wgmma; "split": x split in registers,
@@ -77,18 +76,15 @@ def variants(m: int, n: int):
                                              (64, 128, 4, 3, 2), (128, 64, 4, 2, 2),
                                              (128, 128, 8, 2, 2), (128, 128, 8, 2, 1),
                                              (128, 128, 8, 2, 4)):
-                out[f"{mode} bm{bm} bn{bn} w{warps} st{st} v{waves}"] = C(
-                    "swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=st,
-                    fp16_planes=True, fused_reduce=True, waves=waves, min_k_tiles=4,
+                out[f"{mode} bm{bm} bn{bn} w{warps} st{st} v{waves}"] = Swap(
+                    block_m=bm, block_n=bn, num_warps=warps, num_stages=st, waves=waves,
                     nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
         return out
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
-    out[f"dot bm{bm} bn128 bk64 planes"] = C("dot", bm, 128, 64, split_k=0, num_warps=4,
-                                             num_stages=3, fused_reduce=m <= 16,
-                                             fp16_planes=True)
+    out[f"dot bm{bm} bn128 bk64 planes"] = Dot(block_m=bm, fused_reduce=m <= 16,
+                                               fp16_planes=True)
     out[f"split bm{min(bm, 32)} bn64 w4 st3"] = pl(min(bm, 32), 64, 4, 3)
-    out[f"joined bm{bm} bn64 bk128"] = C("swap", bm, 64, 128, split_k=0, num_warps=4,
-                                          num_stages=3, fused_reduce=m <= 16, fp16_planes=True)
+    out[f"joined bm{bm} bn64 bk128"] = Swap(block_m=bm, fused_reduce=m <= 16)
     if m > 16:
         out[f"split bm{bm} bn128 w4 st3"] = pl(bm, 128, 4, 3)
         # x copied into plane order wins at 64 rows under mma.sync: where between 17 and 64
@@ -102,7 +98,7 @@ def variants_planes(m: int):
     """Plane-packed words (``--planes``): the plane dots reading x as it is
     against the joined swap tile fed x permuted to match (a copy), or with its columns in
     plane order (``plane_major``: no copy), at 3-64 rows."""
-    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels.w4a16_config import Swap
 
     out = {}
     if m <= 2:  # the one-row GEMV: "auto" only
@@ -110,15 +106,12 @@ def variants_planes(m: int):
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     for tile in sorted({16 if m <= 16 else 32 if m <= 32 else 64, bm}):
         fused = m <= 16
-        out[f"planes bm{tile}"] = C("swap", tile, 64, 128, split_k=0, num_warps=4,
-                                    num_stages=3, fp16_planes=True, nibble_dots=True,
-                                    x_planes=True, waves=2.5 if fused else 2,
-                                    min_k_tiles=1 if fused else 4, fused_reduce=fused)
-    out[f"joined bm{bm} + copy"] = C("swap", bm, 64, 128, split_k=0, num_warps=4,
-                                      num_stages=3, fused_reduce=m <= 16, fp16_planes=True)
+        out[f"planes bm{tile}"] = Swap(block_m=tile, nibble_dots=True, x_planes=True,
+                                       waves=2.5 if fused else 2,
+                                       min_k_tiles=1 if fused else 4, fused_reduce=fused)
+    out[f"joined bm{bm} + copy"] = Swap(block_m=bm, fused_reduce=m <= 16)
     # the joined tile with its columns in plane order: x as it is
-    out[f"joined pm bm{bm}"] = C("swap", bm, 64, 128, split_k=0, num_warps=4, num_stages=3,
-                                 fused_reduce=m <= 16, fp16_planes=True, plane_major=True)
+    out[f"joined pm bm{bm}"] = Swap(block_m=bm, fused_reduce=m <= 16, plane_major=True)
     return out
 
 
@@ -126,7 +119,7 @@ def variants_pm(m: int):
     """Plane-packed words (``--pm``): launch choices of the joined swap tile with
     its columns in plane order around the one dispatched on wgmma at 33-64 rows (BN 64, 4
     warps, 3 stages, 2 waves), and at 65-256 rows, where dequantize + cuBLAS serves."""
-    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels.w4a16_config import Swap
 
     out = {}
     if m > 128:  # row tiles of 128 or 256 (the MMA's widest N), 4 / 8 warps
@@ -140,10 +133,9 @@ def variants_pm(m: int):
             (128, 4, 3, 2, 4), (64, 4, 3, 1, 4), (64, 4, 3, 4, 4), (64, 4, 3, 2, 8),
             (64, 8, 3, 2, 4), (32, 4, 3, 2, 4), (32, 4, 3, 1, 4), (64, 4, 3, 1, 1))]
     for bm, bn, warps, st, waves, min_k in grid:
-        out[f"pm bm{bm} bn{bn} w{warps} st{st} v{waves} k{min_k}"] = C(
-            "swap", bm, bn, 128, split_k=0, num_warps=warps, num_stages=st,
-            fused_reduce=m <= 16, fp16_planes=True, plane_major=True, waves=waves,
-            min_k_tiles=min_k)
+        out[f"pm bm{bm} bn{bn} w{warps} st{st} v{waves} k{min_k}"] = Swap(
+            block_m=bm, block_n=bn, num_warps=warps, num_stages=st, fused_reduce=m <= 16,
+            plane_major=True, waves=waves, min_k_tiles=min_k)
     return out
 
 
@@ -170,7 +162,7 @@ def main() -> int:
         dequantize_w4a16_ref,
         pack_planes_ref,
         pack_w4_ref,
-        pick_config,
+        prepare,
         w4a16_matmul,
     )
 
@@ -209,8 +201,7 @@ def main() -> int:
             us_cublas = bk.time_op(lambda i, xs=xs, w=w_half: torch.matmul(xs[i], w[i]),
                                    n_rot_h, False)
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
-                       auto=str(pick_config(m, n, k, gs, 132, fp16=dt == torch.float16,
-                                            planes_packed=args.planes)),
+                       auto=str(prepare(xs[0], *words[0], gs, planes_packed=args.planes)[1]),
                        res={})
             pool = (variants_pm(m) if args.pm else variants_planes(m)) if args.planes \
                 else variants(m, n)
@@ -269,7 +260,7 @@ def main() -> int:
     return 0
 
 
-# the variants of run 2 that pick_config dispatches now (it chose them from that run)
+# the variants of run 2 that the table dispatches now (it chose them from that run)
 DISPATCHED = {1: "g16 bn32 bk512 w4 v8", 2: "g16 bn32 bk512 w4 v8", 4: "g16 bn32 bk256 w4 v2",
               8: "old dot"}
 

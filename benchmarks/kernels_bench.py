@@ -40,41 +40,37 @@ GS = 128
 
 def w4_variants(m: int):
     """Candidate launch configs per M (all fit 99 KB of shared memory on sm_86/89)."""
-    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels.w4a16_config import Dequant, Dot, Gemv
+
+    def dot(bm, bn, bk, w=4, st=3, nibble=False):
+        return Dot(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=st,
+                   nibble_dots=nibble)
 
     if m == 1:
-        gemv = [C("gemv", block_n=bn, block_k=bk, split_k=0, num_warps=w)
+        gemv = [Gemv(block_n=bn, block_k=bk, num_warps=w)
                 for bn, bk, w in ((64, 128, 4), (128, 128, 4), (128, 256, 4), (64, 256, 4),
                                   (256, 128, 8), (64, 64, 2))]
-        return gemv + [C("dot", 16, 64, 128, 0), C("dot", 16, 64, 128, 0, nibble_dots=True)]
+        return gemv + [dot(16, 64, 128), dot(16, 64, 128, nibble=True)]
     if m <= 16:
-        nib = [C("dot", 16, bn, bk, 0, w, st, nibble_dots=True)
+        nib = [dot(16, bn, bk, w, st, nibble=True)
                for bn, bk, w, st in ((64, 128, 4, 3), (128, 128, 8, 3), (64, 256, 4, 3))]
-        nat = [C("dot", 16, bn, bk, 0, w, st) for bn, bk, w, st in (
+        nat = [dot(16, bn, bk, w, st) for bn, bk, w, st in (
             (64, 128, 4, 3), (128, 128, 8, 3), (64, 64, 4, 4), (128, 64, 4, 3), (32, 128, 2, 3))]
         return nib + nat
     if m <= 128:
         bm, bm2 = min(m, 64), min(m, 128)
-        return [C("dot", bm, 64, 128, 0, 4, 3), C("dot", bm, 128, 64, 0, 4, 3),
-                C("dot", bm, 128, 128, 0, 8, 3), C("dot", bm2, 128, 64, 0, 8, 3),
-                C("dot", bm2, 64, 64, 0, 4, 4), C("dot", bm, 128, 128, 0, 8, 3, nibble_dots=True),
-                C("dequant")]
-    return [C("dot", bm, bn, bk, 0, w, st) for bm, bn, bk, w, st in (
+        return [dot(bm, 64, 128), dot(bm, 128, 64), dot(bm, 128, 128, 8), dot(bm2, 128, 64, 8),
+                dot(bm2, 64, 64, 4, 4), dot(bm, 128, 128, 8, nibble=True), Dequant()]
+    return [dot(bm, bn, bk, w, st) for bm, bn, bk, w, st in (
         (64, 128, 64, 4, 3), (128, 128, 64, 8, 3), (128, 64, 64, 4, 3), (128, 128, 64, 4, 4),
-        (64, 256, 64, 8, 3))] + [C("dequant")]
+        (64, 256, 64, 8, 3))] + [Dequant()]
 
 
 def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
     import dataclasses
 
-    from edge_llm.kernels.device import num_sms
-    from edge_llm.kernels.w4a16 import (
-        W4A16Config,
-        dequantize_w4a16_ref,
-        pack_w4_ref,
-        pick_config,
-        w4a16_matmul,
-    )
+    from edge_llm.kernels.w4a16 import dequantize_w4a16_ref, pack_w4_ref, prepare, w4a16_matmul
+    from edge_llm.kernels.w4a16_config import Dot
 
     rows = []
     shapes = [("tiny", "t", 256, 192)] if smoke else SHAPES
@@ -99,17 +95,18 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
             ref = xs[0].float() @ w_ref
             us_cublas = time_op(lambda i, xs=xs, w=w_half: torch.matmul(xs[i], w[i]), n_rot_h,
                                 smoke)
+            auto = prepare(xs[0], *sets[0], gs)[1]  # the table's choice on this GPU
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
-                       auto=str(pick_config(m, n, k, gs, 132)), variants=[])
+                       auto=str(auto), variants=[])
             # "separate reduce": the dispatched config with split K summed by a second
             # launch instead of inside the kernel, in the same run
-            auto = pick_config(m, n, k, gs, num_sms(xs[0].device), half=dt != torch.float32)
-            special = {"separate reduce": dataclasses.replace(auto, fused_reduce=False)}
+            special = ({"separate reduce": dataclasses.replace(auto, fused_reduce=False)}
+                       if hasattr(auto, "fused_reduce") else {})
             if m > 4 and dt == torch.float16:  # the fp16-planes dot path (w4a16_planes.py)
                 bm = min(64, max(16, 1 << (m - 1).bit_length()))
                 for bn, bk, warps in ((64, 128, 4), (128, 128, 8), (64, 256, 4)):
-                    special[f"planes bn{bn} bk{bk} w{warps}"] = W4A16Config(
-                        "dot", bm, bn, bk, split_k=0, num_warps=warps, nibble_dots=True,
+                    special[f"planes bn{bn} bk{bk} w{warps}"] = Dot(
+                        block_m=bm, block_n=bn, block_k=bk, num_warps=warps, nibble_dots=True,
                         fp16_planes=True)
             for cfg in [None, *special] + ([] if quick else w4_variants(m)):
                 conf = special[cfg] if isinstance(cfg, str) else cfg

@@ -23,11 +23,17 @@ import torch
 import triton
 import triton.language as tl
 
+from edge_llm import envs
+
+from . import splitk
+from .device import num_sms
 from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
+from .w4a16_config import Swap
 from .w4a16_dequant import _nibble_f32
 from .w4a16_planes import fp16_planes
+from .w4a16_ref import PLANE_TILE, unplane_order
 
 
 @triton.jit
@@ -205,35 +211,57 @@ def _w4a16_swap_kernel(
                     stride_fm, SPLIT_P2)
 
 
-def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size: int,
-                block_m: int, block_n: int, block_k: int, k_per_split: int, split: int,
-                one_group: bool, joined: bool, planes: bool, use_asm: bool, num_warps: int,
-                num_stages: int, x_planes: bool = False, x_split: bool = False,
-                plane_major: bool = False) -> None:
-    """Launch into ``target`` [SPLIT, M, N]; with ``counters`` the last program of each tile
-    also writes the sum of the partials to ``final`` [M, N]. ``x_planes`` (eight plane
-    dots only): x2's columns are in plane order within each K tile (``plane_order``), so
-    each plane dot reads one contiguous [BK8, BM] slice of x; in k order it reads every
-    eighth column, which the compiled loop gathers through shared memory with a barrier
-    per plane. ``x_split`` (plane dots): x's K tile is loaded whole and split into its eight
-    planes in registers (mma.sync takes them from there; Hopper's wgmma needs them stored
-    to shared memory, with a fence per plane). ``plane_major`` (joined tile, block_k 128):
-    the tile's columns in plane order, which for plane-packed words is x's natural order."""
+def launch_swap(cfg: Swap, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                zeros: torch.Tensor, group_size: int, integer_zeros: bool = False,
+                planes_packed: bool = False) -> torch.Tensor:
+    """x2 [M, K] @ W, [M, N] (x2's dtype), by the swap kernel in ``cfg``'s configuration.
+
+    ``cfg.x_planes`` (plane dots): x2's columns in plane order within each K tile
+    (``plane_order``, a copy; none needed on plane-packed words with block_k 128), so each
+    plane dot reads one contiguous [BK8, BM] slice of x; in k order it reads every eighth
+    column, which the compiled loop gathers through shared memory with a barrier per plane.
+    ``cfg.x_split`` (plane dots): x's K tile loaded whole and split into its eight planes in
+    registers (mma.sync takes them from there; Hopper's wgmma needs them stored to shared
+    memory, with a fence per plane). ``cfg.plane_major`` (joined tile, block_k 128,
+    plane-packed words): the tile's columns in plane order, x's natural order for those
+    words. Other launches on plane-packed words get x permuted to match (a copy).
+    ``integer_zeros`` is not used here (the zero points are subtracted as they are)."""
     m, k = x2.shape
     n = qweight.shape[1]
-    grid = (cdiv(m, block_m), cdiv(n, block_n), split)
+    qweight, scales, zeros = qweight.contiguous(), scales.contiguous(), zeros.contiguous()
+    block_k = cfg.block_k
+    if cfg.x_planes and k % block_k:
+        raise ValueError(f"x_planes needs K ({k}) a multiple of block_k: {cfg}")
+    plane_major = cfg.plane_major and not cfg.nibble_dots
+    if plane_major and not (planes_packed and block_k == PLANE_TILE and cfg.fp16_planes):
+        raise ValueError(f"plane_major on the swap kernel needs plane-packed words, fp16 "
+                         f"planes and block_k {PLANE_TILE}: {cfg}")
+    in_order = planes_packed and block_k == PLANE_TILE  # the words' order is plane order
+    if planes_packed and not (plane_major or (cfg.x_planes and in_order)):
+        x2 = unplane_order(x2)  # k-order tiles: x in the words' order (a copy)
+    if cfg.x_planes and not in_order:
+        x2 = plane_order(x2, block_k)
+    block_m = max(16, next_pow2(cfg.block_m or min(64, next_pow2(m))))
+    tiles = cdiv(m, block_m) * cdiv(n, cfg.block_n)
+    split, k_per_split = splitk.plan(tiles, k, block_k, cfg.split_k, cfg.waves,
+                                     cfg.min_k_tiles, num_sms(x2.device))
+    out = torch.empty((m, n), device=x2.device, dtype=x2.dtype)
+    target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
     reduce = counters is not None
-    _w4a16_swap_kernel[grid](
-        x2, qweight, scales, zeros, target, final, target if counters is None else counters,
+    _w4a16_swap_kernel[(cdiv(m, block_m), cdiv(n, cfg.block_n), split)](
+        x2, qweight, scales, zeros, target, final, counters if reduce else target,
         m, n, k, k_per_split, group_size, split,
         x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
         target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, JOINED=joined,
-        PLANES=planes and x2.dtype == torch.float16, USE_ASM=use_asm,
+        BLOCK_N=cfg.block_n, BLOCK_K=block_k,
+        ONE_GROUP=group_size >= k or group_size % block_k == 0,
+        JOINED=not cfg.nibble_dots, PLANES=cfg.fp16_planes and x2.dtype == torch.float16,
+        USE_ASM=not envs.TRITON_INTERPRET.get(),
         DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
-        SPLIT_P2=next_pow2(split) if reduce else 1, X_PLANES=x_planes,
-        X_SPLIT=x_split, PLANE_MAJOR=plane_major, num_warps=num_warps, num_stages=num_stages,
-        **pdl_kwargs(x2.device))
+        SPLIT_P2=next_pow2(split) if reduce else 1, X_PLANES=cfg.x_planes,
+        X_SPLIT=cfg.x_split, PLANE_MAJOR=plane_major, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
+    return splitk.finish(target, out, counters)
 
 
 def plane_order(x2: torch.Tensor, block_k: int) -> torch.Tensor:
