@@ -56,7 +56,7 @@ def variants(m: int, n: int):
 
     def pl(bm, bn, warps, stages, waves=2, min_k=4, mode="split"):
         return Swap(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages,
-                    fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k, nibble_dots=True,
+                    fused_reduce=m <= 16, waves=waves, min_k_tiles=min_k,
                     x_planes=mode == "planes", x_split=mode == "split")
     if m <= 16:  # mma.sync: the split plane dots' tile, stages, warps and split
         for bn, warps, st, waves, min_k in ((64, 4, 2, 2.5, 1), (64, 4, 4, 2.5, 1),
@@ -66,7 +66,7 @@ def variants(m: int, n: int):
                                             (64, 4, 3, 2, 4)):
             out[f"split bn{bn} w{warps} st{st} v{waves}"] = pl(16, bn, warps, st, waves, min_k)
         out["split bn64 w4 st3 v2.5 bk256"] = Swap(
-            block_m=16, block_k=256, waves=2.5, min_k_tiles=1, nibble_dots=True, x_split=True)
+            block_m=16, block_k=256, waves=2.5, min_k_tiles=1, x_split=True)
         return out
     if m >= 64:  # the plane dots at 64-256 rows against dequantize + cuBLAS
         # ("planes": x copied into plane order, for wgmma; "split": x split in registers,
@@ -78,7 +78,7 @@ def variants(m: int, n: int):
                                              (128, 128, 8, 2, 4)):
                 out[f"{mode} bm{bm} bn{bn} w{warps} st{st} v{waves}"] = Swap(
                     block_m=bm, block_n=bn, num_warps=warps, num_stages=st, waves=waves,
-                    nibble_dots=True, x_planes=mode == "planes", x_split=mode == "split")
+                    x_planes=mode == "planes", x_split=mode == "split")
         return out
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out[f"dot bm{bm} bn128 bk64 planes"] = Dot(block_m=bm, fused_reduce=m <= 16,
@@ -106,7 +106,7 @@ def variants_planes(m: int):
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     for tile in sorted({16 if m <= 16 else 32 if m <= 32 else 64, bm}):
         fused = m <= 16
-        out[f"planes bm{tile}"] = Swap(block_m=tile, nibble_dots=True, x_planes=True,
+        out[f"planes bm{tile}"] = Swap(block_m=tile, x_planes=True,
                                        waves=2.5 if fused else 2,
                                        min_k_tiles=1 if fused else 4, fused_reduce=fused)
     out[f"joined bm{bm} + copy"] = Swap(block_m=bm, fused_reduce=m <= 16)

@@ -106,8 +106,7 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
                 bm = min(64, max(16, 1 << (m - 1).bit_length()))
                 for bn, bk, warps in ((64, 128, 4), (128, 128, 8), (64, 256, 4)):
                     special[f"planes bn{bn} bk{bk} w{warps}"] = Dot(
-                        block_m=bm, block_n=bn, block_k=bk, num_warps=warps, nibble_dots=True,
-                        fp16_planes=True)
+                        block_m=bm, block_n=bn, block_k=bk, num_warps=warps, fp16_planes=True)
             for cfg in [None, *special] + ([] if quick else w4_variants(m)):
                 conf = special[cfg] if isinstance(cfg, str) else cfg
 

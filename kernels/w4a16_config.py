@@ -39,22 +39,19 @@ class _SplitK:
 @dataclass(frozen=True, kw_only=True)
 class Gemv16(_SplitK):
     """The fp16x2 PTX GEMV (kernels/w4a16_gemv.py): ``rows`` activation rows per program
-    (1..4; None: all of M up to 4). ``chain4``: four fp16 products per partial sum.
-    ``fold_zero``: zero points in the PTX constants where the caller vouches they are
-    integers (exact only then), with per-tile scales and chain4. ``flat_scales``: 1-D
-    scale rows and 16-byte x loads (FLAT/EVEN). ``pipe_stages`` > 0: tile loads staged
-    through shared memory by cp.async (PIPE); 0: register double buffering.
-    ``per_tile_scales`` False forces one scale row per word row. ``fused_reduce``: split K
-    summed by the last program of a tile, else by a second launch."""
+    (1..4; None: all of M up to 4). ``fold_zero``: zero points in the PTX constants where the
+    caller vouches they are integers (exact only then), with one scale row per K tile, at
+    1-2 rows. ``flat_scales``: 1-D scale rows and 16-byte x loads (FLAT/EVEN).
+    ``pipe_stages`` > 0: tile loads staged through shared memory by cp.async (PIPE); 0:
+    register double buffering. ``fused_reduce``: split K summed by the last program of a
+    tile, else by a second launch."""
 
     block_n: int
     block_k: int
     rows: int | None = None
-    chain4: bool = True
     fold_zero: bool = False
     flat_scales: bool = False
     pipe_stages: int = 0
-    per_tile_scales: bool = True
     fused_reduce: bool = True
 
 
@@ -70,43 +67,42 @@ class Gemv(_SplitK):
 @dataclass(frozen=True, kw_only=True)
 class Dot(_SplitK):
     """x [BM, BK] @ W [BK, BN] by tl.dot (kernels/w4a16_dot.py). ``block_m`` None:
-    next_pow2(M) within 16..64. ``nibble_dots``: eight K = BK/8 dots on the nibble planes
-    (block_k >= 128); else the tile unpacked in k order (its K tile kept inside one group).
-    ``fp16_planes`` (fp16 x): the planes from PTX (kernels/w4a16_planes.py), joined into
-    one tile without nibble_dots (``plane_major``: in plane order)."""
+    next_pow2(M) within 16..64. ``nibble_dots``: eight K = BK/8 dots on the fp32-unpacked
+    nibble planes (block_k >= 128); else one tile in k order (its K tile kept inside one
+    group), unpacked in fp32 or, with ``fp16_planes`` and fp16 x, from the PTX planes of
+    kernels/w4a16_planes.py."""
 
     block_m: int | None = None
     block_n: int = 128
     block_k: int = 64
     nibble_dots: bool = False
     fp16_planes: bool = False
-    plane_major: bool = False
     fused_reduce: bool = True
+
+    def __post_init__(self) -> None:
+        if self.nibble_dots and self.fp16_planes:
+            raise ValueError(f"the fp16 planes join into one tile (no nibble_dots): {self}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Swap(_SplitK):
-    """out^T = W^T x^T with the weights as the MMA's left operand (kernels/w4a16_swap.py).
-    ``nibble_dots``: eight plane dots, reading x as it is, or ``x_planes`` a copy of x in
-    plane order (K a multiple of block_k), or ``x_split`` x's tile split in registers;
-    else one joined tile (``plane_major``: its columns in plane order, plane-packed words,
-    block_k 128). ``fp16_planes`` (fp16 x): the planes from PTX, else fp32 unpacking."""
+    """out^T = W^T x^T with the fp16 weight planes (PTX) as the MMA's left operand, fp16 x
+    (kernels/w4a16_swap.py). One joined tile (``plane_major``: its columns in plane order,
+    for plane-packed words with block_k 128), or eight plane dots (block_k >= 128) over a
+    copy of x in plane order (``x_planes``; K a multiple of block_k; none needed on
+    plane-packed words) or over x's tile split into planes in registers (``x_split``)."""
 
     block_m: int | None = None
     block_n: int = 64
     block_k: int = 128
-    nibble_dots: bool = False
-    fp16_planes: bool = True
     plane_major: bool = False
     x_planes: bool = False
     x_split: bool = False
     fused_reduce: bool = True
 
     def __post_init__(self) -> None:
-        if (self.x_planes or self.x_split) and (not self.nibble_dots or
-                                                (self.x_planes and self.x_split)):
-            raise ValueError(f"x_planes / x_split need the swap kernel's plane dots (one of "
-                             f"them): {self}")
+        if self.x_planes + self.x_split + self.plane_major > 1:
+            raise ValueError(f"x_planes, x_split and plane_major exclude each other: {self}")
 
 
 @dataclass(frozen=True)
@@ -155,9 +151,9 @@ G16_WIDE_2L = Gemv16(block_n=32, block_k=512, waves=2.5, min_k_tiles=1, fused_re
 G16_FOUR = Gemv16(block_n=32, block_k=256, min_k_tiles=2)
 # the swap kernel's plane dots at 3-16 rows: over a copy of x in plane order (or x as it is
 # on plane-packed words), or (mma.sync) x's tile split into planes in registers
-PLANES_FEW = Swap(block_m=16, nibble_dots=True, x_planes=True, waves=2.5, min_k_tiles=1)
-SPLIT_FEW = Swap(block_m=16, nibble_dots=True, x_split=True, waves=2.5, min_k_tiles=1)
-PLANES_MANY = Swap(nibble_dots=True, x_planes=True, fused_reduce=False)  # 17-64 rows
+PLANES_FEW = Swap(block_m=16, x_planes=True, waves=2.5, min_k_tiles=1)
+SPLIT_FEW = Swap(block_m=16, x_split=True, waves=2.5, min_k_tiles=1)
+PLANES_MANY = Swap(x_planes=True, fused_reduce=False)  # 17-64 rows
 JOINED_FEW = Swap()  # one joined tile in k order, split K summed in the kernel (3-16 rows)
 JOINED_MANY = Swap(fused_reduce=False)  # 17-64: the in-kernel sum serialises too much
 JOINED_PM = Swap(plane_major=True, fused_reduce=False)  # plane-packed words: x as it is

@@ -231,8 +231,9 @@ def test_fused_configs_fit(hidden, inter, h, hkv, d):
 
 @pytest.mark.parametrize("arch", [86, 89, 120])
 def test_w4a16_folded_zero_points_compile(arch):
-    """The one-row GEMV with the zero point folded into the PTX constants compiles (ptxas
-    checks the inline PTX) for 1-4 rows and fits; per word it has 2 fp16x2 subtractions where
+    """The one-row GEMV with the zero point folded into the PTX constants (1-2 rows; 3-4
+    rows subtract it) compiles (ptxas checks the inline PTX) and fits for 1-4 rows; per word
+    the folded PTX has 2 fp16x2 subtractions where
     the same tile with the zero subtracted per word has 6 (kernels/w4a16_gemv_ptx.py's asm_text:
     the bias removal's two subtractions and two FMAs stay, the four zero subtractions go)."""
     k, n, gs = 4096, 4608, 128

@@ -89,10 +89,9 @@ def test_w4a16_group_sizes_and_splits(gs):
                    (9, wc.Dot(block_m=16, block_n=64, block_k=256, split_k=3, nibble_dots=True)),
                    (200, None),
                    (64, wc.Dequant()),
-                   (3, wc.Gemv16(block_n=128, block_k=128, split_k=3, rows=2, chain4=False)),
+                   (3, wc.Gemv16(block_n=128, block_k=128, split_k=3, rows=2)),
                    (7, wc.Gemv16(block_n=64, block_k=256, split_k=1, rows=4)),
-                   (13, wc.Gemv16(block_n=64, block_k=128, split_k=1, rows=3, chain4=False,
-                                  per_tile_scales=False)),
+                   (13, wc.Gemv16(block_n=64, block_k=128, split_k=1, rows=3)),
                    (1, wc.Gemv16(block_n=32, block_k=128, rows=1))]:
         x = torch.randn(m, k, device=DEV, dtype=torch.float16)
         err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
@@ -333,11 +332,11 @@ def test_w4a16_plane_dots_at_full_size(k, n, gs):
         x = torch.randn(m, k, device=DEV, dtype=torch.float16)
         ref = x.float() @ w
         for split in (0, 1):
-            cfgs = [wc.Swap(block_m=16 if m <= 16 else 32, split_k=split, nibble_dots=True,
-                            waves=2.5, min_k_tiles=1, fused_reduce=m <= 16, x_split=True)]
+            cfgs = [wc.Swap(block_m=16 if m <= 16 else 32, split_k=split, waves=2.5,
+                            min_k_tiles=1, fused_reduce=m <= 16, x_split=True)]
             if k % 128 == 0:
                 cfgs.append(wc.Swap(block_m=16 if m <= 16 else 32, split_k=split,
-                                    nibble_dots=True, waves=2.5, min_k_tiles=1, x_planes=True))
+                                    waves=2.5, min_k_tiles=1, x_planes=True))
             for cfg in cfgs:
                 err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), ref)
                 assert err < 1e-2, f"k={k} n={n} gs={gs} M={m} {cfg}: {err:.2e}"

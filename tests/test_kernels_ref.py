@@ -124,12 +124,12 @@ def test_table_buckets():
             assert type(cfg) is want, (m, half, fp16, cfg)
             if want is cfg_mod.Swap:  # the MMA's N side (activation rows) covers M up to 64
                 assert _block_m(cfg, m) == min(64, max(16, 1 << (m - 1).bit_length()))
-                assert cfg.fp16_planes and cfg.block_k >= 128
+                assert cfg.block_k >= 128
             if want is cfg_mod.Dot:
                 assert _block_m(cfg, m) >= min(m, 16) and (not cfg.nibble_dots
                                                           or cfg.block_k >= 128)
                 # bf16 / fp32 x: the fp32 unpacking in k order
-                assert not (cfg.fp16_planes or cfg.plane_major)
+                assert not cfg.fp16_planes
             if want is cfg_mod.Gemv16:
                 assert cfg.rows is None  # one program row chunk holds every activation row
 
@@ -145,19 +145,19 @@ def test_swap_dispatch_follows_the_mma_kind():
     for m in (3, 8, 16):
         for gs in (32, 128):
             cfg = _pick(m, 4096, 4096, gs, mma_sync=True)
-            assert (type(cfg), cfg.nibble_dots, cfg.x_split, cfg.x_planes, cfg.block_m,
-                    cfg.block_k) == (cfg_mod.Swap, True, True, False, 16, 128)
+            assert (type(cfg), cfg.x_split, cfg.x_planes, cfg.block_m, cfg.block_k) == (
+                cfg_mod.Swap, True, False, 16, 128)
     for m, n, k, gs, planes in ((3, 12288, 4096, 128, True), (8, 4096, 11008, 128, True),
                                 (8, 4096, 4096, 128, False), (16, 12288, 4096, 128, False),
                                 (16, 22016, 4096, 128, True), (4, 22016, 4160, 128, False),
                                 (4, 22016, 4096, 64, False)):
         cfg = _pick(m, n, k, gs, mma_sync=True)
-        assert (type(cfg), cfg.nibble_dots, cfg.x_planes, cfg.x_split, cfg.block_m) == (
-            cfg_mod.Swap, True, planes, not planes, 16), (m, n, k, gs)
+        assert (type(cfg), cfg.x_planes, cfg.x_split, cfg.block_m) == (
+            cfg_mod.Swap, planes, not planes, 16), (m, n, k, gs)
     for m, bm in ((17, 32), (32, 32), (33, 64), (64, 64)):
         cfg = _pick(m, 4096, 4096, 128, mma_sync=True)
-        assert (type(cfg), cfg.nibble_dots, cfg.x_planes, cfg.x_split, _block_m(cfg, m),
-                cfg.block_k) == (cfg_mod.Swap, True, True, False, bm, 128)
+        assert (type(cfg), cfg.x_planes, cfg.x_split, _block_m(cfg, m), cfg.block_k) == (
+            cfg_mod.Swap, True, False, bm, 128)
         for n, k, gs in ((4096, 4160, 128), (4096, 4096, 64)):
             cfg = _pick(m, n, k, gs, mma_sync=True)
             assert (type(cfg), cfg.fp16_planes, cfg.nibble_dots) == (cfg_mod.Dot, True, False)
@@ -167,11 +167,10 @@ def test_swap_dispatch_follows_the_mma_kind():
     assert type(_pick(8, 4096, 4096, 128, fp16=False, mma_sync=True)) is cfg_mod.Dot
     for m in (3, 16):
         wide = _pick(m, 22016, 4096, 128)
-        assert (type(wide), wide.nibble_dots, wide.x_planes, wide.x_split) == (
-            cfg_mod.Swap, True, True, False)
+        assert (type(wide), wide.x_planes, wide.x_split) == (cfg_mod.Swap, True, False)
         for n, k, gs in ((12288, 4096, 128), (22016, 4160, 128), (22016, 4096, 64)):
             cfg = _pick(m, n, k, gs)
-            assert type(cfg) is cfg_mod.Swap and not (cfg.nibble_dots or cfg.x_planes)
+            assert type(cfg) is cfg_mod.Swap and not (cfg.x_split or cfg.x_planes)
     assert not _pick(17, 22016, 4096, 128).x_planes
     for m, n in ((1, 4096), (1, 12288), (2, 37888)):  # the 1-2 row tile sums split K itself
         cfg = _pick(m, n, 4096, 128)
@@ -187,14 +186,13 @@ def test_plane_packed_dispatch():
     for mma_sync in (False, True):
         for m, bm in ((3, 16), (16, 16), (17, 32), (32, 32)):
             cfg = _pick(m, 4096, 4096, 128, mma_sync=mma_sync, planes_packed=True)
-            assert (type(cfg), cfg.nibble_dots, cfg.x_planes, _block_m(cfg, m)) == (
-                cfg_mod.Swap, True, True, bm), (m, mma_sync, cfg)
+            assert (type(cfg), cfg.x_planes, _block_m(cfg, m)) == (
+                cfg_mod.Swap, True, bm), (m, mma_sync, cfg)
         for m in (33, 48, 64):
             cfg = _pick(m, 4096, 4096, 128, mma_sync=mma_sync, planes_packed=True)
-            assert (type(cfg), _block_m(cfg, m), cfg.block_k, cfg.fp16_planes) == (
-                cfg_mod.Swap, 64, 128, True)
-            assert (cfg.nibble_dots, cfg.x_planes, cfg.plane_major) == (
-                (True, True, False) if mma_sync else (False, False, True)), (m, mma_sync, cfg)
+            assert (type(cfg), _block_m(cfg, m), cfg.block_k) == (cfg_mod.Swap, 64, 128)
+            assert (cfg.x_planes, cfg.plane_major) == (
+                (True, False) if mma_sync else (False, True)), (m, mma_sync, cfg)
             std = _pick(m, 4096, 4096, 128, mma_sync=mma_sync)
             assert not std.plane_major
         for m, n, k in ((65, 4096, 4096), (128, 12288, 4096), (129, 4096, 4096),
@@ -214,12 +212,19 @@ def test_plane_dot_options_are_checked():
     s = torch.ones(3, 16).half()
     with pytest.raises(ValueError, match="x_planes needs K"):  # K = 320: 2.5 K tiles
         w4.w4a16_matmul(x, qw, s, s, 128, config=cfg_mod.Swap(
-            block_m=16, block_n=16, nibble_dots=True, x_planes=True))
-    for kw in (dict(x_split=True), dict(nibble_dots=True, x_split=True, x_planes=True)):
-        with pytest.raises(ValueError, match="x_planes / x_split"):  # the joined tile; both
+            block_m=16, block_n=16, x_planes=True))
+    for kw in (dict(x_split=True, x_planes=True), dict(x_split=True, plane_major=True)):
+        with pytest.raises(ValueError, match="exclude each other"):
             cfg_mod.Swap(**kw)
     with pytest.raises(ValueError, match="plane_major"):  # standard words
         w4.w4a16_matmul(x, qw, s, s, 128, config=cfg_mod.Swap(plane_major=True))
+    with pytest.raises(ValueError, match="fp16 activations"):  # every swap row is fp16
+        w4.w4a16_matmul(x.bfloat16(), qw, s.bfloat16(), s.bfloat16(), 128,
+                        config=cfg_mod.Swap())
+    with pytest.raises(ValueError, match="no nibble_dots"):  # the fp16 planes join
+        cfg_mod.Dot(nibble_dots=True, fp16_planes=True)
+    with pytest.raises(ValueError, match="one activation row"):  # the fp32 GEMV
+        w4.w4a16_matmul(x.float(), qw, s.float(), s.float(), 128, config=cfg_mod.Gemv())
 
 
 def test_dots_from_registers(monkeypatch):

@@ -45,7 +45,7 @@ def _problem(m: int, k: int, n: int, gs: int = 128, seed: int = 0,
 def _configs(x, qw, s, z) -> list[wc.W4A16Config]:
     m = x.shape[0]
     return [prepare(x, qw, s, z, 128)[1],  # this GPU's table row
-            wc.Gemv16(block_n=64, block_k=128, split_k=7, rows=min(m, 4), chain4=False),
+            wc.Gemv16(block_n=64, block_k=128, split_k=7, rows=min(m, 4)),
             wc.Dot(block_m=16, block_n=64, block_k=128, split_k=5)]
 
 

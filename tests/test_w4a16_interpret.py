@@ -77,19 +77,16 @@ def case_w4a16_gemv16():
     for m in (1, 2, 3, 4):
         _check_w4(m, 512, 64, 128, torch.float16)  # dispatched
     _check_w4(7, 1024, 96, 256, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=3,
-                                                         rows=3, chain4=False))
+                                                         rows=3))
     _check_w4(2, 1024, 96, 128, torch.bfloat16, wc.Gemv16(block_n=64, block_k=128, split_k=2,
-                                                          rows=2, chain4=False))
-    _check_w4(6, 320, 48, 64, torch.float16, wc.Gemv16(block_n=64, block_k=256, split_k=1, rows=4,
-                                                       chain4=False, per_tile_scales=False))
+                                                          rows=2))
+    _check_w4(6, 320, 48, 64, torch.float16, wc.Gemv16(block_n=64, block_k=256, split_k=1, rows=4))
     _check_w4(5, 1024, 96, 1024, torch.float16, wc.Gemv16(block_n=64, block_k=256, rows=4, waves=8,
                                                           min_k_tiles=1))
     # several groups per K tile (per-word-row scales): 4 groups of 64 with a ragged last
     # tile (K = 17 groups, split 2), and 16 groups of 32 in one 512 tile
-    _check_w4(2, 1088, 80, 64, torch.float16, wc.Gemv16(block_n=32, block_k=256, split_k=2, rows=2,
-                                                        chain4=False))
-    _check_w4(1, 512, 64, 32, torch.float16, wc.Gemv16(block_n=32, block_k=512, split_k=1, rows=1,
-                                                       chain4=False))
+    _check_w4(2, 1088, 80, 64, torch.float16, wc.Gemv16(block_n=32, block_k=256, split_k=2, rows=2))
+    _check_w4(1, 512, 64, 32, torch.float16, wc.Gemv16(block_n=32, block_k=512, split_k=1, rows=1))
     # K tiles inside one group, integer zero points, the zero point folded into the bias
     # constants or not, flat scale rows or not: one row; three rows with a split; bf16; with
     # flat rows on whole tiles nothing is masked (the last tile of each split prefetches
@@ -108,7 +105,7 @@ def case_w4a16_gemv16():
     for m, k, gs, cfg in (
             (1, 1024, 128, wc.Gemv16(block_n=32, block_k=512, rows=1, pipe_stages=3, waves=2.5,
                                      min_k_tiles=1)),
-            (3, 1088, 64, wc.Gemv16(block_n=32, block_k=256, split_k=2, rows=3, chain4=False,
+            (3, 1088, 64, wc.Gemv16(block_n=32, block_k=256, split_k=2, rows=3,
                                     pipe_stages=4)),
             (2, 1024, 128, wc.Gemv16(block_n=64, block_k=128, split_k=3, rows=2, fold_zero=True,
                                      flat_scales=True, pipe_stages=2))):
@@ -132,17 +129,10 @@ def case_w4a16_small_m():
               wc.Dot(block_m=16, block_n=32, block_k=128, split_k=2, nibble_dots=True))
     _check_w4(5, 384, 64, 128, torch.float32, wc.Dot(block_m=16, block_n=32, block_k=128,
                                                      split_k=3))
-    # fp16 planes (their plain-Triton twin here): per-tile and per-row scales, a split
+    # fp16 planes (their plain-Triton twin here) joined into one dot in k order: a split,
+    # a 32-wide tile, groups of 32 (the K tile clamped to the group)
     _check_w4(16, 512, 64, 128, torch.float16,
-              wc.Dot(block_m=16, block_n=64, block_k=128, split_k=1, nibble_dots=True,
-                     fp16_planes=True))
-    _check_w4(7, 1024, 96, 64, torch.float16,
-              wc.Dot(block_m=16, block_n=32, block_k=128, split_k=3, nibble_dots=True,
-                     fp16_planes=True))
-    # fp16 planes joined into one dot: plane-major with a split, k order, a 32-wide tile
-    _check_w4(16, 512, 64, 128, torch.float16,
-              wc.Dot(block_m=16, block_n=64, block_k=128, split_k=2, fp16_planes=True,
-                     plane_major=True))
+              wc.Dot(block_m=16, block_n=64, block_k=128, split_k=2, fp16_planes=True))
     _check_w4(9, 512, 96, 64, torch.float16,
               wc.Dot(block_m=16, block_n=32, block_k=64, split_k=1, fp16_planes=True))
     _check_w4(33, 256, 64, 32, torch.float16, wc.Dot(block_m=64, block_n=64, block_k=64, split_k=1,
@@ -152,44 +142,37 @@ def case_w4a16_small_m():
 
 
 def case_w4a16_swap():
-    """The weights as the left operand (kernels/w4a16_swap.py): joined and plane-by-plane,
-    fp16 planes and fp32 unpacking, per-tile and per-row scales, ragged M and N, split K
-    summed in the kernel and by a second launch. (bf16 tl.dot is wrong under the interpreter
-    for every kernel here: tests/test_w4a16_swap_gpu.py covers bf16.)"""
+    """The weights as the left operand (kernels/w4a16_swap.py, fp16 x): the joined tile and
+    the plane dots (x split in registers, x copied into plane order), per-tile and per-row
+    scales, ragged M and N, split K summed in the kernel and by a second launch."""
     import torch
 
     from edge_llm.kernels import w4a16_config as wc
 
     _check_w4(16, 512, 64, 128, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=128,
                                                        split_k=1))
-    _check_w4(21, 512, 80, 64, torch.float16, wc.Swap(block_m=16, block_n=32, block_k=128,
-                                                      split_k=2, nibble_dots=True))
-    _check_w4(9, 1024, 96, 128, torch.float32, wc.Swap(block_m=16, block_n=32, block_k=256,
-                                                       split_k=3, fp16_planes=False))
+    _check_w4(9, 1024, 96, 128, torch.float16, wc.Swap(block_m=16, block_n=32, block_k=256,
+                                                       split_k=3))
     _check_w4(40, 256, 64, 32, torch.float16, wc.Swap(block_m=32, block_n=64, block_k=128,
                                                       split_k=2, fused_reduce=False))
-    _check_w4(5, 256, 48, 64, torch.float32, wc.Swap(block_m=16, block_n=16, block_k=128,
-                                                     split_k=1, nibble_dots=True,
-                                                     fp16_planes=False))
     # plane dots with x's tile split into planes in registers (the mma.sync dispatch at
     # 3-16 rows; 32 here too): per-tile and per-row scales, K not a whole number of tiles,
     # a split
     _check_w4(16, 512, 64, 128, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=128,
-                                                       split_k=1, nibble_dots=True, x_split=True))
+                                                       split_k=1, x_split=True))
     _check_w4(21, 520, 80, 32, torch.float16, wc.Swap(block_m=32, block_n=32, block_k=128,
-                                                      split_k=2, nibble_dots=True,
+                                                      split_k=2,
                                                       fused_reduce=False, x_split=True))
     # plane dots over x copied into plane order (Hopper, wide N): a split, leading dims
     _check_w4(5, 512, 64, 128, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=128,
-                                                      split_k=2, nibble_dots=True, x_planes=True),
+                                                      split_k=2, x_planes=True),
               lead=(2,))
-    _check_w4(3, 256, 48, 256, torch.float32, wc.Swap(block_m=16, block_n=16, block_k=256,
-                                                      split_k=1, nibble_dots=True,
-                                                      fp16_planes=False, x_planes=True))
+    _check_w4(3, 256, 48, 256, torch.float16, wc.Swap(block_m=16, block_n=16, block_k=256,
+                                                      split_k=1, x_planes=True))
     # ... and as dispatched at 33-64 rows on mma.sync: 64-row tiles, the split summed by a
     # second launch, ragged M
     _check_w4(40, 512, 64, 128, torch.float16, wc.Swap(block_m=64, block_n=64, block_k=128,
-                                                       split_k=2, nibble_dots=True,
+                                                       split_k=2,
                                                        fused_reduce=False, x_planes=True))
 
 
@@ -203,7 +186,7 @@ def case_w4a16_planes_packed():
 
     from edge_llm.kernels import w4a16_config as wc
 
-    g16 = dict(block_n=64, block_k=128, split_k=2, num_warps=4, chain4=True,
+    g16 = dict(block_n=64, block_k=128, split_k=2, num_warps=4,
                flat_scales=True, min_k_tiles=1, pipe_stages=2)
     _check_w4(1, 512, 64, 128, torch.float16, wc.Gemv16(rows=1, fold_zero=True, **g16),
               integer_zeros=True, planes=True)
@@ -240,10 +223,10 @@ def case_w4a16_planes_packed():
     _check_w4(1, 256, 64, 128, torch.float32, wc.Gemv(block_n=64, block_k=128, split_k=1),
               planes=True)
     _check_w4(6, 512, 64, 128, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=128,
-                                                      split_k=1, nibble_dots=True, x_split=True),
+                                                      split_k=1, x_split=True),
               planes=True)
     _check_w4(5, 512, 64, 256, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=256,
-                                                      split_k=1, nibble_dots=True, x_planes=True),
+                                                      split_k=1, x_planes=True),
               planes=True)
 
 
@@ -272,10 +255,8 @@ def case_w4a16_splitk_in_kernel():
     from edge_llm.kernels.w4a16 import w4a16_matmul, w4a16_matmul_ref
 
     for m, k, n, gs, dtype, cfg in (
-        (1, 1024, 96, 128, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=4, rows=1,
-                                                    chain4=False)),
-        (7, 1024, 96, 256, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=3, rows=3,
-                                                    chain4=False)),
+        (1, 1024, 96, 128, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=4, rows=1)),
+        (7, 1024, 96, 256, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=3, rows=3)),
         (6, 512, 80, 64, torch.float32, wc.Dot(block_m=16, block_n=32, block_k=64, split_k=5)),
         (20, 512, 64, 128, torch.float32, wc.Dot(block_m=16, block_n=32, block_k=128, split_k=2,
                                                  nibble_dots=True)),
@@ -304,7 +285,7 @@ def case_w4a16_silu_epilogue():
     from edge_llm.kernels import w4a16 as w4
     from edge_llm.kernels import w4a16_config as wc
 
-    g16 = dict(block_n=64, block_k=128, split_k=1, num_warps=4, chain4=True,
+    g16 = dict(block_n=64, block_k=128, split_k=1, num_warps=4,
                flat_scales=True, min_k_tiles=1, pipe_stages=2)
     cases = [  # m, k, 2 I, group, dtype, config, plane-packed, fused in the epilogue
         (1, 512, 256, 128, torch.float16, wc.Gemv16(rows=1, fold_zero=True, **g16), False,
