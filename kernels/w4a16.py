@@ -43,6 +43,8 @@ GPU (splitk.py): fp32 partials summed by the last program of each tile or a seco
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .device import dots_from_registers
@@ -66,8 +68,9 @@ from .w4a16_swap import launch_swap, plane_order  # noqa: F401 - API
 
 # one typed launcher per kind: (config, x2 [M, K], qweight, scales, zeros, group_size,
 # integer_zeros, planes_packed) -> [M, N]
-LAUNCH = {Gemv16: launch_gemv16, Gemv: launch_gemv, Dot: launch_dot, Swap: launch_swap,
-          Dequant: launch_dequant}
+LAUNCH: dict[type, Callable[..., torch.Tensor]] = {
+    Gemv16: launch_gemv16, Gemv: launch_gemv, Dot: launch_dot, Swap: launch_swap,
+    Dequant: launch_dequant}
 _ACT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
@@ -86,7 +89,7 @@ def prepare(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     if config is None:
         family = "mma_sync" if dots_from_registers(x.device) else "wgmma"
         config = lookup(family, _ACT[x.dtype], max(x2.shape[0], 1), n, k, group_size,
-                        planes_packed)
+                        planes_packed)  # no rows: any config (the callers launch nothing)
     return x2, config
 
 
