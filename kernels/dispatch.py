@@ -125,12 +125,17 @@ def w4a16_matmul(
 ) -> torch.Tensor:
     """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype.
     ``integer_zeros``: the caller vouches that every zero point is an integer.
-    ``planes_packed``: qweight in the plane-packed word order (``pack_planes_ref``)."""
-    if x.is_cuda and x.dtype in _HALF and _triton():
-        return _w4.w4a16_matmul(x, qweight, scales, zeros, group_size,
-                                integer_zeros=integer_zeros, planes_packed=planes_packed)
-    return w4a16_matmul_ref(x, qweight, scales, zeros, group_size,
-                            planes_packed=planes_packed)
+    ``planes_packed``: qweight in the plane-packed word order (``pack_planes_ref``).
+    On CUDA: the table's kernel for the problem (kernels/w4a16_config.py), launched here."""
+    if not (x.is_cuda and x.dtype in _HALF and _triton()):
+        return w4a16_matmul_ref(x, qweight, scales, zeros, group_size,
+                                planes_packed=planes_packed)
+    x2, cfg = _w4.prepare(x, qweight, scales, zeros, group_size, planes_packed)
+    if x2.shape[0] == 0:
+        return x.new_empty((*x.shape[:-1], qweight.shape[1]))
+    y = _w4.LAUNCH[type(cfg)](cfg, x2, qweight, scales, zeros, group_size, integer_zeros,
+                              planes_packed)  # (M, N)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
 def w4a16_silu_mul(
@@ -144,7 +149,7 @@ def w4a16_silu_mul(
 ) -> torch.Tensor:
     """``silu_and_mul(w4a16_matmul(x, ...))``, (..., I). On CUDA, for one row, the one-row
     GEMV computes it in its epilogue where it serves the shape in one split
-    (kernels/w4a16.py ``gemv16_silu``: a 7B-sized MLP): one kernel and no (..., 2 I)
+    (kernels/w4a16_gemv.py ``launch_gemv16``: a 7B-sized MLP): one kernel and no (..., 2 I)
     intermediate."""
     if (x.is_cuda and x.dtype in _HALF and x.numel() <= GEMV_SILU_MAX_ROWS * x.shape[-1]
             and _triton()):

@@ -104,6 +104,48 @@ def _splitk_reduce_kernel(part_ptr, out_ptr, numel, SPLIT: tl.constexpr, BLOCK: 
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
+               min_k_tiles: int = 4) -> int:
+    """Split K until the grid covers about ``waves`` programs per multiprocessor, keeping at
+    least ``min_k_tiles`` K tiles per split."""
+    split = 1
+    while (tiles * split < waves * sms and k // (2 * split) >= min_k_tiles * block_k
+           and split < 32):
+        split *= 2
+    return split
+
+
+def plan(tiles: int, k: int, block_k: int, split_k: int, waves: float, min_k_tiles: int,
+         sms: int) -> tuple[int, int]:
+    """(splits, K per split) of a launch of ``tiles`` output tiles: ``split_k`` ways, or
+    (0) ``auto_split``'s; each split whole ``block_k`` tiles, none of them empty."""
+    split = split_k or auto_split(tiles, k, block_k, sms, waves, min_k_tiles)
+    k_per_split = cdiv(cdiv(k, split), block_k) * block_k
+    return cdiv(k, k_per_split), k_per_split
+
+
+def buffers(out: torch.Tensor, split: int, tiles: int, fused: bool
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(target, final, counters) of a launch into ``out`` [M, N]: one split writes ``out``
+    itself (as [1, M, N]); more write fp32 partials [SPLIT, M, N] that the last program of
+    each tile sums into ``final`` = ``out`` where ``fused`` and ``counters`` has them, else
+    ``finish`` adds them by a second launch (``final`` is then ``target``)."""
+    if split == 1:
+        target = out.view(1, *out.shape)
+        return target, target, None
+    target = torch.empty((split, *out.shape), device=out.device, dtype=torch.float32)
+    cnt = counters(out.device, tiles) if fused else None
+    return target, out if cnt is not None else target, cnt
+
+
+def finish(target: torch.Tensor, out: torch.Tensor, cnt: torch.Tensor | None) -> torch.Tensor:
+    """``out`` after the launch of ``buffers``' targets: the partials summed by a second
+    launch where the kernel did not sum them."""
+    if target.shape[0] > 1 and cnt is None:
+        reduce_partials(target, out)
+    return out
+
+
 def reduce_partials(part: torch.Tensor, out: torch.Tensor) -> None:
     """out [M, N] = part [SPLIT, M, N].sum(0) in a second launch."""
     split, m, n = part.shape

@@ -1,158 +1,234 @@
-"""Launch configurations of the W4A16 kernels and the choice between them by shape. Each
-threshold is where the measured winner changes (BENCHMARKS.md, "Kernels"; the sweep is
-benchmarks/gemv_sweep.py)."""
+"""Which W4A16 kernel serves an (M, N, K) problem, with which parameters: one frozen config
+type per kernel kind and, per GPU family, a table of rows "conditions -> config".
+
+The rows are the measured winners per row-count bucket over the Llama-2-7B / Qwen2.5-7B
+linear shapes (BENCHMARKS.md, "Kernels: how fast against cuBLAS and SDPA?"; the candidates
+are re-measured against the table's choice by ``benchmarks/kernels_bench.py sweep``). Every
+mma.sync row fits the 99 KB of shared memory of sm_86/89 (tests/test_kernels_compile.py), and
+the rows of each table cover every problem exactly once (tests/test_kernels_ref.py).
+"""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Literal
 
-from .grid import next_pow2
+__all__ = [
+    "Dequant", "Dot", "Gemv", "Gemv16", "Row", "Swap", "W4A16Config", "TABLES", "lookup",
+]
 
-__all__ = ["W4A16Config", "auto_split", "pick_config"]
+Act = Literal["fp16", "bf16", "fp32"]
+Family = Literal["wgmma", "mma_sync"]
+INF = 1 << 62
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SplitK:
+    """How K is split over a third grid axis (kernels/splitk.py): ``split_k`` > 0 splits that
+    many ways; 0 splits until the grid holds about ``waves`` programs per multiprocessor,
+    keeping at least ``min_k_tiles`` K tiles per split (``splitk.auto_split``)."""
+
+    split_k: int = 0
+    waves: float = 2
+    min_k_tiles: int = 4
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemv16(_SplitK):
+    """The fp16x2 PTX GEMV (kernels/w4a16_gemv.py): ``rows`` activation rows per program
+    (1..4; None: all of M up to 4). ``fold_zero``: zero points in the PTX constants where the
+    caller vouches they are integers (exact only then), with one scale row per K tile, at
+    1-2 rows. ``flat_scales``: 1-D scale rows and 16-byte x loads (FLAT/EVEN).
+    ``pipe_stages`` > 0: tile loads staged through shared memory by cp.async (PIPE); 0:
+    register double buffering. ``fused_reduce``: split K summed by the last program of a
+    tile, else by a second launch."""
+
+    block_n: int
+    block_k: int
+    rows: int | None = None
+    fold_zero: bool = False
+    flat_scales: bool = False
+    pipe_stages: int = 0
+    fused_reduce: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemv(_SplitK):
+    """The fp32 one-row GEMV without tensor cores (kernels/w4a16_dot.py); one activation
+    row only; split K summed by a second launch."""
+
+    block_n: int = 64
+    block_k: int = 128
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dot(_SplitK):
+    """x [BM, BK] @ W [BK, BN] by tl.dot (kernels/w4a16_dot.py). ``block_m`` None:
+    next_pow2(M) within 16..64. ``nibble_dots``: eight K = BK/8 dots on the fp32-unpacked
+    nibble planes (block_k >= 128); else one tile in k order (its K tile kept inside one
+    group), unpacked in fp32 or, with ``fp16_planes`` and fp16 x, from the PTX planes of
+    kernels/w4a16_planes.py."""
+
+    block_m: int | None = None
+    block_n: int = 128
+    block_k: int = 64
+    nibble_dots: bool = False
+    fp16_planes: bool = False
+    fused_reduce: bool = True
+
+    def __post_init__(self) -> None:
+        if self.nibble_dots and self.fp16_planes:
+            raise ValueError(f"the fp16 planes join into one tile (no nibble_dots): {self}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Swap(_SplitK):
+    """out^T = W^T x^T with the fp16 weight planes (PTX) as the MMA's left operand, fp16 x
+    (kernels/w4a16_swap.py). One joined tile (``plane_major``: its columns in plane order,
+    for plane-packed words with block_k 128), or eight plane dots (block_k >= 128) over a
+    copy of x in plane order (``x_planes``; K a multiple of block_k; none needed on
+    plane-packed words) or over x's tile split into planes in registers (``x_split``)."""
+
+    block_m: int | None = None
+    block_n: int = 64
+    block_k: int = 128
+    plane_major: bool = False
+    x_planes: bool = False
+    x_split: bool = False
+    fused_reduce: bool = True
+
+    def __post_init__(self) -> None:
+        if self.x_planes + self.x_split + self.plane_major > 1:
+            raise ValueError(f"x_planes, x_split and plane_major exclude each other: {self}")
 
 
 @dataclass(frozen=True)
-class W4A16Config:
-    """One launch configuration. ``kind`` is "gemv16" (fp16x2 pairs in PTX, M <= 16 in chunks
-    of ``rows`` <= 4 activation rows), "gemv" (M == 1 only), "dot", "swap" (the weights as
-    the dot's left operand, kernels/w4a16_swap.py; ``nibble_dots`` there means eight plane
-    dots instead of one joined tile) or "dequant"."""
-
-    kind: str
-    block_m: int = 16
-    block_n: int = 128
-    block_k: int = 64
-    split_k: int = 1  # 0: choose from the GPU size (see auto_split)
-    num_warps: int = 4
-    num_stages: int = 3
-    nibble_dots: bool = False  # "dot": eight K/8 dots on nibble planes (needs block_k >= 128)
-    rows: int = 4  # "gemv16": activation rows per program (1..4)
-    chain4: bool = False  # "gemv16": four fp16 products per partial sum (see w4a16_gemv.py)
-    per_tile_scales: bool = True  # "gemv16": one scale row per K tile when tiles fit groups
-    fold_zero: bool = False  # "gemv16", per-tile scales, chain4: z in the PTX constants
-    # (exact only for integer zero points, which every checkpoint format has)
-    flat_scales: bool = False  # "gemv16", per-tile scales: 1-D scale rows, 16-byte x loads,
-    # no masks on whole tiles (kernels/w4a16_gemv.py FLAT/EVEN)
-    pipe_stages: int = 0  # "gemv16": > 0 stages the tile loads through shared memory by
-    # cp.async (kernels/w4a16_gemv.py PIPE) instead of register double buffering
-    waves: float = 2  # split_k=0: programs per multiprocessor to aim for (see auto_split)
-    min_k_tiles: int = 4  # split_k=0: K tiles each split keeps at least
-    fused_reduce: bool = True  # split K: the kernel's last program sums (kernels/splitk.py)
-    fp16_planes: bool = False  # "dot", fp16 x: weight planes from PTX (w4a16_planes.py)
-    plane_major: bool = False  # fp16_planes without nibble_dots: tile rows in plane order
-    # (x read in that column order) instead of k order; slower on "dot". On the joined "swap"
-    # tile: plane-packed words only, whose plane order is x's natural order (no copy of x)
-    x_planes: bool = False  # "swap" with nibble_dots: x copied with the columns of each K tile
-    # in plane order first (w4a16_swap.plane_order), so each plane dot reads one contiguous
-    # slice of x (needs K a multiple of block_k)
-    x_split: bool = False  # "swap" with nibble_dots: x's K tile loaded whole and split into its
-    # eight planes in registers (kernels/w4a16_swap.py)
+class Dequant:
+    """W dequantized to x's dtype in one Triton pass (kernels/w4a16_dequant.py), then
+    torch.matmul (cuBLAS)."""
 
 
-def auto_split(tiles: int, k: int, block_k: int, sms: int, waves: float = 2,
-               min_k_tiles: int = 4) -> int:
-    """Split K until the grid covers about ``waves`` programs per multiprocessor, keeping at
-    least ``min_k_tiles`` K tiles per split."""
-    split = 1
-    while (tiles * split < waves * sms and k // (2 * split) >= min_k_tiles * block_k
-           and split < 32):
-        split *= 2
-    return split
+W4A16Config = Gemv16 | Gemv | Dot | Swap | Dequant
 
 
-@functools.lru_cache(maxsize=8192)  # pure; called for every W4A16 launch (~3 us)
-def pick_config(m: int, n: int, k: int, group_size: int, sms: int,
-                half: bool = True, fp16: bool | None = None,
-                integer_zeros: bool = False, mma_sync: bool = False,
-                planes_packed: bool = False) -> W4A16Config:
-    """The tuned launch choice for an (M, N, K) problem.
+@dataclass(frozen=True)
+class Row:
+    """Conditions (inclusive ranges) -> config. ``g128``: group size a multiple of 128;
+    ``tiles128``: K too (whole 128-row K tiles in one group: what a copy of x in plane
+    order, and plane-packed words, need); ``packed``: plane-packed words (implies
+    tiles128); ``weights``: N * K. None: either."""
 
-    Per M bucket, the variant with the best geometric mean over the eight Llama-2 /
-    Qwen2.5-7B linear shapes against fp16 cuBLAS (benchmarks/gemv_sweep.py); above M = 64
-    (128 on plane-packed words) dequantize + cuBLAS wins. Every config fits 99 KB of shared
-    memory on sm_86/89 (tests/test_kernels_compile.py). ``half``: fp16/bf16 activations, which
-    the fp16x2 "gemv16" path serves for M <= 2 (fp32 ones keep the fp32 kernels). ``fp16``
-    (default: ``half``): fp16 rather than bf16 activations, which take the "swap" kernel at
-    3-64 rows (bf16 keeps the paths measured for it). ``integer_zeros``: the caller vouches
-    that every zero point is an integer (QuantLinear's are), so the one-row GEMV may fold
-    them into its PTX constants. ``mma_sync``: the device's dots compile for mma.sync
-    (kernels/device.py dots_from_registers: sm_8x, sm_12x), not Hopper's wgmma, which changes the
-    best tile at 3-64 rows. ``planes_packed``: the words are plane-packed (pack_planes_ref),
-    which changes the best tile at 3-128 rows.
-    """
-    fp16 = half if fp16 is None else fp16
-    planes_ok = k % 128 == 0 and group_size % 128 == 0  # x_planes: whole K tiles (measured g128)
-    if fp16 and m <= 2 and group_size % 128 == 0:
-        # K tiles of one group (one scale row per tile, 1-D), 64 columns, the tile loads
-        # staged through shared memory 4 tiles ahead (cp.async), zero points folded when they
-        # are integers: the fewest instructions per weight byte, so the closest to copy
-        # bandwidth of every variant at 1-2 rows. Split K summed in the kernel at every width
-        # (no second launch)
-        return W4A16Config("gemv16", block_n=64, block_k=128, split_k=0, num_warps=4, rows=m,
-                           chain4=True, fold_zero=integer_zeros, flat_scales=True, waves=2.5,
-                           min_k_tiles=1, fused_reduce=True, pipe_stages=4)
-    if half and m <= 2:
-        # groups that are not a multiple of 128: split K to about 2.5 programs per
-        # multiprocessor (the best split per shape); summed in the kernel up to N = 8,192,
-        # by a second launch above (where the in-kernel sum's serialisation costs more)
-        return W4A16Config("gemv16", block_n=32, block_k=512, split_k=0, num_warps=4, rows=m,
-                           chain4=True, waves=2.5, min_k_tiles=1, fused_reduce=n <= 8192)
-    if fp16 and m <= 16 and mma_sync:
-        # mma.sync (sm_8x, sm_12x): eight plane dots with x's tile split into its planes in
-        # registers, since mma.sync takes both operands from there; the joined swap tile
-        # below converts its tile through shared memory instead. Where the weights are large
-        # enough to carry a copy of x into plane order (>= 32M weights at 3-8 rows, gate/up
-        # widths at 16) the dots read that copy instead. Plane-packed words need no copy.
-        wide = planes_packed or n >= 16384 or (m <= 8 and n * k >= 1 << 25)
-        return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
-                           fp16_planes=True, nibble_dots=True, x_split=not (planes_ok and wide),
-                           x_planes=planes_ok and wide, waves=2.5, min_k_tiles=1)
-    if fp16 and m <= 16 and (n >= 16384 or planes_packed) and planes_ok:
-        # wgmma, 3-16 rows: the plane dots beat the joined tile where they read x as it is
-        # (plane-packed words, pack_planes_ref) or where the weights are wide enough (the
-        # gate/up projections) to carry the copy of x into plane order; at N <= 12,288 on
-        # standard words the copy outweighs the gain
-        return W4A16Config("swap", 16, 64, 128, split_k=0, num_warps=4, num_stages=3,
-                           fp16_planes=True, nibble_dots=True, x_planes=True, waves=2.5,
-                           min_k_tiles=1)
-    if fp16 and m <= 64 and planes_ok and (mma_sync or (planes_packed and m <= 32)):
-        # 17-64 rows: on mma.sync the plane dots over x in plane order beat the "dot" kernel
-        # (splitting x in registers instead runs out of registers here); on wgmma with
-        # plane-packed words they win up to 32 rows, above which the joined tile below with
-        # its columns in plane order wins
-        return W4A16Config("swap", 32 if m <= 32 else 64, 64, 128, split_k=0, num_warps=4,
-                           num_stages=3, fp16_planes=True, nibble_dots=True, x_planes=True,
-                           fused_reduce=False, waves=2, min_k_tiles=4)
-    if fp16 and m <= 64 and not mma_sync:
-        # the weights as the MMA's left operand, from registers (kernels/w4a16_swap.py): on
-        # wgmma the dequantized tile never goes through shared memory, which beats both the
-        # GEMV and the "dot" kernel at 3-64 rows. On plane-packed words (33-64 rows here) its
-        # columns follow the words' plane order, so it reads x as it is (no copy)
-        bm = min(64, max(16, next_pow2(m)))
-        return W4A16Config("swap", bm, 64, 128, split_k=0, num_warps=4, num_stages=3,
-                           fused_reduce=m <= 16, fp16_planes=True,
-                           plane_major=planes_packed and planes_ok)
-    if (fp16 and planes_packed and planes_ok and not mma_sync and 64 < m <= 128
-            and n * k >= 1 << 24):
-        # wgmma, plane-packed words, 65-128 rows: the joined tile in plane order over row
-        # tiles of 128 beats dequantize + cuBLAS on shapes of >= 16M weights (the smaller
-        # ones amortise the dequantization better); above 128 rows cuBLAS wins
-        return W4A16Config("swap", 128, 64, 128, split_k=0, num_warps=4, num_stages=3,
-                           fused_reduce=False, fp16_planes=True, plane_major=True, waves=1,
-                           min_k_tiles=4)
-    if half and m <= 4:  # the fp16x2 GEMV beats the nibble-plane dots at 3-4 rows
-        return W4A16Config("gemv16", block_n=32, block_k=256, split_k=0, num_warps=4, rows=m,
-                           chain4=True, waves=2, min_k_tiles=2)
-    if m == 1:
-        block_k = 256 if n * k >= (32 << 20) else 128  # more bytes in flight per program
-        return W4A16Config("gemv", block_n=64, block_k=block_k, split_k=0, num_warps=4)
-    if m <= 4:
-        return W4A16Config("dot", 16, 64, 128, split_k=0, num_warps=4, nibble_dots=True)
-    if m <= 64:  # split K summed in the kernel serialises too much at 32-64 rows
-        # fp16 x: the weight planes from PTX joined into one tile in k order (fewer
-        # instructions than the fp32 unpacking); bf16 x keeps the fp32 unpacking
-        return W4A16Config("dot", min(64, max(16, next_pow2(m))), 128, 64,
-                           split_k=0, num_warps=4, num_stages=3, fused_reduce=m <= 16,
-                           fp16_planes=half, plane_major=False)
-    return W4A16Config("dequant")
+    m: tuple[int, int]
+    act: Act
+    config: W4A16Config
+    g128: bool | None = None
+    tiles128: bool | None = None
+    packed: bool | None = None
+    n: tuple[int, int] = (1, INF)
+    weights: tuple[int, int] = (1, INF)
+
+    def matches(self, act: Act, m: int, n: int, k: int, group_size: int,
+                packed: bool) -> bool:
+        g128 = group_size % 128 == 0
+        return (self.act == act and self.m[0] <= m <= self.m[1]
+                and self.n[0] <= n <= self.n[1] and self.weights[0] <= n * k <= self.weights[1]
+                and self.g128 in (None, g128) and self.packed in (None, packed)
+                and self.tiles128 in (None, g128 and k % 128 == 0))
+
+
+M32 = 1 << 25  # 32M weights
+# 1-2 rows: the fp16x2 GEMV. Groups of 128k (fp16): one-group K tiles, 64 columns, loads
+# staged 4 tiles ahead, zero points folded: the closest to copy bandwidth. Otherwise 32
+# columns by 512; split K summed in the kernel up to N = 8,192, by a second launch above
+# (where the in-kernel sum's serialisation costs more). 3-4 rows (bf16): 32 by 256.
+G16_PIPE = Gemv16(block_n=64, block_k=128, fold_zero=True, flat_scales=True, pipe_stages=4,
+                  waves=2.5, min_k_tiles=1)
+G16_WIDE = Gemv16(block_n=32, block_k=512, waves=2.5, min_k_tiles=1)
+G16_WIDE_2L = Gemv16(block_n=32, block_k=512, waves=2.5, min_k_tiles=1, fused_reduce=False)
+G16_FOUR = Gemv16(block_n=32, block_k=256, min_k_tiles=2)
+# the swap kernel's plane dots at 3-16 rows: over a copy of x in plane order (or x as it is
+# on plane-packed words), or (mma.sync) x's tile split into planes in registers
+PLANES_FEW = Swap(block_m=16, x_planes=True, waves=2.5, min_k_tiles=1)
+SPLIT_FEW = Swap(block_m=16, x_split=True, waves=2.5, min_k_tiles=1)
+PLANES_MANY = Swap(x_planes=True, fused_reduce=False)  # 17-64 rows
+JOINED_FEW = Swap()  # one joined tile in k order, split K summed in the kernel (3-16 rows)
+JOINED_MANY = Swap(fused_reduce=False)  # 17-64: the in-kernel sum serialises too much
+JOINED_PM = Swap(plane_major=True, fused_reduce=False)  # plane-packed words: x as it is
+JOINED_PM128 = Swap(block_m=128, plane_major=True, fused_reduce=False, waves=1)
+DOT_FEW = Dot()  # 5-16 rows: the tile unpacked in k order, split K summed in the kernel
+DOT_MANY = Dot(fused_reduce=False)
+DOT16_MANY = Dot(fp16_planes=True, fused_reduce=False)  # the PTX planes joined in k order
+DEQUANT = Dequant()
+
+# bf16 and fp32 activations: the same rows on both families
+_BF16_FP32 = [
+    Row((1, 2), "bf16", G16_WIDE, n=(1, 8192)),
+    Row((1, 2), "bf16", G16_WIDE_2L, n=(8193, INF)),
+    Row((3, 4), "bf16", G16_FOUR),
+    Row((5, 16), "bf16", DOT_FEW),
+    Row((17, 64), "bf16", DOT_MANY),
+    Row((65, INF), "bf16", DEQUANT),
+    Row((1, 1), "fp32", Gemv(block_k=128), weights=(1, M32 - 1)),
+    Row((1, 1), "fp32", Gemv(block_k=256), weights=(M32, INF)),  # more bytes in flight
+    Row((2, 4), "fp32", Dot(block_m=16, block_n=64, block_k=128, nibble_dots=True)),
+    Row((5, 16), "fp32", DOT_FEW),
+    Row((17, 64), "fp32", DOT_MANY),
+    Row((65, INF), "fp32", DEQUANT),
+]
+_FP16_ONE_TWO = [
+    Row((1, 2), "fp16", G16_PIPE, g128=True),
+    Row((1, 2), "fp16", G16_WIDE, g128=False, n=(1, 8192)),
+    Row((1, 2), "fp16", G16_WIDE_2L, g128=False, n=(8193, INF)),
+]
+
+TABLES: dict[Family, list[Row]] = {
+    # Hopper: the joined swap tile never stages the dequantized weights through shared
+    # memory; the plane dots win only where they read x as it is (plane-packed words) or the
+    # weights are wide enough (gate/up) to carry the copy of x into plane order
+    "wgmma": _FP16_ONE_TWO + [
+        Row((3, 16), "fp16", PLANES_FEW, packed=True),
+        Row((3, 16), "fp16", PLANES_FEW, packed=False, tiles128=True, n=(16384, INF)),
+        Row((3, 16), "fp16", JOINED_FEW, packed=False, tiles128=True, n=(1, 16383)),
+        Row((3, 16), "fp16", JOINED_FEW, tiles128=False),
+        Row((17, 32), "fp16", PLANES_MANY, packed=True),
+        Row((33, 64), "fp16", JOINED_PM, packed=True),
+        Row((17, 64), "fp16", JOINED_MANY, packed=False),
+        Row((65, 128), "fp16", JOINED_PM128, packed=True, weights=(1 << 24, INF)),
+        Row((65, 128), "fp16", DEQUANT, packed=True, weights=(1, (1 << 24) - 1)),
+        Row((65, 128), "fp16", DEQUANT, packed=False),
+        Row((129, INF), "fp16", DEQUANT),
+    ] + _BF16_FP32,
+    # mma.sync (sm_8x, sm_12x) takes both operands from registers: the plane dots with x's
+    # tile split there, or over x in plane order where the weights carry that copy
+    "mma_sync": _FP16_ONE_TWO + [
+        Row((3, 16), "fp16", PLANES_FEW, packed=True),
+        Row((3, 16), "fp16", PLANES_FEW, packed=False, tiles128=True, n=(16384, INF)),
+        Row((3, 8), "fp16", PLANES_FEW, packed=False, tiles128=True, n=(1, 16383),
+            weights=(M32, INF)),
+        Row((3, 8), "fp16", SPLIT_FEW, packed=False, tiles128=True, n=(1, 16383),
+            weights=(1, M32 - 1)),
+        Row((9, 16), "fp16", SPLIT_FEW, packed=False, tiles128=True, n=(1, 16383)),
+        Row((3, 16), "fp16", SPLIT_FEW, tiles128=False),
+        Row((17, 64), "fp16", PLANES_MANY, tiles128=True),
+        Row((17, 64), "fp16", DOT16_MANY, tiles128=False),
+        Row((65, INF), "fp16", DEQUANT),
+    ] + _BF16_FP32,
+}
+
+
+@functools.lru_cache(maxsize=8192)  # pure; called for every W4A16 launch
+def lookup(family: Family, act: Act, m: int, n: int, k: int, group_size: int,
+           packed: bool = False) -> W4A16Config:
+    """The config of the one row of ``TABLES[family]`` that matches the problem; groups
+    whose words straddle two groups (group_size not a multiple of 8) take the dequantize
+    pass whatever the row."""
+    if group_size % 8:
+        return DEQUANT
+    rows = [r for r in TABLES[family] if r.matches(act, m, n, k, group_size, packed)]
+    if len(rows) != 1:
+        raise LookupError(f"W4A16 table {family}: {len(rows)} rows match {act} M={m} N={n} "
+                          f"K={k} group_size={group_size} packed={packed}")
+    return rows[0].config

@@ -21,6 +21,7 @@ import triton.language as tl
 
 from .grid import cdiv
 from .pdl import pdl_enter, pdl_kwargs
+from .w4a16_config import Dequant
 from .w4a16_ref import PACK
 
 
@@ -138,3 +139,13 @@ def dequantize_w4a16(
         zeros.stride(0), w.stride(0), BLOCK_K=bk, BLOCK_N=bn, PLANES=planes_packed,
         num_warps=4, **pdl_kwargs(qweight.device))
     return w
+
+
+def launch_dequant(cfg: Dequant, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                   zeros: torch.Tensor, group_size: int, integer_zeros: bool = False,
+                   planes_packed: bool = False) -> torch.Tensor:
+    """x2 [M, K] @ W, [M, N]: W dequantized to x2's dtype into the reused buffer (CUDA),
+    then torch.matmul (cuBLAS). Any group size works here."""
+    w = dequantize_w4a16(qweight, scales, zeros, group_size, dtype=x2.dtype, reuse=True,
+                         planes_packed=planes_packed)
+    return torch.matmul(x2, w)

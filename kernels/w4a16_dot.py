@@ -3,10 +3,10 @@ the fp16x2 GEMV of w4a16_gemv.py and the swap kernel of w4a16_swap.py), and thei
 
   * "gemv": one activation row, fp32 (the interpreter's tests), no tensor cores;
   * "dot": tl.dot tiles for any activation dtype: the tile unpacked in k order, eight dots
-    on the nibble planes, or (fp16 x) the inline-PTX planes of w4a16_planes.py, joined
-    into one tile or one dot each.
+    on the nibble planes, or (fp16 x) the inline-PTX planes of w4a16_planes.py joined into
+    one tile in k order.
 
-kernels/w4a16.py chooses between them (pick_config) and splits K.
+kernels/w4a16_config.py chooses between them; kernels/splitk.py splits K.
 """
 
 from __future__ import annotations
@@ -15,11 +15,17 @@ import torch
 import triton
 import triton.language as tl
 
+from edge_llm import envs
+
+from . import splitk
+from .device import num_sms
 from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
-from .w4a16_dequant import _nibble_f32
-from .w4a16_planes import fp16_planes, join_planes, joined_cols, plane_dot
+from .w4a16_config import Dequant, Dot, Gemv
+from .w4a16_dequant import _nibble_f32, launch_dequant
+from .w4a16_planes import fp16_planes, join_planes
+from .w4a16_ref import unplane_order
 
 
 @triton.jit
@@ -141,7 +147,7 @@ def _w4a16_dot_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, NIBBLE_DOTS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr, FP16_PLANES: tl.constexpr,
-    USE_ASM: tl.constexpr, PLANE_MAJOR: tl.constexpr,
+    USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     """out[pid_k, m, n] = sum over this split's k of x[m, k] * W[k, n] via tl.dot.
@@ -150,10 +156,9 @@ def _w4a16_dot_kernel(
     NIBBLE_DOTS: consume it nibble by nibble instead, dot j multiplying x[:, k0 + 8r + j]
     (BM, BK8) by W[k0 + 8r + j, :] (BK8, BN): each plane keeps the packed tile's register
     layout, at the price of eight K=BK8 dots (BLOCK_K >= 128 so BK8 >= 16). FP16_PLANES
-    (with NIBBLE_DOTS, fp16 x): the planes come from inline PTX in fp16 (w4a16_planes.py;
-    USE_ASM=False: its plain-Triton twin). FP16_PLANES without NIBBLE_DOTS: the planes are
-    joined into one [BK, BN] tile for one dot (PLANE_MAJOR: in plane order, with x's columns
-    read in the same order).
+    (fp16 x, not with NIBBLE_DOTS): the planes come from inline PTX in fp16
+    (w4a16_planes.py; USE_ASM=False: its plain-Triton twin), joined into one [BK, BN] tile
+    in k order for one dot.
     REDUCE: ``out`` holds fp32 partials and the last program of each (m, n) tile writes
     their sum to ``final`` (kernels/splitk.py).
     """
@@ -177,31 +182,18 @@ def _w4a16_dot_kernel(
         if NIBBLE_DOTS:
             s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
                                 stride_sg, stride_zg, ONE_GROUP)
-            if FP16_PLANES:
-                w0, w1, w2, w3, w4, w5, w6, w7 = fp16_planes(packed, s, zs, USE_ASM)
-                args = (x_ptr, offs_m, rows)
-                masks = (m_mask, r_mask, stride_xm, stride_xk)
-                acc = plane_dot(acc, *args, 0, *masks, w0, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 1, *masks, w1, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 2, *masks, w2, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 3, *masks, w3, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 4, *masks, w4, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 5, *masks, w5, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 6, *masks, w6, DOT_PRECISION)
-                acc = plane_dot(acc, *args, 7, *masks, w7, DOT_PRECISION)
-            else:
-                for j in tl.static_range(8):
-                    xj = tl.load(x_ptr + offs_m[:, None] * stride_xm
-                                 + (rows * 8 + j)[None, :] * stride_xk,
-                                 mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
-                    wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
-                    acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
+            for j in tl.static_range(8):
+                xj = tl.load(x_ptr + offs_m[:, None] * stride_xm
+                             + (rows * 8 + j)[None, :] * stride_xk,
+                             mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
+                wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
+                acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
         elif FP16_PLANES:  # the eight fp16 planes joined into one K = BK tile
             s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,
                                 stride_sg, stride_zg, ONE_GROUP)
             w0, w1, w2, w3, w4, w5, w6, w7 = fp16_planes(packed, s, zs, USE_ASM)
-            w = join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K, BLOCK_N, PLANE_MAJOR)
-            cols = joined_cols(k0, BLOCK_K, PLANE_MAJOR)
+            w = join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K, BLOCK_N)
+            cols = k0 + tl.arange(0, BLOCK_K)
             xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xk,
                          mask=m_mask[:, None] & (cols[None, :] < K), other=0.0)  # (BM, BK)
             acc = tl.dot(xt, w, acc, input_precision=DOT_PRECISION)
@@ -221,37 +213,70 @@ def _w4a16_dot_kernel(
                     offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
-def launch_gemv(x2, qweight, scales, zeros, target, group_size: int, block_n: int,
-                block_k: int, k_per_split: int, split: int, num_warps: int,
-                num_stages: int) -> None:
-    """The fp32 one-row GEMV into ``target`` [SPLIT, 1, N] (partials when split > 1)."""
+def launch_gemv(cfg: Gemv, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                zeros: torch.Tensor, group_size: int, integer_zeros: bool = False,
+                planes_packed: bool = False) -> torch.Tensor:
+    """x2 [1, K] @ W, [1, N], by the fp32 one-row GEMV (split K summed by a second launch).
+    ``planes_packed``: x permuted to the words' order (a copy)."""
+    m, k = x2.shape
+    if m != 1:
+        raise ValueError(f"the fp32 GEMV serves one activation row, got {m}: {cfg}")
     n = qweight.shape[1]
-    _w4a16_gemv_kernel[(cdiv(n, block_n), split)](
-        x2, qweight, scales, zeros, target, n, x2.shape[1], k_per_split, group_size,
+    if planes_packed:
+        x2 = unplane_order(x2)
+    qweight, scales, zeros = qweight.contiguous(), scales.contiguous(), zeros.contiguous()
+    split, k_per_split = splitk.plan(cdiv(n, cfg.block_n), k, cfg.block_k, cfg.split_k,
+                                     cfg.waves, cfg.min_k_tiles, num_sms(x2.device))
+    out = torch.empty((m, n), device=x2.device, dtype=x2.dtype)
+    target, _, _ = splitk.buffers(out, split, 0, fused=False)
+    _w4a16_gemv_kernel[(cdiv(n, cfg.block_n), split)](
+        x2, qweight, scales, zeros, target, n, k, k_per_split, group_size,
         x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
-        target.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))
+        target.stride(0), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
+    return splitk.finish(target, out, None)
 
 
-def launch_dot(x2, qweight, scales, zeros, target, final, counters, group_size: int,
-               block_m: int, block_n: int, block_k: int, k_per_split: int, split: int,
-               one_group: bool, nibble_dots: bool, fp16_planes: bool, plane_major: bool,
-               use_asm: bool, num_warps: int, num_stages: int) -> None:
-    """The "dot" kernel into ``target`` [SPLIT, M, N]; with ``counters`` the last program of
-    each tile sums the partials into ``final`` (kernels/splitk.py)."""
+def launch_dot(cfg: Dot, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+               zeros: torch.Tensor, group_size: int, integer_zeros: bool = False,
+               planes_packed: bool = False) -> torch.Tensor:
+    """x2 [M, K] @ W, [M, N] (x2's dtype), by the "dot" kernel in ``cfg``'s configuration.
+
+    The k-order tile keeps each K tile inside one group (block_k halved down to 16 until it
+    divides the group size): per-row [BK, BN] scale tiles would be staged in shared memory
+    by the pipeliner (> 99 KB for BM=64, BK=64 at group_size 32). Groups it cannot fit (not
+    a multiple of 16) take the dequantize pass. ``planes_packed``: x permuted to the words'
+    order (a copy)."""
     m, k = x2.shape
     n = qweight.shape[1]
-    precision = "ieee" if x2.dtype == torch.float32 else "tf32"
+    block_k = cfg.block_k
+    if not cfg.nibble_dots and group_size < k:
+        while block_k > 16 and group_size % block_k:
+            block_k //= 2
+    one_group = group_size >= k or group_size % block_k == 0
+    if not (cfg.nibble_dots or one_group):
+        return launch_dequant(Dequant(), x2, qweight, scales, zeros, group_size,
+                              planes_packed=planes_packed)
+    if planes_packed:
+        x2 = unplane_order(x2)
+    qweight, scales, zeros = qweight.contiguous(), scales.contiguous(), zeros.contiguous()
+    block_m = max(16, next_pow2(cfg.block_m or min(64, next_pow2(m))))
+    tiles = cdiv(m, block_m) * cdiv(n, cfg.block_n)
+    split, k_per_split = splitk.plan(tiles, k, block_k, cfg.split_k, cfg.waves,
+                                     cfg.min_k_tiles, num_sms(x2.device))
+    out = torch.empty((m, n), device=x2.device, dtype=x2.dtype)
+    target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
     reduce = counters is not None
-    grid = (cdiv(m, block_m), cdiv(n, block_n), split)
-    _w4a16_dot_kernel[grid](
+    _w4a16_dot_kernel[(cdiv(m, block_m), cdiv(n, cfg.block_n), split)](
         x2, qweight, scales, zeros, target, final, counters if reduce else target,
         m, n, k, k_per_split, group_size, split,
         x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
         target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group,
-        NIBBLE_DOTS=nibble_dots, DOT_PRECISION=precision, REDUCE=reduce,
-        FP16_PLANES=fp16_planes and x2.dtype == torch.float16,
-        USE_ASM=use_asm, PLANE_MAJOR=plane_major,
+        BLOCK_N=cfg.block_n, BLOCK_K=block_k, ONE_GROUP=one_group,
+        NIBBLE_DOTS=cfg.nibble_dots,
+        DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
+        FP16_PLANES=cfg.fp16_planes and x2.dtype == torch.float16,  # bf16: fp32 unpacking
+        USE_ASM=not envs.TRITON_INTERPRET.get(),
         SPLIT_P2=next_pow2(split) if reduce else 1,
-        num_warps=num_warps, num_stages=num_stages, **pdl_kwargs(x2.device))
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
+    return splitk.finish(target, out, counters)

@@ -10,11 +10,11 @@ fp32 sum (the FasterTransformer/Marlin trick: ``(w & 0x000F000F) | 0x64006400`` 
 Per word (runtime layout, nibble j of word r = k 8r + j) and activation row m::
 
     t0 = (q0, q4)   t1 = (q1, q5)   t2 = (q2, q6)   t3 = (q3, q7)          fp16 pairs, exact
-    part[m] = f32(t0*(x0,x4) + t1*(x1,x5)) + f32(t2*(x2,x6) + t3*(x3,x7))  two products per half
-                                                                           in fp16, then fp32
+    part[m] = f32(lo + hi) of t0*(x0,x4) + t1*(x1,x5) + t2*(x2,x6) + t3*(x3,x7)   four products
+                                                                  per half in fp16, then fp32
     y[m, n] += s[g, n] * part[m] - z[g, n] * s[g, n] * sum_j x[m, 8r + j]  fp32 accumulation
 
-Each fp16 partial holds two products q*x (q <= 15), so it overflows only for |x| > ~2,000.
+Each fp16 partial holds four products q*x (q <= 15), so it overflows only for |x| > ~1,000.
 ``USE_ASM=False`` computes the same pairs in plain Triton (the interpreter has no PTX): the CPU
 tests check the pairing and epilogue logic that way, the GPU tests the PTX.
 """
@@ -25,33 +25,31 @@ import torch
 import triton
 import triton.language as tl
 
+from edge_llm import envs
+
+from . import splitk
+from .device import num_sms
 from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
+from .w4a16_config import Gemv16
 from .w4a16_gemv_ptx import (
     ASM1,
-    ASM1C,
-    ASM1CF,
+    ASM1F,
     ASM2,
-    ASM2C,
-    ASM2CF,
+    ASM2F,
     ASM3,
-    ASM3C,
-    ASM3CF,
     ASM4,
-    ASM4C,
-    ASM4CF,
     CON1,
     CON1F,
     CON2,
     CON2F,
     CON3,
-    CON3F,
     CON4,
-    CON4F,
 )
 from .w4a16_gemv_tile import _tile_loads
 from .w4a16_gemv_x import _bits_half, _pair, _x_pairs
+from .w4a16_ref import PLANE_TILE, unplane_order
 
 
 @triton.jit
@@ -103,10 +101,10 @@ def _store_silu_row(out_ptr, acc, m, M, N, pid_n, stride_om, HALF: tl.constexpr)
 def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr,
                  m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS: tl.constexpr,
                  USE_ASM: tl.constexpr,
-                 X_FP16: tl.constexpr, CHAIN4: tl.constexpr, FOLD: tl.constexpr,
+                 X_FP16: tl.constexpr, FOLD: tl.constexpr,
                  FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr):
     """The accumulators after one K tile: words ``w`` [BK8, BN] of word rows ``rows`` with
-    their scales and zeros, times the activation rows m0..m0+ROWS-1."""
+    their scales and zeros, times the activation rows m0..m0+ROWS-1 (FOLD: ROWS <= 2)."""
     s = s.to(tl.float32)
     if FOLD:
         zf = z.to(tl.float32)
@@ -131,45 +129,32 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
     if USE_ASM:
         if FOLD and ROWS == 1:
             p0 = _f32(tl.inline_asm_elementwise(
-                ASM1CF, CON1F, [w, z_a, z_b, xa0, xb0, xc0, xd0],
+                ASM1F, CON1F, [w, z_a, z_b, xa0, xb0, xc0, xd0],
                 dtype=tl.int32, is_pure=True, pack=1))
-        elif FOLD and ROWS == 2:
+        elif FOLD:
             p0, p1 = tl.inline_asm_elementwise(
-                ASM2CF, CON2F, [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
+                ASM2F, CON2F, [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
                 dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
             p0, p1 = _f32(p0), _f32(p1)
-        elif FOLD and ROWS == 3:
-            p0, p1, p2 = tl.inline_asm_elementwise(
-                ASM3CF, CON3F,
-                [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
-                dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
-            p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
-        elif FOLD:
-            p0, p1, p2, p3 = tl.inline_asm_elementwise(
-                ASM4CF, CON4F,
-                [w, z_a, z_b, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
-                 xa3, xb3, xc3, xd3],
-                dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
-            p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
         elif ROWS == 1:
             p0 = _f32(tl.inline_asm_elementwise(
-                ASM1C if CHAIN4 else ASM1, CON1, [w, z_a, xa0, xb0, xc0, xd0],
+                ASM1, CON1, [w, z_a, xa0, xb0, xc0, xd0],
                 dtype=tl.int32, is_pure=True, pack=1))
         elif ROWS == 2:
             p0, p1 = tl.inline_asm_elementwise(
-                ASM2C if CHAIN4 else ASM2, CON2,
+                ASM2, CON2,
                 [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1],
                 dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
             p0, p1 = _f32(p0), _f32(p1)
         elif ROWS == 3:
             p0, p1, p2 = tl.inline_asm_elementwise(
-                ASM3C if CHAIN4 else ASM3, CON3,
+                ASM3, CON3,
                 [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2],
                 dtype=(tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
             p0, p1, p2 = _f32(p0), _f32(p1), _f32(p2)
         else:
             p0, p1, p2, p3 = tl.inline_asm_elementwise(
-                ASM4C if CHAIN4 else ASM4, CON4,
+                ASM4, CON4,
                 [w, z_a, xa0, xb0, xc0, xd0, xa1, xb1, xc1, xd1, xa2, xb2, xc2, xd2,
                  xa3, xb3, xc3, xd3],
                 dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
@@ -203,7 +188,7 @@ def _w4a16_gemv16_kernel(
     stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
-    CHAIN4: tl.constexpr, FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
+    FOLD: tl.constexpr, FLAT: tl.constexpr, EVEN: tl.constexpr,
     PIPE: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
     PLANES: tl.constexpr = False,
     SILU: tl.constexpr = False,
@@ -214,7 +199,7 @@ def _w4a16_gemv16_kernel(
     Grid (n tiles, K splits, row chunks). 2-D fp32 accumulators [BK8, BN] per row, reduced
     once at the end. ONE_GROUP (every K tile inside one group): scales and zeros are one
     [1, BN] row per tile; else one per word row ([BK8, BN] loads, any group size % 8 == 0).
-    FOLD (ONE_GROUP and CHAIN4 only): the zero point enters the PTX's bias constants, built
+    FOLD (ONE_GROUP, ROWS <= 2): the zero point enters the PTX's bias constants, built
     once per tile and column instead of subtracted per word. FLAT (ONE_GROUP only): scales and
     zeros load as 1-D rows and each word row's x as one 16-byte load (a [1, BN] load had set
     a one-column-per-thread layout for the whole tile: benchmarks/gemv_sass.py). EVEN (FLAT,
@@ -267,7 +252,7 @@ def _w4a16_gemv16_kernel(
                                   FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
-                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN,
+                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN,
                 PLANES)
     else:
         rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
@@ -286,7 +271,7 @@ def _w4a16_gemv16_kernel(
                                         stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
-                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, CHAIN4, FOLD, FLAT, EVEN,
+                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN,
                 PLANES)
             rows += BLOCK_K // 8
     if SILU:
@@ -313,54 +298,51 @@ def _w4a16_gemv16_kernel(
                         final_ptr, offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
-def launch_gemv16(x2, qweight, scales, zeros, target, group_size: int, rows: int,
-                  block_n: int, block_k: int, k_per_split: int, split: int, num_warps: int,
-                  num_stages: int, use_asm: bool, per_tile_scales: bool = True,
-                  chain4: bool = False, fold_zero: bool = False, flat_scales: bool = False,
-                  pipe: int = 0, final: torch.Tensor | None = None,
-                  counters: torch.Tensor | None = None, planes: bool = False,
-                  silu: bool = False) -> None:
-    """Launch into ``target`` [SPLIT, M, N] (fp32 partials when split > 1, else the output).
+def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                  zeros: torch.Tensor, group_size: int, integer_zeros: bool = False,
+                  planes_packed: bool = False, silu: bool = False) -> torch.Tensor:
+    """x2 [M, K] @ W, [M, N] (x2's dtype), by the fp16x2 GEMV in ``cfg``'s configuration.
 
-    ``per_tile_scales`` (default) takes one scale row per K tile whenever every tile lies in
-    one group; False forces per-word-row scales (benchmarks compare the two). ``fold_zero``:
-    with one scale row per tile and ``chain4``, the zero point goes into the PTX constants
-    (FOLD in the kernel; exact for integer zero points only). ``flat_scales``: FLAT and, on
-    whole tiles, EVEN (off by default until timed on a GPU). ``pipe`` > 0: the tile loads
-    staged through shared memory that many tiles ahead (PIPE) instead of one tile ahead in
-    registers. ``final``
-    [M, N] and ``counters`` (kernels/splitk.py): the kernel also sums the partials into
-    ``final`` (no second launch). ``planes``: plane-packed words (PLANES; fp16 x, block_k
-    and k_per_split multiples of 128). ``silu``: the weights are a merged [gate | up]
-    projection and ``target`` [1, M, N / 2] gets silu(gate) * up (SILU; one split only)."""
+    ``integer_zeros``: the caller vouches that every zero point is an integer, so
+    ``cfg.fold_zero`` may fold them (FOLD; with one scale row per tile, 1-2 rows).
+    ``planes_packed``: words from ``pack_planes_ref``; fp16 x with K tiles of whole 128-row
+    tiles reads x in that order (PLANES), anything else gets x permuted to match (a copy).
+    ``silu``: W is a merged [gate | up] projection and the result is silu(gate) * up,
+    [M, N / 2], computed in the epilogue (SILU) where the launch has one split and N is a
+    multiple of the column tile (``fuses_silu``); otherwise the plain [M, N] comes back
+    (the caller applies ``silu_and_mul``)."""
     m, k = x2.shape
     n = qweight.shape[1]
-    if silu and (split != 1 or n % 2 or final is not None or block_n % 2):
-        raise ValueError(f"the SILU epilogue needs one split, an even N and block_n and no "
-                         f"split-K sum: split={split}, N={n}, block_n={block_n}")
-    if planes and (block_k % 128 or k_per_split % 128 or x2.dtype != torch.float16):
-        raise ValueError(f"plane-packed words need fp16 x and K tiles and splits of whole "
-                         f"128-row tiles: {x2.dtype}, block_k={block_k}, "
-                         f"k_per_split={k_per_split}")
+    qweight, scales, zeros = qweight.contiguous(), scales.contiguous(), zeros.contiguous()
+    rows = cfg.rows or min(m, 4)
+    block_n, block_k = cfg.block_n, cfg.block_k
+    tiles = cdiv(m, rows) * cdiv(n, block_n)
+    split, k_per_split = splitk.plan(tiles, k, block_k, cfg.split_k, cfg.waves,
+                                     cfg.min_k_tiles, num_sms(x2.device))
+    silu = silu and split == 1 and n % block_n == 0
+    planes = planes_packed and block_k % PLANE_TILE == 0 and x2.dtype == torch.float16
+    if planes_packed and not planes:
+        x2 = unplane_order(x2)  # x in the words' order (a copy)
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
+    out = torch.empty((m, n // 2 if silu else n), device=x2.device, dtype=x2.dtype)
+    target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
     fp16 = x2.dtype == torch.float16
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
-    one_group = per_tile_scales and group_size % block_k == 0 and k_per_split % block_k == 0
-    flat = flat_scales and one_group
+    one_group = group_size % block_k == 0 and k_per_split % block_k == 0
+    flat = cfg.flat_scales and one_group
     n_out = n // 2 if silu else n  # the kernel's N: output columns
     tile_n = block_n // 2 if silu else block_n  # output columns per program
-    grid = (cdiv(n_out, tile_n), split, cdiv(m, rows))
-    reduce = final is not None and counters is not None
-    if not reduce:
-        final, counters = target, target
-    pdl = pdl_kwargs(x2.device)
-    _w4a16_gemv16_kernel[grid](
-        x2, xi, qweight, scales, zeros, target, final, counters, m, n_out, k, k_per_split,
-        group_size, split, x2.stride(0), xi.stride(0), qweight.stride(0), scales.stride(0),
-        zeros.stride(0), target.stride(1), target.stride(0), final.stride(-2), ROWS=rows,
-        BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, USE_ASM=use_asm, X_FP16=fp16,
-        CHAIN4=chain4, FOLD=fold_zero and one_group and chain4, FLAT=flat,
-        EVEN=flat and k % block_k == 0 and n_out % tile_n == 0, PIPE=pipe, REDUCE=reduce,
-        SPLIT_P2=next_pow2(split) if reduce else 1, PLANES=planes, SILU=silu,
-        num_warps=num_warps, num_stages=num_stages, **pdl)
+    reduce = counters is not None
+    _w4a16_gemv16_kernel[(cdiv(n_out, tile_n), split, cdiv(m, rows))](
+        x2, xi, qweight, scales, zeros, target, final, counters if reduce else target,
+        m, n_out, k, k_per_split, group_size, split, x2.stride(0), xi.stride(0),
+        qweight.stride(0), scales.stride(0), zeros.stride(0), target.stride(1),
+        target.stride(0), final.stride(-2), ROWS=rows, BLOCK_N=block_n, BLOCK_K=block_k,
+        ONE_GROUP=one_group, USE_ASM=not envs.TRITON_INTERPRET.get(), X_FP16=fp16,
+        FOLD=cfg.fold_zero and integer_zeros and one_group and rows <= 2,
+        FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
+        PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
+        PLANES=planes, SILU=silu, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **pdl_kwargs(x2.device))
+    return splitk.finish(target, out, counters)

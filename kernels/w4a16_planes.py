@@ -1,7 +1,7 @@
-"""The eight fp16 weight planes of a packed tile for the tl.dot path (``fp16_planes``).
+"""The eight fp16 weight planes of a packed tile for the tl.dot paths (``fp16_planes``).
 
-The "dot" kernel's nibble-plane variant multiplies x[:, k0 + 8r + j] (BM, BK8) by plane j,
-W[k0 + 8r + j, :] (BK8, BN), for j = 0..7. In fp32 each weight of a plane costs about seven
+Plane j of a [BK8, BN] tile of words is W[k0 + 8r + j, :] (BK8, BN), j = 0..7. In fp32 each
+weight of a plane costs about seven
 instructions (shift, mask, magic-number or/sub, scale, zero, convert). Here one inline PTX
 block turns each int32 word into all eight fp16 weights in 13 instructions (the magic-number
 trick of kernels/w4a16_gemv.py, then one fp16x2 FMA per pair)::
@@ -13,8 +13,8 @@ trick of kernels/w4a16_gemv.py, then one fp16x2 FMA per pair)::
     W pairs:  q * (s, s) + (-z s, -z s)       fp16x2 FMA, one rounding (z s rounded first)
 
 Outputs are the planes in order: lo(t0), lo(t1), lo(t2), lo(t3), hi(t0), ..., hi(t3).
-Two ways to use them: eight K = BK8 dots, one per plane (``plane_dot``, with ``nibble_dots``),
-or the planes joined into one [BK, BN] tile for a single dot (``join_planes``).
+The swap kernel (w4a16_swap.py) uses them plane by plane or joined; the "dot" kernel joins
+them into one [BK, BN] tile in k order for a single dot (``join_planes``).
 fp16 activations only (the planes are fp16; bf16 keeps the fp32 path). ``planes_emulated``
 computes the same values in plain Triton for the interpreter, from the same fp16 pairs.
 """
@@ -103,35 +103,10 @@ def fp16_planes(packed, s, zs, USE_ASM: tl.constexpr):
 
 
 @triton.jit
-def join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                PLANE_MAJOR: tl.constexpr):
-    """The eight planes [BK8, BN] as one [BK, BN] tile for a single K = BK dot.
-
-    PLANE_MAJOR: row j * BK8 + r is plane j's row r (x must be read in that column order,
-    ``joined_cols``); else row 8 r + j, the natural k order."""
+def join_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The eight planes [BK8, BN] as one [BK, BN] tile in k order (row 8 r + j is plane j's
+    row r) for a single K = BK dot."""
     a = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)),
                 tl.join(tl.join(w4, w5), tl.join(w6, w7)))  # [BK8, BN, i0, i1, i2]: j = i0+2i1+4i2
-    if PLANE_MAJOR:
-        a = tl.permute(a, (4, 3, 2, 0, 1))
-    else:
-        a = tl.permute(a, (0, 4, 3, 2, 1))
+    a = tl.permute(a, (0, 4, 3, 2, 1))
     return tl.reshape(a, (BLOCK_K, BLOCK_N))
-
-
-@triton.jit
-def joined_cols(k0, BLOCK_K: tl.constexpr, PLANE_MAJOR: tl.constexpr):
-    """The k of each column of the x tile that meets ``join_planes``' rows."""
-    c = tl.arange(0, BLOCK_K)
-    if PLANE_MAJOR:
-        return k0 + 8 * (c % (BLOCK_K // 8)) + c // (BLOCK_K // 8)
-    return k0 + c
-
-
-@triton.jit
-def plane_dot(acc, x_ptr, offs_m, rows, j: tl.constexpr, m_mask, r_mask, stride_xm,
-              stride_xk, wj, DOT_PRECISION: tl.constexpr):
-    """acc += x[:, 8 rows + j] (BM, BK8) @ plane j (BK8, BN)."""
-    xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + (rows * 8 + j)[None, :] * stride_xk,
-                 mask=m_mask[:, None] & r_mask[None, :], other=0.0)
-    return tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
-

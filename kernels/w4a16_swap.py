@@ -8,11 +8,14 @@ MMA. Here the packed tile is read as [BN, BK8] (N contiguous in memory), dequant
 elementwise into planes (plane j of word r is W[k0 + 8r + j, n]) and either
 
 - joined into one [BN, BK] tile in k order for one dot (``JOINED``), or
-- consumed plane by plane: eight dots of K = BK8 with x[k0 + 8r + j, :] (BLOCK_K >= 128).
+- consumed plane by plane: eight dots of K = BK8 with x[k0 + 8r + j, :] (BLOCK_K >= 128),
+  reading x copied into plane order (``X_PLANES``) or x's tile split in registers
+  (``X_SPLIT``).
 
 The activation rows are the MMA's N side (BLOCK_M >= 16), the weight columns its M side
-(BLOCK_N, 64 per warp group on Hopper). Accumulation in fp32; ``PLANES`` (fp16 x) takes the
-fp16 planes from the PTX of w4a16_planes.py, otherwise fp32 unpacking (bf16, fp32).
+(BLOCK_N, 64 per warp group on Hopper). fp16 activations only (every table row that takes
+this kernel is fp16): the fp16 planes come from the PTX of w4a16_planes.py; fp32
+accumulation.
 Split K as the other kernels: fp32 partials, summed by the last program of each tile
 (``REDUCE``, kernels/splitk.py) or by a second launch.
 """
@@ -23,11 +26,16 @@ import torch
 import triton
 import triton.language as tl
 
+from edge_llm import envs
+
+from . import splitk
+from .device import num_sms
 from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
-from .w4a16_dequant import _nibble_f32
+from .w4a16_config import Swap
 from .w4a16_planes import fp16_planes
+from .w4a16_ref import PLANE_TILE, unplane_order
 
 
 @triton.jit
@@ -48,11 +56,6 @@ def _scales_t(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg, 
 
 
 @triton.jit
-def _plane_f32(packed, j: tl.constexpr, s, zs, dtype: tl.constexpr):
-    return (_nibble_f32(packed, j) * s - zs).to(dtype)
-
-
-@triton.jit
 def _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
            PLANE_MAJOR: tl.constexpr = False):
     """Planes [BN, BK8] -> [BN, BK] with column 8 r + j = plane j's column r (PLANE_MAJOR:
@@ -66,35 +69,27 @@ def _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N: tl.constexpr, BLOCK_K: tl.co
 
 
 @triton.jit
-def _x_plane(x_ptr, offs_m, m_mask, rows, j: tl.constexpr, stride_xm, stride_xk, r_mask):
-    """x^T rows k = 8 rows + j: [BK8, BM]."""
-    return tl.load(x_ptr + offs_m[None, :] * stride_xm + (rows * 8 + j)[:, None] * stride_xk,
-                   mask=r_mask[:, None] & m_mask[None, :], other=0.0)
-
-
-@triton.jit
 def _plane_dot_ordered(acc, w, x_ptr, offs_m, m_mask, k0, j: tl.constexpr, stride_xm,
-                       stride_xk, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                       stride_xk, BLOCK_K: tl.constexpr):
     """acc + w @ (x^T rows of plane j) when x's columns are in plane order within each K
     tile (column k0 + j BK8 + r holds k = k0 + 8 r + j): one contiguous [BK8, BM] slice."""
     cols = k0 + j * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
     xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
                  mask=m_mask[None, :], other=0.0)  # (BK8, BM)
-    return tl.dot(w, xt, acc, input_precision=DOT_PRECISION)
+    return tl.dot(w, xt, acc)
 
 
 @triton.jit
-def _dots8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7,
-           DOT_PRECISION: tl.constexpr):
+def _dots8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7):
     """acc + the eight plane products w_j [BN, BK8] @ x_j [BK8, BM], in plane order."""
-    acc = tl.dot(w0, x0, acc, input_precision=DOT_PRECISION)
-    acc = tl.dot(w1, x1, acc, input_precision=DOT_PRECISION)
-    acc = tl.dot(w2, x2, acc, input_precision=DOT_PRECISION)
-    acc = tl.dot(w3, x3, acc, input_precision=DOT_PRECISION)
-    acc = tl.dot(w4, x4, acc, input_precision=DOT_PRECISION)
-    acc = tl.dot(w5, x5, acc, input_precision=DOT_PRECISION)
-    acc = tl.dot(w6, x6, acc, input_precision=DOT_PRECISION)
-    return tl.dot(w7, x7, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(w0, x0, acc)
+    acc = tl.dot(w1, x1, acc)
+    acc = tl.dot(w2, x2, acc)
+    acc = tl.dot(w3, x3, acc)
+    acc = tl.dot(w4, x4, acc)
+    acc = tl.dot(w5, x5, acc)
+    acc = tl.dot(w6, x6, acc)
+    return tl.dot(w7, x7, acc)
 
 
 @triton.jit
@@ -123,8 +118,8 @@ def _w4a16_swap_kernel(
     M, N, K, k_per_split, group_size, split,
     stride_xm, stride_xk, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    ONE_GROUP: tl.constexpr, JOINED: tl.constexpr, PLANES: tl.constexpr, USE_ASM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
+    ONE_GROUP: tl.constexpr, JOINED: tl.constexpr, USE_ASM: tl.constexpr,
+    REDUCE: tl.constexpr, SPLIT_P2: tl.constexpr,
     X_PLANES: tl.constexpr, X_SPLIT: tl.constexpr, PLANE_MAJOR: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
@@ -146,57 +141,34 @@ def _w4a16_swap_kernel(
                          mask=n_mask[:, None] & r_mask[None, :], other=0)  # (BN, BK8)
         s, zs = _scales_t(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size, stride_sg,
                           stride_zg, ONE_GROUP)
-        if PLANES:
-            w0, w1, w2, w3, w4, w5, w6, w7 = fp16_planes(packed, s, zs, USE_ASM)
-        else:
-            dt = x_ptr.dtype.element_ty
-            w0 = _plane_f32(packed, 0, s, zs, dt)
-            w1 = _plane_f32(packed, 1, s, zs, dt)
-            w2 = _plane_f32(packed, 2, s, zs, dt)
-            w3 = _plane_f32(packed, 3, s, zs, dt)
-            w4 = _plane_f32(packed, 4, s, zs, dt)
-            w5 = _plane_f32(packed, 5, s, zs, dt)
-            w6 = _plane_f32(packed, 6, s, zs, dt)
-            w7 = _plane_f32(packed, 7, s, zs, dt)
+        w0, w1, w2, w3, w4, w5, w6, w7 = fp16_planes(packed, s, zs, USE_ASM)
         if JOINED:
             w = _join8(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N, BLOCK_K, PLANE_MAJOR)
             cols = k0 + tl.arange(0, BLOCK_K)
             xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + cols[:, None] * stride_xk,
                          mask=(cols[:, None] < K) & m_mask[None, :], other=0.0)  # (BK, BM)
-            acc = tl.dot(w, xt, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w, xt, acc)
         elif X_PLANES:
             acc = _plane_dot_ordered(acc, w0, x_ptr, offs_m, m_mask, k0, 0, stride_xm,
-                                     stride_xk, BLOCK_K, DOT_PRECISION)
+                                     stride_xk, BLOCK_K)
             acc = _plane_dot_ordered(acc, w1, x_ptr, offs_m, m_mask, k0, 1, stride_xm,
-                                     stride_xk, BLOCK_K, DOT_PRECISION)
+                                     stride_xk, BLOCK_K)
             acc = _plane_dot_ordered(acc, w2, x_ptr, offs_m, m_mask, k0, 2, stride_xm,
-                                     stride_xk, BLOCK_K, DOT_PRECISION)
+                                     stride_xk, BLOCK_K)
             acc = _plane_dot_ordered(acc, w3, x_ptr, offs_m, m_mask, k0, 3, stride_xm,
-                                     stride_xk, BLOCK_K, DOT_PRECISION)
+                                     stride_xk, BLOCK_K)
             acc = _plane_dot_ordered(acc, w4, x_ptr, offs_m, m_mask, k0, 4, stride_xm,
-                                     stride_xk, BLOCK_K, DOT_PRECISION)
+                                     stride_xk, BLOCK_K)
             acc = _plane_dot_ordered(acc, w5, x_ptr, offs_m, m_mask, k0, 5, stride_xm,
-                                     stride_xk, BLOCK_K, DOT_PRECISION)
+                                     stride_xk, BLOCK_K)
             acc = _plane_dot_ordered(acc, w6, x_ptr, offs_m, m_mask, k0, 6, stride_xm,
-                                     stride_xk, BLOCK_K, DOT_PRECISION)
+                                     stride_xk, BLOCK_K)
             acc = _plane_dot_ordered(acc, w7, x_ptr, offs_m, m_mask, k0, 7, stride_xm,
-                                     stride_xk, BLOCK_K, DOT_PRECISION)
-        elif X_SPLIT:
+                                     stride_xk, BLOCK_K)
+        else:  # X_SPLIT
             x0, x1, x2, x3, x4, x5, x6, x7 = _x_planes_split(
                 x_ptr, offs_m, m_mask, k0, K, stride_xm, stride_xk, BLOCK_K)
-            acc = _dots8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7,
-                         DOT_PRECISION)
-        else:
-            a = (x_ptr, offs_m, m_mask, rows)
-            b = (stride_xm, stride_xk, r_mask)
-            acc = tl.dot(w0, _x_plane(*a, 0, *b), acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w1, _x_plane(*a, 1, *b), acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w2, _x_plane(*a, 2, *b), acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w3, _x_plane(*a, 3, *b), acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w4, _x_plane(*a, 4, *b), acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w5, _x_plane(*a, 5, *b), acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w6, _x_plane(*a, 6, *b), acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w7, _x_plane(*a, 7, *b), acc, input_precision=DOT_PRECISION)
+            acc = _dots8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7)
     out = out_ptr + pid_k * stride_os + offs_m[None, :] * stride_om + offs_n[:, None]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
     if REDUCE:
@@ -205,35 +177,58 @@ def _w4a16_swap_kernel(
                     stride_fm, SPLIT_P2)
 
 
-def launch_swap(x2, qweight, scales, zeros, target, final, counters, group_size: int,
-                block_m: int, block_n: int, block_k: int, k_per_split: int, split: int,
-                one_group: bool, joined: bool, planes: bool, use_asm: bool, num_warps: int,
-                num_stages: int, x_planes: bool = False, x_split: bool = False,
-                plane_major: bool = False) -> None:
-    """Launch into ``target`` [SPLIT, M, N]; with ``counters`` the last program of each tile
-    also writes the sum of the partials to ``final`` [M, N]. ``x_planes`` (eight plane
-    dots only): x2's columns are in plane order within each K tile (``plane_order``), so
-    each plane dot reads one contiguous [BK8, BM] slice of x; in k order it reads every
-    eighth column, which the compiled loop gathers through shared memory with a barrier
-    per plane. ``x_split`` (plane dots): x's K tile is loaded whole and split into its eight
-    planes in registers (mma.sync takes them from there; Hopper's wgmma needs them stored
-    to shared memory, with a fence per plane). ``plane_major`` (joined tile, block_k 128):
-    the tile's columns in plane order, which for plane-packed words is x's natural order."""
+def launch_swap(cfg: Swap, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                zeros: torch.Tensor, group_size: int, integer_zeros: bool = False,
+                planes_packed: bool = False) -> torch.Tensor:
+    """x2 [M, K] @ W, [M, N] (x2's dtype), by the swap kernel in ``cfg``'s configuration.
+
+    ``cfg.x_planes`` (eight plane dots): x2's columns in plane order within each K tile
+    (``plane_order``, a copy; none needed on plane-packed words with block_k 128), so each
+    plane dot reads one contiguous [BK8, BM] slice of x; in k order it reads every eighth
+    column, which the compiled loop gathers through shared memory with a barrier per plane.
+    ``cfg.x_split`` (eight plane dots): x's K tile loaded whole and split into its eight planes in
+    registers (mma.sync takes them from there; Hopper's wgmma needs them stored to shared
+    memory, with a fence per plane). ``cfg.plane_major`` (joined tile, block_k 128,
+    plane-packed words): the tile's columns in plane order, x's natural order for those
+    words. Other launches on plane-packed words get x permuted to match (a copy).
+    ``integer_zeros`` is not used here (the zero points are subtracted as they are)."""
+    if x2.dtype != torch.float16:
+        raise ValueError(f"the swap kernel takes fp16 activations, got {x2.dtype}: {cfg}")
     m, k = x2.shape
     n = qweight.shape[1]
-    grid = (cdiv(m, block_m), cdiv(n, block_n), split)
+    qweight, scales, zeros = qweight.contiguous(), scales.contiguous(), zeros.contiguous()
+    block_k = cfg.block_k
+    if cfg.x_planes and k % block_k:
+        raise ValueError(f"x_planes needs K ({k}) a multiple of block_k: {cfg}")
+    plane_major = cfg.plane_major
+    if plane_major and not (planes_packed and block_k == PLANE_TILE):
+        raise ValueError(f"plane_major on the swap kernel needs plane-packed words and "
+                         f"block_k {PLANE_TILE}: {cfg}")
+    in_order = planes_packed and block_k == PLANE_TILE  # the words' order is plane order
+    if planes_packed and not (plane_major or (cfg.x_planes and in_order)):
+        x2 = unplane_order(x2)  # k-order tiles: x in the words' order (a copy)
+    if cfg.x_planes and not in_order:
+        x2 = plane_order(x2, block_k)
+    block_m = max(16, next_pow2(cfg.block_m or min(64, next_pow2(m))))
+    tiles = cdiv(m, block_m) * cdiv(n, cfg.block_n)
+    split, k_per_split = splitk.plan(tiles, k, block_k, cfg.split_k, cfg.waves,
+                                     cfg.min_k_tiles, num_sms(x2.device))
+    out = torch.empty((m, n), device=x2.device, dtype=x2.dtype)
+    target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
     reduce = counters is not None
-    _w4a16_swap_kernel[grid](
-        x2, qweight, scales, zeros, target, final, target if counters is None else counters,
+    _w4a16_swap_kernel[(cdiv(m, block_m), cdiv(n, cfg.block_n), split)](
+        x2, qweight, scales, zeros, target, final, counters if reduce else target,
         m, n, k, k_per_split, group_size, split,
         x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
         target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_K=block_k, ONE_GROUP=one_group, JOINED=joined,
-        PLANES=planes and x2.dtype == torch.float16, USE_ASM=use_asm,
-        DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
-        SPLIT_P2=next_pow2(split) if reduce else 1, X_PLANES=x_planes,
-        X_SPLIT=x_split, PLANE_MAJOR=plane_major, num_warps=num_warps, num_stages=num_stages,
-        **pdl_kwargs(x2.device))
+        BLOCK_N=cfg.block_n, BLOCK_K=block_k,
+        ONE_GROUP=group_size >= k or group_size % block_k == 0,
+        JOINED=not (cfg.x_planes or cfg.x_split), USE_ASM=not envs.TRITON_INTERPRET.get(),
+        REDUCE=reduce,
+        SPLIT_P2=next_pow2(split) if reduce else 1, X_PLANES=cfg.x_planes,
+        X_SPLIT=cfg.x_split, PLANE_MAJOR=plane_major, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
+    return splitk.finish(target, out, counters)
 
 
 def plane_order(x2: torch.Tensor, block_k: int) -> torch.Tensor:

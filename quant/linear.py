@@ -18,6 +18,8 @@ the torch reference serves that case.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -54,6 +56,14 @@ def _w4a16_kernel():
             w4a16_matmul = gather_columns = w4a16_silu_mul = None
         _kernel_fn, _gather_fn, _silu_fn = w4a16_matmul, gather_columns, w4a16_silu_mul
     return _kernel_fn
+
+
+def _cuda_kernels(x: torch.Tensor) -> tuple[Callable, Callable] | None:
+    """(``edge_llm.kernels.w4a16_matmul``, ``w4a16_silu_mul``) for x on CUDA when the kernels
+    package provides them, else None (the torch reference serves x)."""
+    if x.device.type != "cuda" or _w4a16_kernel() is None:
+        return None
+    return _kernel_fn, _silu_fn
 
 
 def _gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
@@ -262,10 +272,13 @@ class QuantLinear(nn.Module):
         return w.t()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cuda" and self.g_idx is None:
-            kernel = _w4a16_kernel()
-            if kernel is not None:
-                return self._forward_kernel(kernel, x)
+        kernels = _cuda_kernels(x) if self.g_idx is None else None
+        if kernels is not None:  # w4a16_matmul launches the table's kernel for the shape
+            # zero points are integers here: every format's are validated as 0..15 at load
+            y = kernels[0](self._kernel_input(x), self.qweight, self.scales, self.zeros,
+                           self.group_size, integer_zeros=True,
+                           planes_packed=self.planes_packed)  # (M, N)
+            return self._kernel_output(y, x, self.out_features)
         if x.device.type == "cpu":
             if x.dtype == torch.bfloat16:
                 packed = self._cpu_int4_weight()
@@ -327,12 +340,12 @@ class QuantLinear(nn.Module):
         through the kernels package's ``w4a16_silu_mul`` (on CUDA it may compute the product
         in the W4A16 GEMV's epilogue); None where that path does not apply (not CUDA, a
         general g_idx, a bias, no kernels package): the caller then takes ``forward``."""
-        if x.device.type != "cuda" or self.g_idx is not None or self.bias is not None:
+        kernels = _cuda_kernels(x) if self.g_idx is None and self.bias is None else None
+        if kernels is None:
             return None
-        _w4a16_kernel()
-        if _silu_fn is None:
-            return None
-        return self._forward_kernel(_silu_fn, x, self.out_features // 2)
+        y = kernels[1](self._kernel_input(x), self.qweight, self.scales, self.zeros,
+                       self.group_size, integer_zeros=True, planes_packed=self.planes_packed)
+        return self._kernel_output(y, x, self.out_features // 2)
 
     def _weight_for_input(self) -> torch.Tensor:
         """W (K, N) fp32 with rows in the order x arrives: stored (sorted) order when
@@ -386,18 +399,17 @@ class QuantLinear(nn.Module):
             self.bias = self.bias.index_select(0, cols)
         self.drop_cpu_cache()
 
-    def _forward_kernel(self, kernel, x: torch.Tensor, width: int | None = None
-                        ) -> torch.Tensor:
-        """``kernel`` (w4a16_matmul, or w4a16_silu_mul with its output ``width``) on x."""
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., K) as the kernels take it: (M, K), in the words' row order."""
         if self.perm is not None and not self.input_permuted:
             x = _gather_columns(x, self.perm.long())
-        x2 = x.reshape(-1, self.in_features)  # (M, K)
-        # zero points are integers here: every format's are validated as 0..15 at load
-        y = kernel(x2, self.qweight, self.scales, self.zeros, self.group_size,
-                   integer_zeros=True, planes_packed=self.planes_packed)  # (M, N)
+        return x.reshape(-1, self.in_features)  # (M, K)
+
+    def _kernel_output(self, y: torch.Tensor, x: torch.Tensor, width: int) -> torch.Tensor:
+        """The kernel's (M, width) result plus the bias, in x's leading shape."""
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*x.shape[:-1], width or self.out_features)
+        return y.reshape(*x.shape[:-1], width)
 
 
 def _runtime_rows(

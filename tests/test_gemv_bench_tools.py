@@ -7,6 +7,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 from tests.helpers import BENCHMARKS
 
@@ -39,15 +40,19 @@ def test_best_variant_takes_the_geomean_over_every_shape(tmp_path):
 def test_patch_gemv_routes_one_and_two_rows_only(monkeypatch):
     from edge_llm.kernels import w4a16
 
-    monkeypatch.setattr(w4a16, "pick_config", w4a16.pick_config)  # undone after the test
-    before = w4a16.pick_config(16, 4096, 4096, 128, 132, half=True, fp16=True)
+    monkeypatch.setattr(w4a16, "lookup", w4a16.lookup)  # undone after the test
+    before = w4a16.lookup("wgmma", "fp16", 16, 4096, 4096, 128)
     with pytest.raises(KeyError):
         w4a16_variants.patch_gemv("no such variant")
-    w4a16_variants.patch_gemv("g16 bn64 bk128 flat fold p4")
+    w4a16_variants.patch_gemv("g16 p4 reduce launch")
     for m in (1, 2):
-        cfg = w4a16.pick_config(m, 4096, 4096, 128, 132, half=True, fp16=True)
-        assert (cfg.kind, cfg.block_n, cfg.block_k, cfg.rows, cfg.fold_zero,
-                cfg.pipe_stages) == ("gemv16", 64, 128, m, True, 4)
-    assert w4a16.pick_config(16, 4096, 4096, 128, 132, half=True, fp16=True) == before
-    bf16 = w4a16.pick_config(1, 4096, 4096, 128, 132, half=True, fp16=False)
+        cfg = w4a16.lookup("wgmma", "fp16", m, 4096, 4096, 128)
+        assert (type(cfg).__name__, cfg.block_n, cfg.block_k, cfg.fold_zero, cfg.pipe_stages,
+                cfg.fused_reduce) == ("Gemv16", 64, 128, True, 4, False)
+    assert w4a16.lookup("wgmma", "fp16", 16, 4096, 4096, 128) == before
+    bf16 = w4a16.lookup("wgmma", "bf16", 1, 4096, 4096, 128)
     assert not bf16.fold_zero  # bf16 keeps its dispatched path
+    x = torch.zeros(2, 4096, dtype=torch.float16)  # what prepare (every launch) consults
+    qw = torch.zeros(512, 4096, dtype=torch.int32)
+    s = torch.ones(32, 4096, dtype=torch.float16)
+    assert not w4a16.prepare(x, qw, s, s, 128)[1].fused_reduce

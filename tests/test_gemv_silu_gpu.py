@@ -34,7 +34,6 @@ from tests.test_fuse_gpu import VOCAB, awq_dirs  # noqa: E402,F401  (fixture)
 
 kernels = importlib.import_module("edge_llm.kernels.dispatch")
 w4 = importlib.import_module("edge_llm.kernels.w4a16")
-num_sms = importlib.import_module("edge_llm.kernels.device").num_sms
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=32, logprobs=2)
 
 
@@ -49,11 +48,10 @@ def test_fused_equals_two_kernels(awq_dirs, plane_packed, monkeypatch):  # noqa:
         assert gate_up.planes_packed is plane_packed
         for m in (1, 2):
             x = torch.randn(m, gate_up.in_features, device="cuda", generator=gen).half()
-            sms = num_sms(x.device)
-            cfg = w4.pick_config(m, gate_up.out_features, gate_up.in_features, 128, sms,
-                                 integer_zeros=True, planes_packed=gate_up.planes_packed)
-            assert w4.gemv16_silu(cfg, m, gate_up.out_features, gate_up.in_features,
-                                  cfg.block_k, sms), cfg  # the fused path is the one taken
+            w = (gate_up.qweight, gate_up.scales, gate_up.zeros)
+            cfg = w4.prepare(x, *w, 128, gate_up.planes_packed)[1]
+            y = w4.launch_gemv16(cfg, x, *w, 128, True, gate_up.planes_packed, silu=True)
+            assert y.shape[-1] == gate_up.out_features // 2, cfg  # the fused path is taken
             monkeypatch.setattr(kernels, "GEMV_SILU_MAX_ROWS", 2)
             fused = gate_up.forward_silu_mul(x)
             monkeypatch.setattr(kernels, "GEMV_SILU_MAX_ROWS", 0)  # two kernels

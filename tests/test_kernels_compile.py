@@ -30,6 +30,7 @@ fu = importlib.import_module("edge_llm.kernels.fused")
 rot = importlib.import_module("edge_llm.kernels.rotary")
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 w4 = importlib.import_module("edge_llm.kernels.w4a16")
+wc = importlib.import_module("edge_llm.kernels.w4a16_config")
 
 SHARED_LIMIT = 99 * 1024
 T4_SHARED_LIMIT = 64 * 1024  # sm_75
@@ -79,6 +80,13 @@ def test_w4a16_dispatched_configs_fit(k, n, arch, monkeypatch):
     # uninitialised memory (denormals) took minutes on one machine, so it is stubbed.
     monkeypatch.setattr(torch, "matmul", lambda a, b: a.new_zeros(a.shape[0], b.shape[1]))
     qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
+    chosen = []  # (act, config) of every launch: the mma.sync table's rows on CPU tensors
+
+    def lookup(*args, looked_up=w4.lookup):
+        chosen.append((args[1], looked_up(*args)))
+        return chosen[-1][1]
+
+    monkeypatch.setattr(w4, "lookup", lookup)
     with compile_only(arch) as records:
         for dtype in (torch.float16, torch.bfloat16):
             for gs in (128, 32, k):
@@ -92,6 +100,11 @@ def test_w4a16_dispatched_configs_fit(k, n, arch, monkeypatch):
                             w4.w4a16_matmul(torch.randn(m, k).to(dtype), qw, s, s.clone(), gs,
                                             integer_zeros=integer_zeros, planes_packed=planes)
     _assert_fits(records, T4_SHARED_LIMIT if arch < 80 else SHARED_LIMIT)
+    # every config of an fp16 / bf16 row of the mma.sync table for this N was compiled (the
+    # fp32 rows serve the interpreter only: kernels.w4a16_matmul sends fp32 to the reference)
+    rows = {(r.act, r.config) for r in wc.TABLES["mma_sync"]
+            if r.act != "fp32" and r.n[0] <= n <= r.n[1]}
+    assert rows <= set(chosen), rows - set(chosen)
     if arch < 80:  # Turing (the T4 of cloud instances): no cp.async (sm_80+), and Triton may
         return     # lower these dots without mma.sync; compiling and fitting is checked
     # packed words, one row: x read as int32 words staged by cp.async (PLANES)
@@ -218,8 +231,9 @@ def test_fused_configs_fit(hidden, inter, h, hkv, d):
 
 @pytest.mark.parametrize("arch", [86, 89, 120])
 def test_w4a16_folded_zero_points_compile(arch):
-    """The one-row GEMV with the zero point folded into the PTX constants compiles (ptxas
-    checks the inline PTX) for 1-4 rows and fits; per word it has 2 fp16x2 subtractions where
+    """The one-row GEMV with the zero point folded into the PTX constants (1-2 rows; 3-4
+    rows subtract it) compiles (ptxas checks the inline PTX) and fits for 1-4 rows; per word
+    the folded PTX has 2 fp16x2 subtractions where
     the same tile with the zero subtracted per word has 6 (kernels/w4a16_gemv_ptx.py's asm_text:
     the bias removal's two subtractions and two FMAs stay, the four zero subtractions go)."""
     k, n, gs = 4096, 4608, 128
@@ -229,10 +243,10 @@ def test_w4a16_folded_zero_points_compile(arch):
     for fold in (False, True):
         with compile_only(arch) as records:
             for m in (1, 2, 3, 4):
-                cfg = w4.W4A16Config("gemv16", block_n=128, block_k=128, split_k=0, rows=m,
-                                     chain4=True, fold_zero=fold, flat_scales=True, waves=2.5,
-                                     min_k_tiles=1)
-                w4.w4a16_matmul(torch.randn(m, k).half(), qw, s, s.clone(), gs, config=cfg)
+                cfg = wc.Gemv16(block_n=128, block_k=128, rows=m, fold_zero=fold,
+                                flat_scales=True, waves=2.5, min_k_tiles=1)
+                w4.w4a16_matmul(torch.randn(m, k).half(), qw, s, s.clone(), gs, config=cfg,
+                                integer_zeros=True)
         _assert_fits(records)
         kern = next(kn for name, kw, kn in records if kw.get("ROWS") == 1)
         assert kern.asm.get("cubin"), "no cubin: ptxas did not run"
@@ -298,7 +312,7 @@ def _launch_every_kernel(monkeypatch) -> None:
                             integer_zeros=True, planes_packed=dtype == torch.float16)
     s = torch.rand(k // gs, n)
     w4.w4a16_matmul(torch.randn(1, k), qw, s, s.clone(), gs,  # split K summed in a 2nd launch
-                    config=w4.W4A16Config("gemv", block_n=128, block_k=64, split_k=4))
+                    config=wc.Gemv(block_n=128, block_k=64, split_k=4))
     d, h, hkv = 128, 32, 8
     kc = torch.randn(64, 16, hkv, d).half()
     table = torch.randint(0, 64, (4, 16), dtype=torch.int32)

@@ -21,6 +21,7 @@ from edge_llm import kernels  # noqa: E402
 # by module path: the package attribute ``paged_attention`` is the dispatch function
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 w4 = importlib.import_module("edge_llm.kernels.w4a16")
+wc = importlib.import_module("edge_llm.kernels.w4a16_config")
 
 DEV = torch.device("cuda")
 SHARED_LIMIT = 99 * 1024
@@ -83,17 +84,15 @@ def test_w4a16_group_sizes_and_splits(gs):
     s = (torch.rand(g, n, device=DEV) * 0.02 + 0.001).half()
     z = (torch.rand(g, n, device=DEV) * 15).half()  # non-integer zero points too
     w = w4.dequantize_w4a16_ref(qw, s, z, gs)
-    for m, cfg in [(1, None), (1, w4.W4A16Config("gemv", split_k=3)), (5, None),
-                   (16, w4.W4A16Config("dot", 16, 64, 128, split_k=5)),
-                   (9, w4.W4A16Config("dot", 16, 64, 256, split_k=3, nibble_dots=True)),
+    for m, cfg in [(1, None), (1, wc.Gemv(block_n=128, block_k=64, split_k=3)), (5, None),
+                   (16, wc.Dot(block_m=16, block_n=64, block_k=128, split_k=5)),
+                   (9, wc.Dot(block_m=16, block_n=64, block_k=256, split_k=3, nibble_dots=True)),
                    (200, None),
-                   (64, w4.W4A16Config("dequant")),
-                   (3, w4.W4A16Config("gemv16", block_n=128, block_k=128, split_k=3, rows=2)),
-                   (7, w4.W4A16Config("gemv16", block_n=64, block_k=256, rows=4, chain4=True)),
-                   (13, w4.W4A16Config("gemv16", block_n=64, block_k=128, rows=3,
-                                       per_tile_scales=False)),
-                   (1, w4.W4A16Config("gemv16", block_n=32, block_k=128, split_k=0, rows=1,
-                                      chain4=True))]:
+                   (64, wc.Dequant()),
+                   (3, wc.Gemv16(block_n=128, block_k=128, split_k=3, rows=2)),
+                   (7, wc.Gemv16(block_n=64, block_k=256, split_k=1, rows=4)),
+                   (13, wc.Gemv16(block_n=64, block_k=128, split_k=1, rows=3)),
+                   (1, wc.Gemv16(block_n=32, block_k=128, rows=1))]:
         x = torch.randn(m, k, device=DEV, dtype=torch.float16)
         err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
         assert err < 1e-2, f"gs={gs} M={m} {cfg}: rel err {err:.2e}"
@@ -220,14 +219,15 @@ def test_w4a16_gemv16_folded_zero_points(gs):
     for m in (1, 2, 3, 4):
         for bn, split, fused, flat in ((128, 0, True, True), (64, 3, False, True),
                                        (256, 1, True, True), (128, 0, True, False)):
-            cfg = w4.W4A16Config("gemv16", block_n=bn, block_k=min(gs, 128), split_k=split,
-                                 rows=m, chain4=True, fold_zero=True, flat_scales=flat,
-                                 waves=2.5, min_k_tiles=1, fused_reduce=fused)
+            cfg = wc.Gemv16(block_n=bn, block_k=min(gs, 128), split_k=split, rows=m,
+                            fold_zero=True, flat_scales=flat, waves=2.5, min_k_tiles=1,
+                            fused_reduce=fused)
             x = torch.randn(m, k, device=DEV, dtype=torch.float16)
             if bn == 256:
                 idx = torch.randint(0, k, (m, 8), device=DEV)
                 x.scatter_(1, idx, torch.randn(m, 8, device=DEV).sign().half() * 600)
-            err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
+            y = w4.w4a16_matmul(x, qw, s, z, gs, config=cfg, integer_zeros=True)
+            err = rel_err(y, x.float() @ w)
             assert err < 1e-2, f"gs={gs} M={m} {cfg}: rel err {err:.2e}"
 
 
@@ -244,11 +244,12 @@ def test_w4a16_gemv16_staged_loads(k, n, gs):
              (64, 256, 3, 6, False, True), (128, 128, 0, 4, True, True))
     for m in (1, 2, 3, 4):
         for bn, bk, split, pipe, flat, fused in cases:
-            cfg = w4.W4A16Config("gemv16", block_n=bn, block_k=bk, split_k=split, rows=m,
-                                 chain4=True, fold_zero=flat, flat_scales=flat, waves=2.5,
-                                 min_k_tiles=1, fused_reduce=fused, pipe_stages=pipe)
+            cfg = wc.Gemv16(block_n=bn, block_k=bk, split_k=split, rows=m, fold_zero=flat,
+                            flat_scales=flat, pipe_stages=pipe, waves=2.5, min_k_tiles=1,
+                            fused_reduce=fused)
             x = torch.randn(m, k, device=DEV, dtype=torch.float16)
-            err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), x.float() @ w)
+            y = w4.w4a16_matmul(x, qw, s, z, gs, config=cfg, integer_zeros=True)
+            err = rel_err(y, x.float() @ w)
             assert err < 1e-2, f"k={k} n={n} M={m} {cfg}: rel err {err:.2e}"
 
 
@@ -267,8 +268,8 @@ def test_w4a16_one_row_dispatch(k, n):
              else torch.rand(g, n, device=DEV) * 15).half()
         w = w4.dequantize_w4a16_ref(qw, s, z, gs)
         for m in (1, 2):
-            cfg = w4.pick_config(m, n, k, gs, 132, fp16=True, integer_zeros=integer_zeros)
-            assert cfg.pipe_stages == 4 and cfg.fold_zero == integer_zeros
+            cfg = wc.lookup("wgmma", "fp16", m, n, k, gs)  # and on mma.sync: the same row
+            assert cfg.pipe_stages == 4 and cfg.fold_zero  # folded where vouched for
             x = torch.randn(m, k, device=DEV, dtype=torch.float16)
             y = w4.w4a16_matmul(x, qw, s, z, gs, integer_zeros=integer_zeros)
             err = rel_err(y, x.float() @ w)
@@ -331,18 +332,16 @@ def test_w4a16_plane_dots_at_full_size(k, n, gs):
         x = torch.randn(m, k, device=DEV, dtype=torch.float16)
         ref = x.float() @ w
         for split in (0, 1):
-            cfgs = [w4.W4A16Config("swap", 16 if m <= 16 else 32, 64, 128, split_k=split,
-                                   fp16_planes=True, nibble_dots=True, x_split=True,
-                                   fused_reduce=m <= 16, waves=2.5, min_k_tiles=1)]
+            cfgs = [wc.Swap(block_m=16 if m <= 16 else 32, split_k=split, waves=2.5,
+                            min_k_tiles=1, fused_reduce=m <= 16, x_split=True)]
             if k % 128 == 0:
-                cfgs.append(w4.W4A16Config("swap", 16 if m <= 16 else 32, 64, 128,
-                                           split_k=split, fp16_planes=True, nibble_dots=True,
-                                           x_planes=True, waves=2.5, min_k_tiles=1))
+                cfgs.append(wc.Swap(block_m=16 if m <= 16 else 32, split_k=split,
+                                    waves=2.5, min_k_tiles=1, x_planes=True))
             for cfg in cfgs:
                 err = rel_err(w4.w4a16_matmul(x, qw, s, z, gs, config=cfg), ref)
                 assert err < 1e-2, f"k={k} n={n} gs={gs} M={m} {cfg}: {err:.2e}"
     if k % 128 == 0 and n >= 16384 and torch.cuda.get_device_capability()[0] == 9:
-        assert w4.pick_config(4, n, k, gs, 132, fp16=True).x_planes  # dispatched here
+        assert wc.lookup("wgmma", "fp16", 4, n, k, gs).x_planes  # dispatched here
 
 
 def test_w4a16_mma_sync_dispatch_in_a_subprocess():
@@ -362,11 +361,11 @@ for k, n, gs in ((4096, 4096, 128), (3584, 4608, 64), (4096, 12288, 128)):
     w = w4.dequantize_w4a16_ref(qw, s, z, gs)
     for m in (3, 8, 16, 17, 33, 64):
         x = torch.randn(m, k, device=dev, dtype=torch.float16)
-        cfg = w4.pick_config(m, n, k, gs, 132, fp16=True, mma_sync=True)
+        cfg = w4.prepare(x, qw, s, z, gs)[1]  # the mma.sync table here
         if m <= 16:
             assert cfg.x_planes if n == 12288 and m <= 8 else cfg.x_split, cfg
         else:
-            assert cfg.x_planes if gs == 128 else cfg.kind == "dot", cfg
+            assert cfg.x_planes if gs == 128 else type(cfg).__name__ == "Dot", cfg
         y = w4.w4a16_matmul(x, qw, s, z, gs, integer_zeros=True)
         ref = x.float() @ w
         err = float((y.double() - ref.double()).norm() / ref.double().norm())

@@ -14,6 +14,7 @@ from edge_llm import kernels
 # by module path: the package attribute ``paged_attention`` is the dispatch function
 pa = importlib.import_module("edge_llm.kernels.paged_attention")
 w4 = importlib.import_module("edge_llm.kernels.w4a16")
+cfg_mod = importlib.import_module("edge_llm.kernels.w4a16_config")
 
 
 def _naive_dequant(q: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gs: int) -> torch.Tensor:
@@ -67,25 +68,70 @@ def test_w4a16_input_errors_name_the_argument():
         w4.pack_w4_ref(torch.full((8, 2), 16))
 
 
-def test_pick_config_buckets():
+def _pick(m, n, k, gs, fp16=True, half=True, mma_sync=False, planes_packed=False):
+    """The table's config for a problem (kernels/w4a16_config.py)."""
+    act = "fp16" if fp16 else "bf16" if half else "fp32"
+    return cfg_mod.lookup("mma_sync" if mma_sync else "wgmma", act, m, n, k, gs, planes_packed)
+
+
+def _block_m(cfg, m):
+    """The row tile a Dot / Swap config launches with at M rows."""
+    return cfg.block_m or min(64, max(16, 1 << (m - 1).bit_length()))
+
+
+def _table_points():
+    """Every boundary of the tables' ranges, one below and one above, over the shapes of
+    the 7B/8B models and small ones, group sizes that are and are not multiples of 128, K
+    that is not: each point is one problem the lookup must place in exactly one row."""
+    ms, ns, ws = {1, 4096}, {8, 64}, set()
+    for rows in cfg_mod.TABLES.values():
+        for r in rows:
+            ms.update(v + d for v in r.m for d in (-1, 0, 1) if 0 < v + d and v < cfg_mod.INF)
+            ns.update(v + d for v in r.n for d in (-8, 0, 8) if 0 < v + d and v < cfg_mod.INF)
+            ws.update(v for v in r.weights if v < cfg_mod.INF)
+    shapes = {(k, n) for k in (4096, 4160, 11008, 576, 3584) for n in ns}
+    shapes |= {(4096, w // 4096 + d) for w in ws for d in (-8, 0) if w // 4096 + d > 0}
+    for k, n in sorted(shapes):
+        for gs in (32, 40, 64, 128, 256, k):
+            for packed in (False, True) if k % 128 == 0 and gs % 128 == 0 else (False,):
+                for m in sorted(ms):
+                    yield m, n, k, gs, packed
+
+
+def test_table_covers_every_problem_once():
+    """No gaps, no overlaps: exactly one row of each family's table matches every problem
+    (fp16 / bf16 / fp32 x, any M, N, K, group size, plane-packed words or not)."""
+    count = 0
+    for m, n, k, gs, packed in _table_points():
+        for family, rows in cfg_mod.TABLES.items():
+            for act in ("fp16", "bf16", "fp32"):
+                hits = [r for r in rows if r.matches(act, m, n, k, gs, packed)]
+                assert len(hits) == 1, (family, act, m, n, k, gs, packed, hits)
+                count += 1
+    assert count > 10_000
+    with pytest.raises(LookupError, match="0 rows"):
+        cfg_mod.lookup("wgmma", "fp16", 0, 4096, 4096, 128)
+    assert cfg_mod.lookup("wgmma", "fp16", 1, 4096, 4096, 20) == cfg_mod.Dequant()
+
+
+def test_table_buckets():
     for half, fp16 in ((True, True), (True, False), (False, False)):  # fp16, bf16, fp32 x
         for m in (1, 2, 3, 4, 5, 16, 33, 64, 65, 1024):
-            cfg = w4.pick_config(m, 4096, 4096, 128, 82, half=half, fp16=fp16)
-            want = ("gemv16" if half and m <= 2 else "swap" if fp16 and m <= 64 else
-                    "gemv16" if half and m <= 4 else "gemv" if m == 1 else
-                    "dot" if m <= 64 else "dequant")
-            assert cfg.kind == want, (m, half, fp16, cfg)
-            if cfg.kind == "swap":  # the MMA's N side (activation rows) covers M up to 64
-                assert cfg.block_m == min(64, max(16, 1 << (m - 1).bit_length()))
-                assert cfg.fp16_planes and cfg.block_k >= 128
-                continue
-            if cfg.kind == "dot":
-                assert cfg.block_m >= min(m, 16) and (not cfg.nibble_dots or cfg.block_k >= 128)
-            if cfg.kind == "gemv16":
-                assert cfg.rows == m  # one program row chunk holds every activation row
-            # fp16 x at 5-64 rows: the PTX planes joined in k order (bf16 x falls back to
-            # the fp32 unpacking inside the same config)
-            assert cfg.fp16_planes == (half and 5 <= m <= 64) and not cfg.plane_major
+            cfg = _pick(m, 4096, 4096, 128, half=half, fp16=fp16)
+            want = (cfg_mod.Gemv16 if half and m <= 2 else cfg_mod.Swap if fp16 and m <= 64
+                    else cfg_mod.Gemv16 if half and m <= 4 else cfg_mod.Gemv if m == 1 else
+                    cfg_mod.Dot if m <= 64 else cfg_mod.Dequant)
+            assert type(cfg) is want, (m, half, fp16, cfg)
+            if want is cfg_mod.Swap:  # the MMA's N side (activation rows) covers M up to 64
+                assert _block_m(cfg, m) == min(64, max(16, 1 << (m - 1).bit_length()))
+                assert cfg.block_k >= 128
+            if want is cfg_mod.Dot:
+                assert _block_m(cfg, m) >= min(m, 16) and (not cfg.nibble_dots
+                                                          or cfg.block_k >= 128)
+                # bf16 / fp32 x: the fp32 unpacking in k order
+                assert not cfg.fp16_planes
+            if want is cfg_mod.Gemv16:
+                assert cfg.rows is None  # one program row chunk holds every activation row
 
 
 def test_swap_dispatch_follows_the_mma_kind():
@@ -98,39 +144,38 @@ def test_swap_dispatch_follows_the_mma_kind():
     a copy of x in plane order (where each was measured fastest)."""
     for m in (3, 8, 16):
         for gs in (32, 128):
-            cfg = w4.pick_config(m, 4096, 4096, gs, 128, fp16=True, mma_sync=True)
-            assert (cfg.kind, cfg.nibble_dots, cfg.x_split, cfg.x_planes, cfg.block_m,
-                    cfg.block_k) == ("swap", True, True, False, 16, 128)
+            cfg = _pick(m, 4096, 4096, gs, mma_sync=True)
+            assert (type(cfg), cfg.x_split, cfg.x_planes, cfg.block_m, cfg.block_k) == (
+                cfg_mod.Swap, True, False, 16, 128)
     for m, n, k, gs, planes in ((3, 12288, 4096, 128, True), (8, 4096, 11008, 128, True),
                                 (8, 4096, 4096, 128, False), (16, 12288, 4096, 128, False),
                                 (16, 22016, 4096, 128, True), (4, 22016, 4160, 128, False),
                                 (4, 22016, 4096, 64, False)):
-        cfg = w4.pick_config(m, n, k, gs, 128, fp16=True, mma_sync=True)
-        assert (cfg.kind, cfg.nibble_dots, cfg.x_planes, cfg.x_split, cfg.block_m) == (
-            "swap", True, planes, not planes, 16), (m, n, k, gs)
+        cfg = _pick(m, n, k, gs, mma_sync=True)
+        assert (type(cfg), cfg.x_planes, cfg.x_split, cfg.block_m) == (
+            cfg_mod.Swap, planes, not planes, 16), (m, n, k, gs)
     for m, bm in ((17, 32), (32, 32), (33, 64), (64, 64)):
-        cfg = w4.pick_config(m, 4096, 4096, 128, 128, fp16=True, mma_sync=True)
-        assert (cfg.kind, cfg.nibble_dots, cfg.x_planes, cfg.x_split, cfg.block_m,
-                cfg.block_k) == ("swap", True, True, False, bm, 128)
+        cfg = _pick(m, 4096, 4096, 128, mma_sync=True)
+        assert (type(cfg), cfg.x_planes, cfg.x_split, _block_m(cfg, m), cfg.block_k) == (
+            cfg_mod.Swap, True, False, bm, 128)
         for n, k, gs in ((4096, 4160, 128), (4096, 4096, 64)):
-            cfg = w4.pick_config(m, n, k, gs, 128, fp16=True, mma_sync=True)
-            assert (cfg.kind, cfg.fp16_planes, cfg.nibble_dots) == ("dot", True, False)
-    assert w4.pick_config(65, 4096, 4096, 128, 128, fp16=True, mma_sync=True).kind == "dequant"
-    assert w4.pick_config(32, 4096, 4096, 128, 128, fp16=False, mma_sync=True).kind == "dot"
-    for m, fp16 in ((2, True), (8, False)):
-        assert not w4.pick_config(m, 4096, 4096, 128, 128, fp16=fp16, mma_sync=True).x_split
+            cfg = _pick(m, n, k, gs, mma_sync=True)
+            assert (type(cfg), cfg.fp16_planes, cfg.nibble_dots) == (cfg_mod.Dot, True, False)
+    assert type(_pick(65, 4096, 4096, 128, mma_sync=True)) is cfg_mod.Dequant
+    assert type(_pick(32, 4096, 4096, 128, fp16=False, mma_sync=True)) is cfg_mod.Dot
+    assert type(_pick(2, 4096, 4096, 128, mma_sync=True)) is cfg_mod.Gemv16
+    assert type(_pick(8, 4096, 4096, 128, fp16=False, mma_sync=True)) is cfg_mod.Dot
     for m in (3, 16):
-        wide = w4.pick_config(m, 22016, 4096, 128, 132, fp16=True)
-        assert (wide.kind, wide.nibble_dots, wide.x_planes, wide.x_split) == (
-            "swap", True, True, False)
+        wide = _pick(m, 22016, 4096, 128)
+        assert (type(wide), wide.x_planes, wide.x_split) == (cfg_mod.Swap, True, False)
         for n, k, gs in ((12288, 4096, 128), (22016, 4160, 128), (22016, 4096, 64)):
-            cfg = w4.pick_config(m, n, k, gs, 132, fp16=True)
-            assert cfg.kind == "swap" and not (cfg.nibble_dots or cfg.x_planes), (n, k, gs)
-    assert not w4.pick_config(17, 22016, 4096, 128, 132, fp16=True).x_planes
+            cfg = _pick(m, n, k, gs)
+            assert type(cfg) is cfg_mod.Swap and not (cfg.x_split or cfg.x_planes)
+    assert not _pick(17, 22016, 4096, 128).x_planes
     for m, n in ((1, 4096), (1, 12288), (2, 37888)):  # the 1-2 row tile sums split K itself
-        cfg = w4.pick_config(m, n, 4096, 128, 132, fp16=True)
-        assert (cfg.kind, cfg.block_n, cfg.fused_reduce) == ("gemv16", 64, True)
-    assert not w4.pick_config(4, 22016, 4096, 128, 132, fp16=False).x_planes
+        cfg = _pick(m, n, 4096, 128)
+        assert (type(cfg), cfg.block_n, cfg.fused_reduce) == (cfg_mod.Gemv16, 64, True)
+    assert type(_pick(4, 22016, 4096, 128, fp16=False)) is cfg_mod.Gemv16
 
 
 def test_plane_packed_dispatch():
@@ -140,39 +185,46 @@ def test_plane_packed_dispatch():
     else above 64 rows dequantize + cuBLAS."""
     for mma_sync in (False, True):
         for m, bm in ((3, 16), (16, 16), (17, 32), (32, 32)):
-            cfg = w4.pick_config(m, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync,
-                                 planes_packed=True)
-            assert (cfg.kind, cfg.nibble_dots, cfg.x_planes, cfg.block_m) == (
-                "swap", True, True, bm), (m, mma_sync, cfg)
+            cfg = _pick(m, 4096, 4096, 128, mma_sync=mma_sync, planes_packed=True)
+            assert (type(cfg), cfg.x_planes, _block_m(cfg, m)) == (
+                cfg_mod.Swap, True, bm), (m, mma_sync, cfg)
         for m in (33, 48, 64):
-            cfg = w4.pick_config(m, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync,
-                                 planes_packed=True)
-            assert (cfg.kind, cfg.block_m, cfg.block_k, cfg.fp16_planes) == (
-                "swap", 64, 128, True)
-            assert (cfg.nibble_dots, cfg.x_planes, cfg.plane_major) == (
-                (True, True, False) if mma_sync else (False, False, True)), (m, mma_sync, cfg)
-            std = w4.pick_config(m, 4096, 4096, 128, 132, fp16=True, mma_sync=mma_sync)
+            cfg = _pick(m, 4096, 4096, 128, mma_sync=mma_sync, planes_packed=True)
+            assert (type(cfg), _block_m(cfg, m), cfg.block_k) == (cfg_mod.Swap, 64, 128)
+            assert (cfg.x_planes, cfg.plane_major) == (
+                (True, False) if mma_sync else (False, True)), (m, mma_sync, cfg)
+            std = _pick(m, 4096, 4096, 128, mma_sync=mma_sync)
             assert not std.plane_major
         for m, n, k in ((65, 4096, 4096), (128, 12288, 4096), (129, 4096, 4096),
                         (96, 4608, 3584)):
-            cfg = w4.pick_config(m, n, k, 128, 132, fp16=True, mma_sync=mma_sync,
-                                 planes_packed=True)
+            cfg = _pick(m, n, k, 128, mma_sync=mma_sync, planes_packed=True)
             # wgmma, 65-128 rows, >= 16M weights: the joined tile in plane order, 128 rows
-            joined = not mma_sync and m <= 128 and n * k >= 1 << 24
-            assert (cfg.kind, cfg.block_m, cfg.plane_major) == (
-                ("swap", 128, True) if joined else ("dequant", cfg.block_m, False)), (m, n, k)
-        assert w4.pick_config(96, 4096, 4096, 128, 132, fp16=True).kind == "dequant"
+            if not mma_sync and m <= 128 and n * k >= 1 << 24:
+                assert (type(cfg), cfg.block_m, cfg.plane_major) == (cfg_mod.Swap, 128, True)
+            else:
+                assert type(cfg) is cfg_mod.Dequant, (m, n, k)
+        assert type(_pick(96, 4096, 4096, 128)) is cfg_mod.Dequant
 
 
 def test_plane_dot_options_are_checked():
     x = torch.randn(4, 320).half()
     qw = torch.zeros(40, 16, dtype=torch.int32)
     s = torch.ones(3, 16).half()
-    for cfg in (w4.W4A16Config("swap", 16, 16, 128, nibble_dots=True, x_planes=True),
-                w4.W4A16Config("swap", 16, 16, 128, x_split=True),  # joined tile
-                w4.W4A16Config("dot", 16, 16, 128, nibble_dots=True, x_split=True)):
-        with pytest.raises(ValueError, match="x_planes / x_split"):
-            w4.w4a16_matmul(x, qw, s, s, 128, config=cfg)
+    with pytest.raises(ValueError, match="x_planes needs K"):  # K = 320: 2.5 K tiles
+        w4.w4a16_matmul(x, qw, s, s, 128, config=cfg_mod.Swap(
+            block_m=16, block_n=16, x_planes=True))
+    for kw in (dict(x_split=True, x_planes=True), dict(x_split=True, plane_major=True)):
+        with pytest.raises(ValueError, match="exclude each other"):
+            cfg_mod.Swap(**kw)
+    with pytest.raises(ValueError, match="plane_major"):  # standard words
+        w4.w4a16_matmul(x, qw, s, s, 128, config=cfg_mod.Swap(plane_major=True))
+    with pytest.raises(ValueError, match="fp16 activations"):  # every swap row is fp16
+        w4.w4a16_matmul(x.bfloat16(), qw, s.bfloat16(), s.bfloat16(), 128,
+                        config=cfg_mod.Swap())
+    with pytest.raises(ValueError, match="no nibble_dots"):  # the fp16 planes join
+        cfg_mod.Dot(nibble_dots=True, fp16_planes=True)
+    with pytest.raises(ValueError, match="one activation row"):  # the fp32 GEMV
+        w4.w4a16_matmul(x.float(), qw, s.float(), s.float(), 128, config=cfg_mod.Gemv())
 
 
 def test_dots_from_registers(monkeypatch):
@@ -196,36 +248,35 @@ def test_dots_from_registers(monkeypatch):
 
 def test_one_row_gemv_dispatch():
     """fp16 at 1-2 rows with groups of a multiple of 128: one-group K tiles with flat scale
-    rows and loads staged 4 tiles ahead; the zero points folded only when the caller vouches
-    for integers (QuantLinear does); bf16, or groups of 32/64, keep the 32-column tile."""
+    rows and loads staged 4 tiles ahead, the zero points folded (where the caller vouches
+    for integers: kernels/w4a16_gemv.py); bf16, or groups of 32/64, keep the 32-column tile."""
     for m in (1, 2):
         for gs in (128, 256, 4096):
-            for integer_zeros in (False, True):
-                cfg = w4.pick_config(m, 12288, 4096, gs, 132, fp16=True,
-                                     integer_zeros=integer_zeros)
-                assert (cfg.kind, cfg.block_n, cfg.block_k, cfg.rows, cfg.pipe_stages,
-                        cfg.flat_scales, cfg.fold_zero) == (
-                    "gemv16", 64, 128, m, 4, True, integer_zeros), (m, gs, cfg)
+            cfg = _pick(m, 12288, 4096, gs)
+            assert (type(cfg), cfg.block_n, cfg.block_k, cfg.rows, cfg.pipe_stages,
+                    cfg.flat_scales, cfg.fold_zero) == (
+                cfg_mod.Gemv16, 64, 128, None, 4, True, True), (m, gs, cfg)
         for gs, fp16 in ((64, True), (32, True), (128, False)):
-            cfg = w4.pick_config(m, 12288, 4096, gs, 132, fp16=fp16, integer_zeros=True)
-            assert (cfg.kind, cfg.block_n, cfg.pipe_stages, cfg.fold_zero) == (
-                "gemv16", 32, 0, False), (m, gs, fp16, cfg)
+            cfg = _pick(m, 12288, 4096, gs, fp16=fp16)
+            assert (type(cfg), cfg.block_n, cfg.pipe_stages, cfg.fold_zero) == (
+                cfg_mod.Gemv16, 32, 0, False), (m, gs, fp16, cfg)
 
 
 def test_gemv_split_matches_the_measured_best():
     """At 1-2 rows the split comes from ~2.5 programs per multiprocessor: on a 132-SM H200
     that is the measured best split of every 7B shape for the 32-column tile, which bf16
     activations and groups not a multiple of 128 keep."""
-    import triton
+    from edge_llm.kernels import splitk
+    from edge_llm.kernels.grid import cdiv
 
     best = {(4096, 12288): 1, (4096, 4096): 4, (4096, 22016): 1, (11008, 4096): 4,
             (3584, 4608): 4, (3584, 3584): 4, (3584, 37888): 1, (18944, 3584): 4}
     for (k, n), split in best.items():
         for m, fp16, gs in ((1, False, 128), (2, False, 128), (1, True, 64)):
-            cfg = w4.pick_config(m, n, k, gs, 132, fp16=fp16)
+            cfg = _pick(m, n, k, gs, fp16=fp16)
             assert (cfg.block_n, cfg.block_k, cfg.pipe_stages) == (32, 512, 0)
-            got = w4.auto_split(triton.cdiv(n, cfg.block_n), k, cfg.block_k, 132, cfg.waves,
-                                cfg.min_k_tiles)
+            got = splitk.plan(cdiv(n, cfg.block_n), k, cfg.block_k, cfg.split_k, cfg.waves,
+                              cfg.min_k_tiles, 132)[0]
             assert got == split, (k, n, m, got)
 
 

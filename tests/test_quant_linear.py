@@ -16,8 +16,15 @@ from edge_llm.quant import (
     pack_compressed,
     pack_gptq,
 )
+from edge_llm.quant import linear as linear_mod
 from edge_llm.quant.linear import dequantize_runtime
 from tests.test_quant_formats import FORMAT_CASES, _act_order_g_idx, _pack, _rand_weight
+
+
+def _through(monkeypatch, matmul, silu_mul=None) -> None:
+    """QuantLinear's CUDA path on CPU tensors: ``matmul`` / ``silu_mul`` stand in for
+    edge_llm.kernels.w4a16_matmul / w4a16_silu_mul (the calls forward makes on CUDA)."""
+    monkeypatch.setattr(linear_mod, "_cuda_kernels", lambda x: (matmul, silu_mul))
 
 
 def test_unequal_groups_keep_general_g_idx():
@@ -35,7 +42,7 @@ def test_unequal_groups_keep_general_g_idx():
     torch.testing.assert_close(lin(x), x @ w.dequantize())
 
 
-def test_kernel_seam_gets_runtime_layout_and_permuted_input():
+def test_kernel_seam_gets_runtime_layout_and_permuted_input(monkeypatch):
     gen = torch.Generator().manual_seed(5)
     k, n, gs = 128, 32, 32
     w = _rand_weight(k, n, gs, gen, _act_order_g_idx(k, gs, gen))
@@ -51,12 +58,13 @@ def test_kernel_seam_gets_runtime_layout_and_permuted_input():
                                        planes_packed=planes_packed)
 
     x = torch.randn(2, 3, k, generator=gen)
-    y = lin._forward_kernel(fake_kernel, x)
+    _through(monkeypatch, fake_kernel)
+    y = lin(x)
     assert calls == [((6, k), gs, True, False)]
     torch.testing.assert_close(y, x @ w.dequantize())
 
 
-def test_forward_silu_mul_only_where_the_kernel_path_applies():
+def test_forward_silu_mul_only_where_the_kernel_path_applies(monkeypatch):
     """A merged [gate | up] linear: on the CPU (and with a bias, or no kernels package) it
     gives None and the model multiplies ``forward``'s halves itself; on CUDA it hands the
     runtime tensors through the kernel seam to ``edge_llm.kernels.w4a16_silu_mul`` (here a
@@ -76,14 +84,15 @@ def test_forward_silu_mul_only_where_the_kernel_path_applies():
         gate, up = (x2 @ dequantize_runtime(qweight, scales, zeros, group_size)).chunk(2, -1)
         return torch.nn.functional.silu(gate) * up
 
-    y = lin._forward_kernel(fake_silu, x, n // 2)  # what forward_silu_mul runs on CUDA
+    _through(monkeypatch, None, fake_silu)  # what forward_silu_mul runs on CUDA
+    y = lin.forward_silu_mul(x)
     gate, up = (x @ w.dequantize()).chunk(2, -1)
     torch.testing.assert_close(y, torch.nn.functional.silu(gate) * up)
     assert y.shape == (2, 3, n // 2) and calls == [((6, k), True)]
 
 
 @pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
-def test_plane_packed_words_compute_the_same_function(kind, fields):
+def test_plane_packed_words_compute_the_same_function(kind, fields, monkeypatch):
     """pack_planes repacks the words (the kernels' oracle agrees on the order); forward,
     dequantize and the kernel seam give the same results; packed words refuse to merge."""
     from edge_llm.kernels import pack_planes_ref, w4a16_matmul_ref
@@ -102,7 +111,9 @@ def test_plane_packed_words_compute_the_same_function(kind, fields):
     assert lin.planes_packed and torch.equal(lin.qweight, pack_planes_ref(words))
     torch.testing.assert_close(lin(x), before)
     torch.testing.assert_close(lin.dequantize(), w.dequantize().t())
-    torch.testing.assert_close(lin._forward_kernel(w4a16_matmul_ref, x), before)
+    with monkeypatch.context() as patch:
+        _through(patch, w4a16_matmul_ref)
+        torch.testing.assert_close(lin(x), before)
     lin.pack_planes()  # a second call changes nothing
     assert torch.equal(lin.qweight, pack_planes_ref(words))
     other = QuantLinear(k, n, False, spec, torch.float32)
@@ -127,7 +138,7 @@ def test_pack_planes_refuses_small_groups_and_counts_on_cuda_only(monkeypatch):
 
 
 @pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
-def test_runtime_layout_matches_the_kernels_reference(kind, fields):
+def test_runtime_layout_matches_the_kernels_reference(kind, fields, monkeypatch):
     """The kernels package's own oracle reads our runtime tensors to the same product."""
     kernels = pytest.importorskip("edge_llm.kernels")
     gen = torch.Generator().manual_seed(9)
@@ -139,9 +150,11 @@ def test_runtime_layout_matches_the_kernels_reference(kind, fields):
     lin = QuantLinear(k, n, False, spec, torch.float32)
     lin.load_checkpoint_tensors(_pack(spec, w), "cpu")
     x = torch.randn(2, 7, k, generator=gen)
-    y = lin._forward_kernel(kernels.w4a16_matmul_ref, x)
+    before = lin(x)
+    _through(monkeypatch, kernels.w4a16_matmul_ref)
+    y = lin(x)
     torch.testing.assert_close(y, x @ w.dequantize())
-    torch.testing.assert_close(y, lin(x))
+    torch.testing.assert_close(y, before)
 
 
 def test_cpu_cache_is_dropped_on_reload():

@@ -18,10 +18,10 @@ if not torch.cuda.is_available():  # collected on CPU machines only with -m gpu
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 from edge_llm.kernels import splitk  # noqa: E402
+from edge_llm.kernels import w4a16_config as wc  # noqa: E402
 from edge_llm.kernels.w4a16 import (  # noqa: E402
-    W4A16Config,
     pack_w4_ref,
-    pick_config,
+    prepare,
     w4a16_matmul,
     w4a16_matmul_ref,
 )
@@ -42,18 +42,18 @@ def _problem(m: int, k: int, n: int, gs: int = 128, seed: int = 0,
     return x, qw, s, z
 
 
-def _configs(m: int, k: int, n: int) -> list[W4A16Config]:
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return [pick_config(m, n, k, 128, sms),
-            W4A16Config("gemv16", block_n=64, block_k=128, split_k=7, rows=min(m, 4)),
-            W4A16Config("dot", 16, 64, 128, split_k=5)]
+def _configs(x, qw, s, z) -> list[wc.W4A16Config]:
+    m = x.shape[0]
+    return [prepare(x, qw, s, z, 128)[1],  # this GPU's table row
+            wc.Gemv16(block_n=64, block_k=128, split_k=7, rows=min(m, 4)),
+            wc.Dot(block_m=16, block_n=64, block_k=128, split_k=5)]
 
 
 @pytest.mark.parametrize("m", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("k,n", SHAPES)
 def test_fused_splitk_equals_reduce_launch(m, k, n):
     x, qw, s, z = _problem(m, k, n, seed=m + n)
-    for cfg in _configs(m, k, n):
+    for cfg in _configs(x, qw, s, z):
         separate = w4a16_matmul(x, qw, s, z, 128, dataclasses.replace(cfg, fused_reduce=False))
         for _ in range(20):
             fused = w4a16_matmul(x, qw, s, z, 128, cfg)
@@ -66,7 +66,7 @@ def test_fused_splitk_equals_reduce_launch(m, k, n):
 
 def test_fused_splitk_in_cuda_graph():
     x, qw, s, z = _problem(1, 4096, 22016)
-    cfg = W4A16Config("gemv16", block_n=32, block_k=256, split_k=8, rows=1, chain4=True)
+    cfg = wc.Gemv16(block_n=32, block_k=256, split_k=8, rows=1)
     w4a16_matmul(x, qw, s, z, 128, cfg)  # compile, allocate the counters outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -59,13 +59,12 @@ def _check_w4(m, k, n, gs, dtype, cfg=None, lead=(), integer_zeros=False, planes
 def case_w4a16_gemv():
     import torch
 
-    from edge_llm.kernels.w4a16 import W4A16Config
+    from edge_llm.kernels import w4a16_config as wc
 
     _check_w4(1, 256, 96, 32, torch.float32)  # auto config, per-row scale groups
-    _check_w4(1, 512, 64, 128, torch.float16, W4A16Config("gemv", block_n=32, block_k=128,
-                                                               split_k=3))
+    _check_w4(1, 512, 64, 128, torch.float16, wc.Gemv(block_n=32, block_k=128, split_k=3))
     _check_w4(1, 256, 64, 256, torch.float32)  # per channel (group_size == K)
-    _check_w4(1, 320, 48, 64, torch.float32, W4A16Config("gemv", block_n=64, block_k=256))
+    _check_w4(1, 320, 48, 64, torch.float32, wc.Gemv(block_n=64, block_k=256, split_k=1))
 
 
 def case_w4a16_gemv16():
@@ -73,24 +72,21 @@ def case_w4a16_gemv16():
     points, per-tile and per-row scales, row chunks with missing rows, splits, bf16."""
     import torch
 
-    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels import w4a16_config as wc
 
     for m in (1, 2, 3, 4):
         _check_w4(m, 512, 64, 128, torch.float16)  # dispatched
-    _check_w4(7, 1024, 96, 256, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=3,
-                                                 rows=3))
-    _check_w4(2, 1024, 96, 128, torch.bfloat16, C("gemv16", block_n=64, block_k=128,
-                                                  split_k=2, rows=2))
-    _check_w4(6, 320, 48, 64, torch.float16, C("gemv16", block_n=64, block_k=256, rows=4,
-                                               per_tile_scales=False))
-    _check_w4(5, 1024, 96, 1024, torch.float16, C("gemv16", block_n=64, block_k=256,
-                                                  split_k=0, rows=4, chain4=True, waves=8,
-                                                  min_k_tiles=1))
+    _check_w4(7, 1024, 96, 256, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=3,
+                                                         rows=3))
+    _check_w4(2, 1024, 96, 128, torch.bfloat16, wc.Gemv16(block_n=64, block_k=128, split_k=2,
+                                                          rows=2))
+    _check_w4(6, 320, 48, 64, torch.float16, wc.Gemv16(block_n=64, block_k=256, split_k=1, rows=4))
+    _check_w4(5, 1024, 96, 1024, torch.float16, wc.Gemv16(block_n=64, block_k=256, rows=4, waves=8,
+                                                          min_k_tiles=1))
     # several groups per K tile (per-word-row scales): 4 groups of 64 with a ragged last
     # tile (K = 17 groups, split 2), and 16 groups of 32 in one 512 tile
-    _check_w4(2, 1088, 80, 64, torch.float16, C("gemv16", block_n=32, block_k=256, split_k=2,
-                                                rows=2))
-    _check_w4(1, 512, 64, 32, torch.float16, C("gemv16", block_n=32, block_k=512, rows=1))
+    _check_w4(2, 1088, 80, 64, torch.float16, wc.Gemv16(block_n=32, block_k=256, split_k=2, rows=2))
+    _check_w4(1, 512, 64, 32, torch.float16, wc.Gemv16(block_n=32, block_k=512, split_k=1, rows=1))
     # K tiles inside one group, integer zero points, the zero point folded into the bias
     # constants or not, flat scale rows or not: one row; three rows with a split; bf16; with
     # flat rows on whole tiles nothing is masked (the last tile of each split prefetches
@@ -101,18 +97,18 @@ def case_w4a16_gemv16():
             (2, 512, 64, 2, torch.bfloat16, 64, True, True),
             (2, 1024, 128, 3, torch.float16, 32, True, True),
             (7, 1024, 128, 3, torch.float16, 32, False, True)):
-        cfg = C("gemv16", block_n=bn, block_k=min(gs, 128), split_k=split, rows=min(m, 3),
-                chain4=True, fold_zero=fold, flat_scales=flat)
+        cfg = wc.Gemv16(block_n=bn, block_k=min(gs, 128), split_k=split, rows=min(m, 3),
+                        fold_zero=fold, flat_scales=flat)
         _check_w4(m, k, 96, gs, dtype, cfg, integer_zeros=True)
     # the tile loads staged through shared memory (tl.range's pipeliner; the interpreter runs
     # the same loop unstaged): dispatched tile, ragged split, per-row scales, flat + folded
     for m, k, gs, cfg in (
-            (1, 1024, 128, C("gemv16", block_n=32, block_k=512, split_k=0, rows=1,
-                             chain4=True, waves=2.5, min_k_tiles=1, pipe_stages=3)),
-            (3, 1088, 64, C("gemv16", block_n=32, block_k=256, split_k=2, rows=3,
-                            pipe_stages=4)),
-            (2, 1024, 128, C("gemv16", block_n=64, block_k=128, split_k=3, rows=2,
-                             chain4=True, fold_zero=True, flat_scales=True, pipe_stages=2))):
+            (1, 1024, 128, wc.Gemv16(block_n=32, block_k=512, rows=1, pipe_stages=3, waves=2.5,
+                                     min_k_tiles=1)),
+            (3, 1088, 64, wc.Gemv16(block_n=32, block_k=256, split_k=2, rows=3,
+                                    pipe_stages=4)),
+            (2, 1024, 128, wc.Gemv16(block_n=64, block_k=128, split_k=3, rows=2, fold_zero=True,
+                                     flat_scales=True, pipe_stages=2))):
         _check_w4(m, k, 96, gs, torch.float16, cfg, integer_zeros=True)
     # the dispatched one-row tile (groups of 128: one-group K tiles, flat scales, staged
     # loads), zero points folded only when vouched for as integers; whole and ragged K
@@ -125,63 +121,59 @@ def case_w4a16_gemv16():
 def case_w4a16_small_m():
     import torch
 
-    from edge_llm.kernels.w4a16 import W4A16Config
+    from edge_llm.kernels import w4a16_config as wc
 
     _check_w4(3, 256, 64, 64, torch.float32)  # nibble-plane dots
     _check_w4(16, 512, 80, 128, torch.float16)  # k-order dot, N not a tile multiple
     _check_w4(16, 256, 64, 256, torch.float32,
-              W4A16Config("dot", 16, 32, 128, split_k=2, nibble_dots=True))
-    _check_w4(5, 384, 64, 128, torch.float32, W4A16Config("dot", 16, 32, 128, split_k=3))
-    # fp16 planes (their plain-Triton twin here): per-tile and per-row scales, a split
+              wc.Dot(block_m=16, block_n=32, block_k=128, split_k=2, nibble_dots=True))
+    _check_w4(5, 384, 64, 128, torch.float32, wc.Dot(block_m=16, block_n=32, block_k=128,
+                                                     split_k=3))
+    # fp16 planes (their plain-Triton twin here) joined into one dot in k order: a split,
+    # a 32-wide tile, groups of 32 (the K tile clamped to the group)
     _check_w4(16, 512, 64, 128, torch.float16,
-              W4A16Config("dot", 16, 64, 128, nibble_dots=True, fp16_planes=True))
-    _check_w4(7, 1024, 96, 64, torch.float16,
-              W4A16Config("dot", 16, 32, 128, split_k=3, nibble_dots=True, fp16_planes=True))
-    # fp16 planes joined into one dot: plane-major with a split, k order, a 32-wide tile
-    _check_w4(16, 512, 64, 128, torch.float16,
-              W4A16Config("dot", 16, 64, 128, split_k=2, fp16_planes=True, plane_major=True))
+              wc.Dot(block_m=16, block_n=64, block_k=128, split_k=2, fp16_planes=True))
     _check_w4(9, 512, 96, 64, torch.float16,
-              W4A16Config("dot", 16, 32, 64, fp16_planes=True, plane_major=False))
-    _check_w4(33, 256, 64, 32, torch.float16, W4A16Config("dot", 64, 64, 64, fp16_planes=True))
+              wc.Dot(block_m=16, block_n=32, block_k=64, split_k=1, fp16_planes=True))
+    _check_w4(33, 256, 64, 32, torch.float16, wc.Dot(block_m=64, block_n=64, block_k=64, split_k=1,
+                                                     fp16_planes=True))
     _check_w4(4, 256, 64, 40, torch.float32)  # group size not a power of two
     _check_w4(2, 256, 32, 128, torch.float16, lead=(3,))  # leading batch dims
 
 
 def case_w4a16_swap():
-    """The weights as the left operand (kernels/w4a16_swap.py): joined and plane-by-plane,
-    fp16 planes and fp32 unpacking, per-tile and per-row scales, ragged M and N, split K
-    summed in the kernel and by a second launch. (bf16 tl.dot is wrong under the interpreter
-    for every kernel here: tests/test_w4a16_swap_gpu.py covers bf16.)"""
+    """The weights as the left operand (kernels/w4a16_swap.py, fp16 x): the joined tile and
+    the plane dots (x split in registers, x copied into plane order), per-tile and per-row
+    scales, ragged M and N, split K summed in the kernel and by a second launch."""
     import torch
 
-    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels import w4a16_config as wc
 
-    _check_w4(16, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, fp16_planes=True))
-    _check_w4(21, 512, 80, 64, torch.float16, C("swap", 16, 32, 128, split_k=2,
-                                                nibble_dots=True, fp16_planes=True))
-    _check_w4(9, 1024, 96, 128, torch.float32, C("swap", 16, 32, 256, split_k=3))
-    _check_w4(40, 256, 64, 32, torch.float16, C("swap", 32, 64, 128, fp16_planes=True,
-                                                fused_reduce=False, split_k=2))
-    _check_w4(5, 256, 48, 64, torch.float32, C("swap", 16, 16, 128, nibble_dots=True))
+    _check_w4(16, 512, 64, 128, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=128,
+                                                       split_k=1))
+    _check_w4(9, 1024, 96, 128, torch.float16, wc.Swap(block_m=16, block_n=32, block_k=256,
+                                                       split_k=3))
+    _check_w4(40, 256, 64, 32, torch.float16, wc.Swap(block_m=32, block_n=64, block_k=128,
+                                                      split_k=2, fused_reduce=False))
     # plane dots with x's tile split into planes in registers (the mma.sync dispatch at
     # 3-16 rows; 32 here too): per-tile and per-row scales, K not a whole number of tiles,
     # a split
-    _check_w4(16, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, nibble_dots=True,
-                                                 fp16_planes=True, x_split=True))
-    _check_w4(21, 520, 80, 32, torch.float16, C("swap", 32, 32, 128, split_k=2,
-                                                nibble_dots=True, fp16_planes=True,
-                                                x_split=True, fused_reduce=False))
+    _check_w4(16, 512, 64, 128, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=128,
+                                                       split_k=1, x_split=True))
+    _check_w4(21, 520, 80, 32, torch.float16, wc.Swap(block_m=32, block_n=32, block_k=128,
+                                                      split_k=2,
+                                                      fused_reduce=False, x_split=True))
     # plane dots over x copied into plane order (Hopper, wide N): a split, leading dims
-    _check_w4(5, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, split_k=2,
-                                                nibble_dots=True, fp16_planes=True,
-                                                x_planes=True), lead=(2,))
-    _check_w4(3, 256, 48, 256, torch.float32, C("swap", 16, 16, 256, nibble_dots=True,
-                                                x_planes=True))
+    _check_w4(5, 512, 64, 128, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=128,
+                                                      split_k=2, x_planes=True),
+              lead=(2,))
+    _check_w4(3, 256, 48, 256, torch.float16, wc.Swap(block_m=16, block_n=16, block_k=256,
+                                                      split_k=1, x_planes=True))
     # ... and as dispatched at 33-64 rows on mma.sync: 64-row tiles, the split summed by a
     # second launch, ragged M
-    _check_w4(40, 512, 64, 128, torch.float16, C("swap", 64, 64, 128, split_k=2,
-                                                 nibble_dots=True, fp16_planes=True,
-                                                 x_planes=True, fused_reduce=False))
+    _check_w4(40, 512, 64, 128, torch.float16, wc.Swap(block_m=64, block_n=64, block_k=128,
+                                                       split_k=2,
+                                                       fused_reduce=False, x_planes=True))
 
 
 def case_w4a16_planes_packed():
@@ -192,56 +184,60 @@ def case_w4a16_planes_packed():
     (joined swap tile, "dot", the fp32 GEMV, x split in registers)."""
     import torch
 
-    from edge_llm.kernels.w4a16 import W4A16Config as C
-    from edge_llm.kernels.w4a16 import pick_config
+    from edge_llm.kernels import w4a16_config as wc
 
-    g16 = dict(block_n=64, block_k=128, split_k=2, num_warps=4, chain4=True,
+    g16 = dict(block_n=64, block_k=128, split_k=2, num_warps=4,
                flat_scales=True, min_k_tiles=1, pipe_stages=2)
-    _check_w4(1, 512, 64, 128, torch.float16, C("gemv16", rows=1, fold_zero=True, **g16),
+    _check_w4(1, 512, 64, 128, torch.float16, wc.Gemv16(rows=1, fold_zero=True, **g16),
               integer_zeros=True, planes=True)
-    _check_w4(2, 512, 96, 256, torch.float16, C("gemv16", rows=2, **g16), planes=True)
-    _check_w4(1, 384, 64, 384, torch.float16, C("gemv16", rows=1, block_n=32, block_k=128,
-                                                split_k=3, chain4=True), planes=True)
-    _check_w4(1, 256, 64, 128, torch.bfloat16, C("gemv16", rows=1, block_n=32, block_k=128,
-                                                 chain4=True), planes=True)  # bf16 x: a copy
-    _check_w4(2, 512, 64, 128, torch.float16, C("gemv16", rows=2, block_n=64, block_k=256,
-                                                split_k=0, chain4=True, min_k_tiles=1),
+    _check_w4(2, 512, 96, 256, torch.float16, wc.Gemv16(rows=2, **g16), planes=True)
+    _check_w4(1, 384, 64, 384, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=3,
+                                                        rows=1), planes=True)
+    _check_w4(1, 256, 64, 128, torch.bfloat16, wc.Gemv16(block_n=32, block_k=128, split_k=1,
+                                                         rows=1), planes=True)  # bf16 x: a copy
+    _check_w4(2, 512, 64, 128, torch.float16, wc.Gemv16(block_n=64, block_k=256, rows=2,
+                                                        min_k_tiles=1),
               planes=True)  # K tiles of two plane tiles
     for m, mma_sync in ((3, False), (16, False), (24, True), (40, True), (40, False)):
-        cfg = pick_config(m, 64, 512, 128, 4, fp16=True, mma_sync=mma_sync,
-                          planes_packed=True)
+        cfg = wc.lookup("mma_sync" if mma_sync else "wgmma", "fp16", m, 64, 512, 128,
+                        packed=True)
         # the plane dots, or (wgmma, 33-64 rows) the joined tile in plane order
         assert (cfg.x_planes or cfg.plane_major) and cfg.block_k == 128, cfg
         _check_w4(m, 512, 64, 128, torch.float16, cfg, planes=True,
                   lead=(2,) if m == 3 else ())
     _check_w4(70, 256, 48, 128, torch.float32, planes=True)  # dequantize + matmul
-    _check_w4(20, 512, 64, 128, torch.float16, C("swap", 32, 64, 128, fp16_planes=True),
+    _check_w4(20, 512, 64, 128, torch.float16, wc.Swap(block_m=32, block_n=64, block_k=128,
+                                                       split_k=1),
               planes=True)  # joined tile in k order, fed a copy of x (not dispatched)
     for split in (1, 2):  # ... with its columns in plane order: x as it is
-        _check_w4(40, 512, 80, 128, torch.float16, C("swap", 64, 64, 128, split_k=split,
-                                                     fp16_planes=True, plane_major=True),
+        _check_w4(40, 512, 80, 128, torch.float16, wc.Swap(block_m=64, block_n=64, block_k=128,
+                                                           split_k=split, plane_major=True),
                   planes=True)
-    _check_w4(70, 256, 64, 128, torch.float16, C("swap", 128, 64, 128, split_k=0, waves=1,
-                                                 min_k_tiles=1, fused_reduce=False,
-                                                 fp16_planes=True, plane_major=True),
+    _check_w4(70, 256, 64, 128, torch.float16, wc.Swap(block_m=128, block_n=64, block_k=128,
+                                                       waves=1, min_k_tiles=1, fused_reduce=False,
+                                                       plane_major=True),
               planes=True)  # the Hopper choice at 65-128 rows: 128-row tiles, a row masked
-    _check_w4(5, 256, 64, 128, torch.float16, C("dot", 16, 64, 128, fp16_planes=True),
+    _check_w4(5, 256, 64, 128, torch.float16, wc.Dot(block_m=16, block_n=64, block_k=128,
+                                                     split_k=1, fp16_planes=True),
               planes=True)
-    _check_w4(1, 256, 64, 128, torch.float32, C("gemv", block_n=64, block_k=128),
+    _check_w4(1, 256, 64, 128, torch.float32, wc.Gemv(block_n=64, block_k=128, split_k=1),
               planes=True)
-    _check_w4(6, 512, 64, 128, torch.float16, C("swap", 16, 64, 128, nibble_dots=True,
-                                                fp16_planes=True, x_split=True), planes=True)
-    _check_w4(5, 512, 64, 256, torch.float16, C("swap", 16, 64, 256, nibble_dots=True,
-                                                fp16_planes=True, x_planes=True), planes=True)
+    _check_w4(6, 512, 64, 128, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=128,
+                                                      split_k=1, x_split=True),
+              planes=True)
+    _check_w4(5, 512, 64, 256, torch.float16, wc.Swap(block_m=16, block_n=64, block_k=256,
+                                                      split_k=1, x_planes=True),
+              planes=True)
 
 
 def case_w4a16_large_m_and_fallbacks():
     import torch
 
-    from edge_llm.kernels.w4a16 import W4A16Config
+    from edge_llm.kernels import w4a16_config as wc
 
     _check_w4(33, 256, 64, 32, torch.float32)  # tile clamped to the group
-    _check_w4(40, 256, 96, 128, torch.float32, W4A16Config("dot", 64, 32, 64))
+    _check_w4(40, 256, 96, 128, torch.float32, wc.Dot(block_m=64, block_n=32, block_k=64,
+                                                      split_k=1))
     _check_w4(70, 256, 48, 64, torch.float32)  # dequantize + matmul
     _check_w4(3, 256, 64, 20, torch.float32)  # words straddle groups: dequant path
 
@@ -255,17 +251,15 @@ def case_w4a16_splitk_in_kernel():
     import torch
 
     from edge_llm.kernels import splitk
-    from edge_llm.kernels.w4a16 import W4A16Config as C
+    from edge_llm.kernels import w4a16_config as wc
     from edge_llm.kernels.w4a16 import w4a16_matmul, w4a16_matmul_ref
 
     for m, k, n, gs, dtype, cfg in (
-        (1, 1024, 96, 128, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=4,
-                                            rows=1)),
-        (7, 1024, 96, 256, torch.float16, C("gemv16", block_n=32, block_k=128, split_k=3,
-                                            rows=3)),
-        (6, 512, 80, 64, torch.float32, C("dot", 16, 32, 64, split_k=5)),
-        (20, 512, 64, 128, torch.float32, C("dot", 16, 32, 128, split_k=2,
-                                            nibble_dots=True)),
+        (1, 1024, 96, 128, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=4, rows=1)),
+        (7, 1024, 96, 256, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=3, rows=3)),
+        (6, 512, 80, 64, torch.float32, wc.Dot(block_m=16, block_n=32, block_k=64, split_k=5)),
+        (20, 512, 64, 128, torch.float32, wc.Dot(block_m=16, block_n=32, block_k=128, split_k=2,
+                                                 nibble_dots=True)),
     ):
         x, qw, s, z = _w4_problem(m, k, n, gs, dtype)
         fused = w4a16_matmul(x, qw, s, z, gs, config=cfg)
@@ -289,22 +283,21 @@ def case_w4a16_silu_epilogue():
 
     from edge_llm.kernels import fused
     from edge_llm.kernels import w4a16 as w4
-    from edge_llm.kernels.device import num_sms
+    from edge_llm.kernels import w4a16_config as wc
 
-    C = w4.W4A16Config
-    g16 = dict(block_n=64, block_k=128, split_k=1, num_warps=4, chain4=True,
+    g16 = dict(block_n=64, block_k=128, split_k=1, num_warps=4,
                flat_scales=True, min_k_tiles=1, pipe_stages=2)
     cases = [  # m, k, 2 I, group, dtype, config, plane-packed, fused in the epilogue
-        (1, 512, 256, 128, torch.float16, C("gemv16", rows=1, fold_zero=True, **g16), False,
+        (1, 512, 256, 128, torch.float16, wc.Gemv16(rows=1, fold_zero=True, **g16), False,
          True),
-        (2, 512, 192, 128, torch.float16, C("gemv16", rows=2, **g16), True, True),
-        (3, 256, 128, 128, torch.bfloat16, C("gemv16", rows=2, **g16), False, True),
-        (1, 512, 128, 64, torch.float16, C("gemv16", rows=1, block_n=32, block_k=256,
-                                           split_k=1, chain4=True), False, True),
-        (1, 512, 256, 128, torch.float16, C("gemv16", rows=1, **{**g16, "split_k": 2}),
+        (2, 512, 192, 128, torch.float16, wc.Gemv16(rows=2, **g16), True, True),
+        (3, 256, 128, 128, torch.bfloat16, wc.Gemv16(rows=2, **g16), False, True),
+        (1, 512, 128, 64, torch.float16, wc.Gemv16(block_n=32, block_k=256, split_k=1, rows=1),
+         False, True),
+        (1, 512, 256, 128, torch.float16, wc.Gemv16(rows=1, **{**g16, "split_k": 2}),
          False, False),
-        (1, 512, 160, 128, torch.float16, C("gemv16", rows=1, **g16), False, False),
-        (4, 512, 256, 128, torch.float16, w4.pick_config(4, 256, 512, 128, 4, fp16=True),
+        (1, 512, 160, 128, torch.float16, wc.Gemv16(rows=1, **g16), False, False),
+        (4, 512, 256, 128, torch.float16, wc.lookup("wgmma", "fp16", 4, 256, 512, 128),
          False, False),
     ]
     for m, k, n, gs, dtype, cfg, planes, want_fused in cases:
@@ -314,7 +307,10 @@ def case_w4a16_silu_epilogue():
         y = w4.w4a16_matmul(x, words, s, z, gs, silu_mul=True, **kw)
         two = fused.silu_and_mul(w4.w4a16_matmul(x, words, s, z, gs, **kw))
         label = f"M={m} K={k} N={n} gs={gs} {dtype} {cfg} planes={planes}"
-        assert w4.gemv16_silu(cfg, m, n, k, cfg.block_k, num_sms(x.device)) is want_fused, label
+        if isinstance(cfg, wc.Gemv16):  # the launcher's own answer: N / 2 columns if fused
+            y1 = w4.launch_gemv16(cfg, x.reshape(-1, k), words, s, z, gs, True, planes,
+                                  silu=True)
+            assert (y1.shape[-1] == n // 2) is want_fused, label
         assert y.shape == (m, n // 2) and y.dtype == dtype, label
         assert torch.equal(y, two), f"{label}: max diff {(y - two).abs().max()}"
         g, u = w4.w4a16_matmul_ref(x, qw, s, z, gs).to(dtype).float().chunk(2, dim=-1)

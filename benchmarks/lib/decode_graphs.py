@@ -6,9 +6,9 @@
     python benchmarks/kernels_bench.py graphs --graphs-only --variant NAME [--rounds 2]
 
 ``--variant NAME``: a 1-2 row W4A16 launch variant of the sweep (``w4a16_variants``, its name,
-e.g. "g16 bn128 bk128 w4 fold"; ``--variant best:SWEEP_JSON`` takes the best geometric mean at
-one row from a sweep's JSON) runs against the dispatched choice, interleaved ``--rounds`` times
-(graphs only): the engine with ``pick_config`` patched at M <= 2, nothing else changed.
+e.g. "g16 p4 fused"; ``--variant best:SWEEP_JSON`` takes the best geometric mean at one row
+from a sweep's JSON) runs against the dispatched choice, interleaved ``--rounds`` times (graphs
+only): the engine with the table's ``lookup`` patched at M <= 2, nothing else changed.
 
 Each mode runs in its own process. Decode rate at batch B: the same B prompts (128 tokens)
 generated to N1 and to N2 tokens, rate = B * (N2 - N1) / (t(N2) - t(N1)), so prefill and

@@ -20,13 +20,7 @@ GS = 128
 
 
 def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
-    from edge_llm.kernels.device import num_sms
-    from edge_llm.kernels.w4a16 import (
-        dequantize_w4a16_ref,
-        pack_w4_ref,
-        pick_config,
-        w4a16_matmul,
-    )
+    from edge_llm.kernels.w4a16 import dequantize_w4a16_ref, pack_w4_ref, prepare, w4a16_matmul
 
     from .w4a16_variants import kernels_variants, specials
 
@@ -53,9 +47,9 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
             ref = xs[0].float() @ w_ref
             us_cublas = time_op(lambda i, xs=xs, w=w_half: torch.matmul(xs[i], w[i]), n_rot_h,
                                 smoke)
+            auto = prepare(xs[0], *sets[0], gs)[1]  # the table's choice on this GPU
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
-                       auto=str(pick_config(m, n, k, gs, 132)), variants=[])
-            auto = pick_config(m, n, k, gs, num_sms(xs[0].device), half=dt != torch.float32)
+                       auto=str(auto), variants=[])
             special = specials(auto, m, dt == torch.float16)
             for cfg in [None, *special] + ([] if quick else kernels_variants(m)):
                 conf = special[cfg] if isinstance(cfg, str) else cfg

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         dequantize_w4a16_ref,
         pack_planes_ref,
         pack_w4_ref,
-        pick_config,
+        prepare,
         w4a16_matmul,
     )
 
@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             us_cublas = time_op(lambda i, xs=xs, w=w_half: torch.matmul(xs[i], w[i]),
                                    n_rot_h, False)
             row = dict(model=model, shape=name, k=k, n=n, m=m, cublas_us=us_cublas,
-                       auto=str(pick_config(m, n, k, gs, 132, fp16=dt == torch.float16,
-                                            planes_packed=args.planes)),
+                       auto=str(prepare(xs[0], *words[0], gs, planes_packed=args.planes)[1]),
                        res={})
             pool = (sweep_variants_pm(m) if args.pm else sweep_variants_planes(m)) \
                 if args.planes else sweep_variants(m, n)
