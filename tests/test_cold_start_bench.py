@@ -75,10 +75,12 @@ def test_starts_on_gpu(tmp_path):
     d = _run(tmp_path, "--shape", "tiny-llama", "--device", "cuda", "--starts", "2")
     reads = d["plain_read"]
     assert reads["warm"]["pinned"]
-    if d["drop_caches"]["ok"]:
-        _check_start(d["start1"], reads["cold"]["gb_s"])
-        assert d["start1"]["page_cache"] == "cold"
-    _check_start(d["start2"], reads["warm"]["gb_s"])
+    # --cold-starts (default 2) of the starts follow a page-cache drop, where the machine
+    # allows one: each start's load speed is a fraction of the plain read in its state
+    for name in ("start1", "start2"):
+        r = d[name]
+        assert r["page_cache"] == ("cold" if d["drop_caches"]["ok"] else "warm")
+        _check_start(r, reads[r["page_cache"]]["gb_s"])
     # serve made the CUDA context beside its imports and warmed the Triton kernels up
     assert {"cuda_context", "kernel_warmup"} <= set(d["start2"]["phases"])
     assert d["phase_table"][0].split(" | ")[0:3] == ["start", "import", "cuda_context"]

@@ -146,7 +146,9 @@ def _smoke(tmp_path: Path, device: str) -> dict:
     cmd = [sys.executable, str(BENCH / "e2e.py"), "--smoke", "--device", device,
            "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    results = out / "e2e.json"
+    errors = json.loads(results.read_text())["errors"] if results.is_file() else []
+    assert res.returncode == 0, (errors, res.stdout[-3000:] + res.stderr[-3000:])
     assert (out / "e2e.log").stat().st_size > 0
     data = json.loads((out / "e2e.json").read_text())
     assert data["errors"] == [] and data["skipped"] == []
@@ -261,7 +263,9 @@ def _long_smoke(tmp_path: Path, device: str) -> None:
     cmd = [sys.executable, str(BENCH / "e2e.py"), "--smoke", "--device", device,
            "--scenarios", "long", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    results = out / "e2e.json"
+    errors = json.loads(results.read_text())["errors"] if results.is_file() else []
+    assert res.returncode == 0, (errors, res.stdout[-3000:] + res.stderr[-3000:])
     data = json.loads((out / "e2e.json").read_text())
     assert data["errors"] == [] and data["skipped"] == []
     p = PROFILES["smoke"]
