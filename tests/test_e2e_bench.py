@@ -181,7 +181,8 @@ def _check_smoke(data: dict, out: Path) -> None:
         assert sum(steps.values()) >= p.prefix_trials and set(steps) <= {
             "decode_graph", "short_graph", "eager"}, steps
     card = r["card24"]
-    assert card["seqs_fit"] >= 1 and card["weights_plus_kv_bytes"] <= p.card_bytes
+    # the card as the run sized it (on CUDA the smoke's card is larger than the CPU profile's)
+    assert card["seqs_fit"] >= 1 and card["weights_plus_kv_bytes"] <= card["card_bytes"]
     assert card["preemptions"] == 0
     assert r["baseline"]["b1"]["tok_s"] > 0
     assert r["baseline"]["offline"]["best"]["batch"] in p.baseline_batches
