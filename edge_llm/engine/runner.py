@@ -20,6 +20,7 @@ import torch
 from edge_llm.config import CacheConfig, SchedulerConfig
 from edge_llm.kernels import acquire_dequant_scratch, release_dequant_scratch, triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
+from edge_llm.model.cpu_decode import cpu_decode_forward, cpu_decode_supported
 from edge_llm.model.loader import LoadedModel
 
 from .cuda_graphs import (
@@ -94,6 +95,8 @@ class ModelRunner:
         self.prefill_graph_stats = GraphStats()
         # forwards launched, by how: "decode_graph", "short_graph" (prefill_graphs.py), "eager"
         self.step_paths: Counter[str] = Counter()
+        # CPU decode steps in fewer ops (model/cpu_decode.py) where the layers allow it
+        self.cpu_decode = self.device.type == "cpu" and cpu_decode_supported(self.model)
         self.kernel_warmup_seconds = warm_up_kernels(
             self.model, self.block_size, self.dtype, self.device,
             min(scheduler_config.max_num_batched_tokens, scheduler_config.max_model_len),
@@ -246,7 +249,7 @@ class ModelRunner:
                 return step
         self.step_paths["eager"] += 1
         ids, positions, meta, sample_idx, prompt_rows = self._prepare(sched.scheduled)
-        hidden = self.model(ids, positions, self.kv.layers, meta)
+        hidden = self._forward(ids, positions, meta)
         if rows:
             self._sample(self.model.compute_logits(hidden[sample_idx]), rows, step)
         for s, lo, _hi in prompt_rows:
@@ -289,10 +292,19 @@ class ModelRunner:
         else:
             self.step_paths["eager"] += 1
             _, positions, meta, sample_idx, _ = self._prepare(rows)
-            hidden = self.model(ids, positions, self.kv.layers, meta)
+            hidden = self._forward(ids, positions, meta)
             logits = self.model.compute_logits(hidden[sample_idx])
         self._sample(logits, rows, step)
         return step
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor,
+                 meta: AttentionMetadata) -> torch.Tensor:
+        """The model's final hidden states of the step's tokens (T, hidden)."""
+        if self.cpu_decode:
+            hidden = cpu_decode_forward(self.model, ids, positions, self.kv.layers, meta)
+            if hidden is not None:
+                return hidden
+        return self.model(ids, positions, self.kv.layers, meta)
 
     def drop(self, step: PendingStep) -> None:
         """Forget the run-ahead ``step`` (not the scheduled one): its sampling generators go
