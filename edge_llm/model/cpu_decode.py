@@ -39,7 +39,7 @@ def cpu_decode_supported(lm: CausalLM) -> bool:
     """Whether ``cpu_decode_forward`` serves this model's layers (see the module docstring)."""
     arch = lm.arch
     if (arch.sandwich_norms or arch.qk_norm or arch.attn_softcap or arch.mlp_act != "silu"
-            or arch.embed_scale is not None or lm.num_active_layers is not None):
+            or arch.embed_scale is not None):
         return False
     for layer in lm.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -135,7 +135,8 @@ def cpu_decode_forward(lm: CausalLM, input_ids: torch.Tensor, positions: torch.T
                        kv_caches: list[KVCache], meta: AttentionMetadata) -> torch.Tensor | None:
     """``CausalLM.forward`` of a CPU decode step, (B, hidden); None where this path does not
     serve the step (the caller runs the general forward)."""
-    if input_ids.is_cuda or not meta.is_decode_only or not kv_caches:
+    if (input_ids.is_cuda or not meta.is_decode_only or not kv_caches
+            or lm.num_active_layers is not None):
         return None
     k0 = kv_caches[0][0]
     if k0.dtype != lm.lm_head.weight.dtype or not k0.is_contiguous():
