@@ -4,13 +4,20 @@ scattered blocks; the layers it does not serve keep the general forward; the eng
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import pytest
 import torch
 
 from edge_llm import LLM, SamplingParams
-from edge_llm.model.cpu_decode import cpu_decode_forward, cpu_decode_supported
+from edge_llm.engine.cpu_threads import threads_at_most
+from edge_llm.model.cpu_decode import (
+    ONE_THREAD_MAX_WEIGHTS,
+    cpu_decode_forward,
+    cpu_decode_supported,
+    decode_threads,
+)
 from edge_llm.model.loader import load_model
 from tests.engine_fixtures import TOKENIZER_FILES, demo_dir  # noqa: F401
 from tests.helpers import save_hf_checkpoint, tiny_hf_model
@@ -98,7 +105,8 @@ def test_engine_decodes_on_it_with_the_same_tokens(demo_dir, tmp_path):  # noqa:
             shutil.copy(demo_dir / name, path / name)
     llm = LLM(str(path), device="cpu", max_model_len=128, enable_prefix_caching=False)
     runner = llm.engine.runner
-    assert runner.cpu_decode and llm.engine.loaded.dtype == torch.bfloat16
+    assert runner.cpu_decode and runner.decode_threads == 1
+    assert llm.engine.loaded.dtype == torch.bfloat16
     sp = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
     for count in (1, 3):
         prompts = [{"prompt_token_ids": list(range(100 + i, 109 + 3 * i))} for i in range(count)]
@@ -107,3 +115,18 @@ def test_engine_decodes_on_it_with_the_same_tokens(demo_dir, tmp_path):  # noqa:
         runner.cpu_decode = False
         general = [o.outputs[0].token_ids for o in llm.generate(prompts, sp, use_tqdm=False)]
         assert fast == general and all(len(t) == 10 for t in fast)
+
+
+def test_small_models_decode_on_one_thread(models):
+    arch = models["awq-bf16"].arch
+    assert decode_threads(arch) == 1
+    h = 1024  # gate_up: 2 * 1024 * 2048 weights, the break-even
+    assert 2 * h * 2 * h == ONE_THREAD_MAX_WEIGHTS
+    assert decode_threads(dataclasses.replace(arch, hidden_size=h, intermediate_size=2 * h,
+                                              head_dim=64, num_heads=16)) is None
+    before = torch.get_num_threads()
+    with threads_at_most(1):
+        assert torch.get_num_threads() == 1
+    with threads_at_most(None), threads_at_most(before + 1):
+        assert torch.get_num_threads() == before  # never raised
+    assert torch.get_num_threads() == before

@@ -20,9 +20,10 @@ import torch
 from edge_llm.config import CacheConfig, SchedulerConfig
 from edge_llm.kernels import acquire_dequant_scratch, release_dequant_scratch, triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
-from edge_llm.model.cpu_decode import cpu_decode_forward, cpu_decode_supported
+from edge_llm.model.cpu_decode import cpu_decode_forward, cpu_decode_supported, decode_threads
 from edge_llm.model.loader import LoadedModel
 
+from .cpu_threads import threads_at_most
 from .cuda_graphs import (
     DecodeGraphs,
     GraphStats,
@@ -97,6 +98,7 @@ class ModelRunner:
         self.step_paths: Counter[str] = Counter()
         # CPU decode steps in fewer ops (model/cpu_decode.py) where the layers allow it
         self.cpu_decode = self.device.type == "cpu" and cpu_decode_supported(self.model)
+        self.decode_threads = decode_threads(loaded.arch) if self.cpu_decode else None
         self.kernel_warmup_seconds = warm_up_kernels(
             self.model, self.block_size, self.dtype, self.device,
             min(scheduler_config.max_num_batched_tokens, scheduler_config.max_model_len),
@@ -301,7 +303,8 @@ class ModelRunner:
                  meta: AttentionMetadata) -> torch.Tensor:
         """The model's final hidden states of the step's tokens (T, hidden)."""
         if self.cpu_decode:
-            hidden = cpu_decode_forward(self.model, ids, positions, self.kv.layers, meta)
+            with threads_at_most(self.decode_threads):
+                hidden = cpu_decode_forward(self.model, ids, positions, self.kv.layers, meta)
             if hidden is not None:
                 return hidden
         return self.model(ids, positions, self.kv.layers, meta)

@@ -20,6 +20,14 @@ asserts equal hidden states):
   consecutive (a fresh sequence's usually are), else gathered once, in fp32 through SDPA as
   ``paged_attention_ref``'s decode does.
 
+Threads: a step of a small model runs on one thread (``decode_threads``). torch's CPU ops wake
+their pool's other threads for each parallel region, and with ``OMP_WAIT_POLICY=PASSIVE``
+(edge_llm/__init__.py) those sleep between regions: on the 2-core machine one int4 product
+took 18 us on one thread and 70 us on two for 576 x 576 weights, the same time at 2048 x 2048
+(4.2 M weights), and 0.53x at 4096 x 22016. So where every linear has fewer weights than
+``ONE_THREAD_MAX_WEIGHTS`` the layers run on one thread (the demo decoded 1.5x faster at batch 1,
+1.4x at batch 8); the logits' product, larger, keeps the threads.
+
 Measured figures: BENCHMARKS.md, "CPU".
 """
 
@@ -31,6 +39,7 @@ from torch import nn
 from edge_llm.quant.cpu_dense import DENSE_MIN_ROWS
 from edge_llm.quant.cpu_int4 import cpu_int4_matmul
 
+from .arch import ArchConfig
 from .attention_metadata import AttentionMetadata
 from .llama import Attention, CausalLM, DecoderLayer, KVCache
 
@@ -48,6 +57,19 @@ def cpu_decode_supported(lm: CausalLM) -> bool:
                 or layer.post_attention_layernorm.out_perm is not None):
             return False
     return True
+
+
+# the int4 kernel's break-even between one and two threads on the 2-core machine (see above)
+ONE_THREAD_MAX_WEIGHTS = 4 * 1024 * 1024
+
+
+def decode_threads(arch: ArchConfig) -> int | None:
+    """The thread count for ``cpu_decode_forward``: 1 where every linear of the layers has
+    fewer than ``ONE_THREAD_MAX_WEIGHTS`` weights, else None (as set)."""
+    h, d = arch.hidden_size, arch.head_dim
+    qkv = h * (arch.num_heads + 2 * arch.num_kv_heads) * d
+    largest = max(qkv, arch.num_heads * d * h, 2 * h * arch.intermediate_size)
+    return 1 if largest < ONE_THREAD_MAX_WEIGHTS else None
 
 
 class _StepPlan:
