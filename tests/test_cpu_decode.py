@@ -14,7 +14,7 @@ from edge_llm import LLM, SamplingParams
 from edge_llm.engine.cpu_threads import threads_at_most
 from edge_llm.model.cpu_decode import (
     ONE_THREAD_MAX_WEIGHTS,
-    cpu_decode_forward,
+    CpuDecoder,
     cpu_decode_supported,
     decode_threads,
 )
@@ -36,7 +36,7 @@ def _decode_once(lm, kv, lens: list[int], tables: list[list[int]], ids: torch.Te
     positions = torch.tensor(lens)
     with torch.inference_mode():
         if fast:
-            hidden = cpu_decode_forward(lm, ids, positions, kv, meta)
+            hidden = CpuDecoder(lm)(ids, positions, kv, meta)
             assert hidden is not None
         else:
             hidden = lm(ids, positions, kv, meta)
@@ -84,7 +84,7 @@ def test_prefill_steps_and_other_layers_keep_the_general_forward(models, tmp_pat
     kv = [(torch.zeros(4, BS, arch.num_kv_heads, arch.head_dim, dtype=torch.bfloat16),) * 2
           for _ in range(arch.num_layers)]
     prefill = _meta([0, 3], [3], [[0]], [0, 1, 2], BS)
-    assert cpu_decode_forward(lm, torch.tensor([1, 2, 3]), torch.arange(3), kv, prefill) is None
+    assert CpuDecoder(lm)(torch.tensor([1, 2, 3]), torch.arange(3), kv, prefill) is None
     gemma = load_model(str(save_hf_checkpoint(tiny_hf_model("Gemma2ForCausalLM"),
                                               tmp_path / "gemma")), device="cpu",
                        progress=False)
@@ -93,6 +93,8 @@ def test_prefill_steps_and_other_layers_keep_the_general_forward(models, tmp_pat
                                                  tmp_path / "llama")), device="cpu",
                           progress=False, merge_projections=False)
     assert not cpu_decode_supported(unmerged.model)
+    with pytest.raises(ValueError, match="not served"):
+        CpuDecoder(unmerged.model)
 
 
 def test_engine_decodes_on_it_with_the_same_tokens(demo_dir, tmp_path):  # noqa: F811

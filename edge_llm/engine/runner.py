@@ -20,7 +20,7 @@ import torch
 from edge_llm.config import CacheConfig, SchedulerConfig
 from edge_llm.kernels import acquire_dequant_scratch, release_dequant_scratch, triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
-from edge_llm.model.cpu_decode import cpu_decode_forward, cpu_decode_supported, decode_threads
+from edge_llm.model.cpu_decode import CpuDecoder, cpu_decode_supported, decode_threads
 from edge_llm.model.loader import LoadedModel
 
 from .cpu_threads import threads_at_most
@@ -98,6 +98,7 @@ class ModelRunner:
         self.step_paths: Counter[str] = Counter()
         # CPU decode steps in fewer ops (model/cpu_decode.py) where the layers allow it
         self.cpu_decode = self.device.type == "cpu" and cpu_decode_supported(self.model)
+        self.cpu_decoder = CpuDecoder(self.model) if self.cpu_decode else None
         self.decode_threads = decode_threads(loaded.arch) if self.cpu_decode else None
         self.kernel_warmup_seconds = warm_up_kernels(
             self.model, self.block_size, self.dtype, self.device,
@@ -302,9 +303,9 @@ class ModelRunner:
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor,
                  meta: AttentionMetadata) -> torch.Tensor:
         """The model's final hidden states of the step's tokens (T, hidden)."""
-        if self.cpu_decode:
+        if self.cpu_decode and self.cpu_decoder is not None:
             with threads_at_most(self.decode_threads):
-                hidden = cpu_decode_forward(self.model, ids, positions, self.kv.layers, meta)
+                hidden = self.cpu_decoder(ids, positions, self.kv.layers, meta)
             if hidden is not None:
                 return hidden
         return self.model(ids, positions, self.kv.layers, meta)

@@ -41,11 +41,12 @@ from edge_llm.quant.cpu_int4 import cpu_int4_matmul
 
 from .arch import ArchConfig
 from .attention_metadata import AttentionMetadata
-from .llama import Attention, CausalLM, DecoderLayer, KVCache
+from .layers import RMSNorm
+from .llama import CausalLM, DecoderLayer, KVCache
 
 
 def cpu_decode_supported(lm: CausalLM) -> bool:
-    """Whether ``cpu_decode_forward`` serves this model's layers (see the module docstring)."""
+    """Whether ``CpuDecoder`` serves this model's layers (see the module docstring)."""
     arch = lm.arch
     if (arch.sandwich_norms or arch.qk_norm or arch.attn_softcap or arch.mlp_act != "silu"
             or arch.embed_scale is not None):
@@ -64,7 +65,7 @@ ONE_THREAD_MAX_WEIGHTS = 4 * 1024 * 1024
 
 
 def decode_threads(arch: ArchConfig) -> int | None:
-    """The thread count for ``cpu_decode_forward``: 1 where every linear of the layers has
+    """The thread count for ``CpuDecoder``: 1 where every linear of the layers has
     fewer than ``ONE_THREAD_MAX_WEIGHTS`` weights, else None (as set)."""
     h, d = arch.hidden_size, arch.head_dim
     qkv = h * (arch.num_heads + 2 * arch.num_kv_heads) * d
@@ -85,17 +86,13 @@ class _StepPlan:
         self.cos2 = torch.cat((cos, cos), dim=-1)  # (B, 1, D)
         self.sin2 = torch.cat((-sin, sin), dim=-1)
         self.slots = meta.slot_mapping
-        lens = meta.seq_lens.tolist()
-        tables = meta.block_tables
         self.contexts: list[tuple[int | torch.Tensor, int]] = []
-        for i, n in enumerate(lens):
-            nblk = (n + block_size - 1) // block_size
-            blocks = tables[i, :nblk]
-            first = int(blocks[0])
-            if nblk == 1 or bool((blocks.diff() == 1).all()):
-                self.contexts.append((first * block_size, n))
+        for row, n in zip(meta.block_tables.tolist(), meta.seq_lens.tolist(), strict=True):
+            blocks = row[:(n + block_size - 1) // block_size]
+            if blocks == list(range(blocks[0], blocks[0] + len(blocks))):
+                self.contexts.append((blocks[0] * block_size, n))
             else:
-                self.contexts.append((blocks.long(), n))
+                self.contexts.append((torch.tensor(blocks), n))
 
 
 def _linear(lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -107,68 +104,91 @@ def _linear(lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return lin.forward(x) if form is None else cpu_int4_matmul(x, form)
 
 
-def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
+def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(residual + x), residual + x): ``add_rms_norm_ref``'s arithmetic."""
     residual = x if residual is None else residual + x
     xf = residual.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.eps)
+    xf = xf * xf.pow(2).mean(-1, keepdim=True).add_(norm.eps).rsqrt_()
     return norm.weight * xf.to(x.dtype), residual
 
 
-def _attention(attn: Attention, x: torch.Tensor, kv: KVCache, plan: _StepPlan) -> torch.Tensor:
-    b = x.shape[0]
-    h, hkv, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
-    qkv = _linear(attn.qkv_proj, x).view(b, h + 2 * hkv, d)  # (B, H + 2 Hkv, D)
-    qk = qkv[:, : h + hkv].float()  # (B, H + Hkv, D)
-    swapped = qk.view(b, h + hkv, 2, d // 2).flip(2).view(b, h + hkv, d)  # [x2 | x1]
-    qk = (qk * plan.cos2 + swapped * plan.sin2).to(x.dtype)
-    k_cache, v_cache = kv
-    nb, bs = k_cache.shape[:2]
-    k_flat = k_cache.view(nb * bs, hkv, d)  # (slots, Hkv, D)
-    v_flat = v_cache.view(nb * bs, hkv, d)
-    k_flat.index_copy_(0, plan.slots, qk[:, h:])
-    v_flat.index_copy_(0, plan.slots, qkv[:, h + hkv:])
-    q = qk[:, :h].float().unsqueeze(2)  # (B, H, 1, D)
-    outs = []
-    for i, (where, n) in enumerate(plan.contexts):
-        if isinstance(where, int):
-            k, v = k_flat[where:where + n], v_flat[where:where + n]  # (L, Hkv, D)
-        else:
-            k = k_cache.index_select(0, where).view(-1, hkv, d)[:n]
-            v = v_cache.index_select(0, where).view(-1, hkv, d)[:n]
-        outs.append(torch.nn.functional.scaled_dot_product_attention(
-            q[i:i + 1], k.float().transpose(0, 1).unsqueeze(0),
-            v.float().transpose(0, 1).unsqueeze(0), scale=attn.scale, enable_gqa=True))
-    o = outs[0] if b == 1 else torch.cat(outs)  # (B, H, 1, D) fp32
-    return _linear(attn.o_proj, o.view(b, h * d).to(x.dtype))
+class _Layer:
+    """One decoder layer's modules and attention shape, looked up once (``nn.Module``
+    attribute access is a dictionary walk per name)."""
+
+    def __init__(self, layer: DecoderLayer) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.qkv, self.o, self.gate_up, self.down = (attn.qkv_proj, attn.o_proj,
+                                                     mlp.gate_up_proj, mlp.down_proj)
+        self.heads, self.kv_heads, self.head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        self.scale = attn.scale
+
+    def attention(self, x: torch.Tensor, kv: KVCache, plan: _StepPlan) -> torch.Tensor:
+        b = x.shape[0]
+        h, hkv, d = self.heads, self.kv_heads, self.head_dim
+        qkv = _linear(self.qkv, x).view(b, h + 2 * hkv, d)  # (B, H + 2 Hkv, D)
+        qk = qkv[:, : h + hkv].float()  # (B, H + Hkv, D)
+        swapped = qk.view(b, h + hkv, 2, d // 2).flip(2).view(b, h + hkv, d)  # [x2 | x1]
+        qk = (qk * plan.cos2 + swapped * plan.sin2).to(x.dtype)
+        k_cache, v_cache = kv
+        nb, bs = k_cache.shape[:2]
+        k_flat = k_cache.view(nb * bs, hkv, d)  # (slots, Hkv, D)
+        v_flat = v_cache.view(nb * bs, hkv, d)
+        k_flat.index_copy_(0, plan.slots, qk[:, h:])
+        v_flat.index_copy_(0, plan.slots, qkv[:, h + hkv:])
+        q = qk[:, :h].float().unsqueeze(2)  # (B, H, 1, D)
+        outs = []
+        for i, (where, n) in enumerate(plan.contexts):
+            if isinstance(where, int):
+                k, v = k_flat[where:where + n], v_flat[where:where + n]  # (L, Hkv, D)
+            else:
+                k = k_cache.index_select(0, where).view(-1, hkv, d)[:n]
+                v = v_cache.index_select(0, where).view(-1, hkv, d)[:n]
+            outs.append(torch.nn.functional.scaled_dot_product_attention(
+                q[i:i + 1], k.float().transpose(0, 1).unsqueeze(0),
+                v.float().transpose(0, 1).unsqueeze(0), scale=self.scale, enable_gqa=True))
+        o = outs[0] if b == 1 else torch.cat(outs)  # (B, H, 1, D) fp32
+        return _linear(self.o, o.view(b, h * d).to(x.dtype))
+
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None, kv: KVCache,
+                 plan: _StepPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        h, residual = _add_rms_norm(x, residual, self.input_norm)
+        h = self.attention(h, kv, plan)
+        h, residual = _add_rms_norm(h, residual, self.post_norm)
+        gate, up = _linear(self.gate_up, h).chunk(2, dim=-1)  # (B, I) each
+        return _linear(self.down, torch.nn.functional.silu(gate) * up), residual
 
 
-def _layer(layer: DecoderLayer, x: torch.Tensor, residual: torch.Tensor | None, kv: KVCache,
-           plan: _StepPlan) -> tuple[torch.Tensor, torch.Tensor]:
-    h, residual = _add_rms_norm(x, residual, layer.input_layernorm)
-    h = _attention(layer.self_attn, h, kv, plan)
-    h, residual = _add_rms_norm(h, residual, layer.post_attention_layernorm)
-    gate, up = _linear(layer.mlp.gate_up_proj, h).chunk(2, dim=-1)  # (B, I) each
-    return _linear(layer.mlp.down_proj, torch.nn.functional.silu(gate) * up), residual
+class CpuDecoder:
+    """``CausalLM.forward`` of CPU decode steps for one model whose layers
+    ``cpu_decode_supported`` accepts."""
 
+    def __init__(self, lm: CausalLM) -> None:
+        if not cpu_decode_supported(lm):
+            raise ValueError("cpu_decode: this model's layers are not served (see "
+                             "cpu_decode_supported)")
+        self.lm = lm
+        self.layers = [_Layer(layer) for layer in lm.model.layers]
 
-def cpu_decode_forward(lm: CausalLM, input_ids: torch.Tensor, positions: torch.Tensor,
-                       kv_caches: list[KVCache], meta: AttentionMetadata) -> torch.Tensor | None:
-    """``CausalLM.forward`` of a CPU decode step, (B, hidden); None where this path does not
-    serve the step (the caller runs the general forward)."""
-    if (input_ids.is_cuda or not meta.is_decode_only or not kv_caches
-            or lm.num_active_layers is not None):
-        return None
-    k0 = kv_caches[0][0]
-    if k0.dtype != lm.lm_head.weight.dtype or not k0.is_contiguous():
-        return None
-    if bool((meta.slot_mapping < 0).any()):
-        return None
-    plan = _StepPlan(lm, positions, meta, k0.shape[1])
-    x = lm.model.embed_tokens(input_ids)  # (B, hidden)
-    residual = None
-    for layer, kv in zip(lm.model.layers, kv_caches, strict=True):
-        x, residual = _layer(layer, x, residual, kv, plan)
-    x, _ = lm.model.norm.add_forward(x, residual)
-    return x
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                 kv_caches: list[KVCache], meta: AttentionMetadata) -> torch.Tensor | None:
+        """The final hidden states (B, hidden) of a CPU decode step; None where this path
+        does not serve the step (the caller runs the general forward)."""
+        lm = self.lm
+        if (input_ids.is_cuda or not meta.is_decode_only or not kv_caches
+                or lm.num_active_layers is not None):
+            return None
+        k0 = kv_caches[0][0]
+        if k0.dtype != lm.lm_head.weight.dtype or not k0.is_contiguous():
+            return None
+        if bool((meta.slot_mapping < 0).any()):
+            return None
+        plan = _StepPlan(lm, positions, meta, k0.shape[1])
+        x = lm.model.embed_tokens(input_ids)  # (B, hidden)
+        residual = None
+        for layer, kv in zip(self.layers, kv_caches, strict=True):
+            x, residual = layer(x, residual, kv, plan)
+        x, _ = lm.model.norm.add_forward(x, residual)
+        return x
