@@ -117,6 +117,13 @@ def test_engine_decodes_on_it_with_the_same_tokens(demo_dir, tmp_path):  # noqa:
         runner.cpu_decode = False
         general = [o.outputs[0].token_ids for o in llm.generate(prompts, sp, use_tqdm=False)]
         assert fast == general and all(len(t) == 10 for t in fast)
+    runner.cpu_decode = True
+    llm.engine.sleep(level=2)  # the weights dropped: the decoder lets go of them too
+    assert runner.cpu_decoder is None
+    llm.engine.wake_up()
+    assert runner.cpu_decoder.lm is runner.model
+    again = [o.outputs[0].token_ids for o in llm.generate(prompts, sp, use_tqdm=False)]
+    assert again == general
 
 
 def test_small_models_decode_on_one_thread(models):

@@ -98,7 +98,7 @@ class ModelRunner:
         self.step_paths: Counter[str] = Counter()
         # CPU decode steps in fewer ops (model/cpu_decode.py) where the layers allow it
         self.cpu_decode = self.device.type == "cpu" and cpu_decode_supported(self.model)
-        self.cpu_decoder = CpuDecoder(self.model) if self.cpu_decode else None
+        self.cpu_decoder = self._cpu_decoder()
         self.decode_threads = decode_threads(loaded.arch) if self.cpu_decode else None
         self.kernel_warmup_seconds = warm_up_kernels(
             self.model, self.block_size, self.dtype, self.device,
@@ -182,7 +182,7 @@ class ModelRunner:
         self._host_swap = self.kv.host  # host memory stays: the next wake reuses it
         self.kv = None
         if level == 2:
-            self.model = self.loaded.model = None
+            self.model = self.loaded.model = self.cpu_decoder = None
         elif self.device.type == "cuda":
             _move_tensors(self.model, torch.device("cpu"), pin=True)
         if self.device.type == "cuda":
@@ -194,6 +194,7 @@ class ModelRunner:
         if self.model is None:
             self.loaded = reload()
             self.model = self.loaded.model
+            self.cpu_decoder = self._cpu_decoder()
         elif self.device.type == "cuda":
             _move_tensors(self.model, self.device, pin=False)
         self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.kv_dtype,
@@ -299,6 +300,10 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden[sample_idx])
         self._sample(logits, rows, step)
         return step
+
+    def _cpu_decoder(self) -> CpuDecoder | None:
+        """The CPU decode path over the current model, where it serves it."""
+        return CpuDecoder(self.model) if self.cpu_decode else None
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor,
                  meta: AttentionMetadata) -> torch.Tensor:
