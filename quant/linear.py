@@ -301,6 +301,14 @@ class QuantLinear(nn.Module):
         self._cpu_int4, self._cpu_int4_built = None, False
         self._cpu_dense, self._cpu_dense_built = None, False
 
+    def cpu_int4_weight(self) -> CpuInt4Weight | None:
+        """The weight in the int4 CPU kernel's form for a caller that runs the kernel itself
+        on bf16 rows as they arrive (model/cpu_decode.py): None where ``forward`` would not
+        run it alone (a bias, an input gather, a layout or shape the kernel refuses)."""
+        if self.bias is not None or (self.perm is not None and not self.input_permuted):
+            return None
+        return self._cpu_int4_weight()
+
     def _cpu_int4_weight(self) -> CpuInt4Weight | None:
         """The words packed for the int4 CPU kernel, built at the first call; None where that
         kernel does not apply (a general g_idx, plane-packed words, a shape it refuses)."""

@@ -9,8 +9,10 @@ environment, or a ``torch.set_num_threads`` below the available count, is kept a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -50,3 +52,18 @@ def set_cpu_threads() -> int:
     logger.info("CPU: %d torch threads (%d CPUs available to this process%s)", threads, cpus,
                 ", OMP_NUM_THREADS set" if user_set else "")
     return threads
+
+
+@contextlib.contextmanager
+def threads_at_most(n: int | None) -> Iterator[None]:
+    """Within it, torch's CPU ops run on at most ``n`` threads (None: as set); the count
+    before is restored after."""
+    before = torch.get_num_threads()
+    if n is None or n >= before:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

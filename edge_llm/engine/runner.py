@@ -20,8 +20,10 @@ import torch
 from edge_llm.config import CacheConfig, SchedulerConfig
 from edge_llm.kernels import acquire_dequant_scratch, release_dequant_scratch, triton_enabled
 from edge_llm.model.attention_metadata import AttentionMetadata
+from edge_llm.model.cpu_decode import CpuDecoder, cpu_decode_supported, decode_threads
 from edge_llm.model.loader import LoadedModel
 
+from .cpu_threads import threads_at_most
 from .cuda_graphs import (
     DecodeGraphs,
     GraphStats,
@@ -95,6 +97,10 @@ class ModelRunner:
         self.prefill_graph_stats = GraphStats()
         # forwards launched, by how: "decode_graph", "short_graph" (prefill_graphs.py), "eager"
         self.step_paths: Counter[str] = Counter()
+        # CPU decode steps in fewer ops (model/cpu_decode.py) where the layers allow it
+        self.cpu_decode = self.device.type == "cpu" and cpu_decode_supported(self.model)
+        self.cpu_decoder = self._cpu_decoder()
+        self.decode_threads = decode_threads(loaded.arch) if self.cpu_decode else None
         self.kernel_warmup_seconds = warm_up_kernels(
             self.model, self.block_size, self.dtype, self.device,
             min(scheduler_config.max_num_batched_tokens, scheduler_config.max_model_len),
@@ -178,7 +184,7 @@ class ModelRunner:
         self._host_swap = self.kv.host  # host memory stays: the next wake reuses it
         self.kv = None
         if level == 2:
-            self.model = self.loaded.model = None
+            self.model = self.loaded.model = self.cpu_decoder = None
         elif self.device.type == "cuda":
             _move_tensors(self.model, torch.device("cpu"), pin=True)
         if self.device.type == "cuda":
@@ -190,6 +196,7 @@ class ModelRunner:
         if self.model is None:
             self.loaded = reload()
             self.model = self.loaded.model
+            self.cpu_decoder = self._cpu_decoder()
         elif self.device.type == "cuda":
             _move_tensors(self.model, self.device, pin=False)
         self.kv = KVCache(self.loaded.arch, self.plan, self.block_size, self.kv_dtype,
@@ -249,7 +256,7 @@ class ModelRunner:
                 return step
         self.step_paths["eager"] += 1
         ids, positions, meta, sample_idx, prompt_rows = self._prepare(sched.scheduled)
-        hidden = self.model(ids, positions, self.kv.layers, meta)
+        hidden = self._forward(ids, positions, meta)
         if rows:
             self._sample(self.model.compute_logits(hidden[sample_idx]), rows, step)
         for s, lo, _hi in prompt_rows:
@@ -293,10 +300,24 @@ class ModelRunner:
         else:
             self.step_paths["eager"] += 1
             _, positions, meta, sample_idx, _ = self._prepare(rows)
-            hidden = self.model(ids, positions, self.kv.layers, meta)
+            hidden = self._forward(ids, positions, meta)
             logits = self.model.compute_logits(hidden[sample_idx])
         self._sample(logits, rows, step)
         return step
+
+    def _cpu_decoder(self) -> CpuDecoder | None:
+        """The CPU decode path over the current model, where it serves it."""
+        return CpuDecoder(self.model) if self.cpu_decode else None
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor,
+                 meta: AttentionMetadata) -> torch.Tensor:
+        """The model's final hidden states of the step's tokens (T, hidden)."""
+        if self.cpu_decode and self.cpu_decoder is not None:
+            with threads_at_most(self.decode_threads):
+                hidden = self.cpu_decoder(ids, positions, self.kv.layers, meta)
+            if hidden is not None:
+                return hidden
+        return self.model(ids, positions, self.kv.layers, meta)
 
     def drop(self, step: PendingStep) -> None:
         """Forget the run-ahead ``step`` (not the scheduled one): its sampling generators go

@@ -1,0 +1,194 @@
+"""A decode step on the CPU in about half the torch ops of the general forward.
+
+Why: at batch 1 on a CPU each op's fixed cost (Python, the dispatcher, an allocation) is a
+large part of the step: the demo runs ~60 small ops a layer through the kernels' torch
+references (kernels/dispatch.py), built to serve every batch shape and every family. This path
+serves one kind of step only, a decode (one new token per sequence) of a Llama-like layer
+(merged ``qkv_proj`` / ``gate_up_proj``, SiLU MLP, no sandwich norms, qk-norm, soft-cap, sliding
+window or act-order gather in a norm, a KV cache in the activation dtype), and computes the
+same values as the references, op for op in the same precision (tests/test_cpu_decode.py
+asserts equal hidden states):
+
+- RMSNorm: the residual add, fp32 normalisation, rounding, the weight's scale (as
+  ``add_rms_norm_ref``), without the module and dispatcher layers;
+- rotary: q and k rotated in one pass as ``x * [cos | cos] + swap_halves(x) * [-sin | sin]``
+  with the tables' rows expanded once per step (the same products and sums as
+  ``_rotate_half_ref``: a - b is a + (-b) in IEEE arithmetic);
+- K/V: the new token's rows copied into the cache at its slot (no per-layer check of the slot
+  mapping: the step's plan checks it once);
+- attention: each sequence's context read as one slice of the cache where its blocks are
+  consecutive (a fresh sequence's usually are), else gathered once, in fp32 through SDPA as
+  ``paged_attention_ref``'s decode does.
+
+Threads: a step of a small model runs on one thread (``decode_threads``). torch's CPU ops wake
+their pool's other threads for each parallel region, and with ``OMP_WAIT_POLICY=PASSIVE``
+(edge_llm/__init__.py) those sleep between regions: on the 2-core machine one int4 product
+took 18 us on one thread and 70 us on two for 576 x 576 weights, the same time at 2048 x 2048
+(4.2 M weights), and 0.53x at 4096 x 22016. So where every linear has fewer weights than
+``ONE_THREAD_MAX_WEIGHTS`` the layers run on one thread (the demo decoded 1.5x faster at batch 1,
+1.4x at batch 8); the logits' product, larger, keeps the threads.
+
+Measured figures: BENCHMARKS.md, "CPU".
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edge_llm.quant.cpu_dense import DENSE_MIN_ROWS
+from edge_llm.quant.cpu_int4 import cpu_int4_matmul
+
+from .arch import ArchConfig
+from .attention_metadata import AttentionMetadata
+from .layers import RMSNorm
+from .llama import CausalLM, DecoderLayer, KVCache
+
+
+def cpu_decode_supported(lm: CausalLM) -> bool:
+    """Whether ``CpuDecoder`` serves this model's layers (see the module docstring)."""
+    arch = lm.arch
+    if (arch.sandwich_norms or arch.qk_norm or arch.attn_softcap or arch.mlp_act != "silu"
+            or arch.embed_scale is not None):
+        return False
+    for layer in lm.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if (attn.qkv_proj is None or mlp.gate_up_proj is None or attn.window is not None
+                or layer.input_layernorm.out_perm is not None
+                or layer.post_attention_layernorm.out_perm is not None):
+            return False
+    return True
+
+
+# the int4 kernel's break-even between one and two threads on the 2-core machine (see above)
+ONE_THREAD_MAX_WEIGHTS = 4 * 1024 * 1024
+
+
+def decode_threads(arch: ArchConfig) -> int | None:
+    """The thread count for ``CpuDecoder``: 1 where every linear of the layers has
+    fewer than ``ONE_THREAD_MAX_WEIGHTS`` weights, else None (as set)."""
+    h, d = arch.hidden_size, arch.head_dim
+    qkv = h * (arch.num_heads + 2 * arch.num_kv_heads) * d
+    largest = max(qkv, arch.num_heads * d * h, 2 * h * arch.intermediate_size)
+    return 1 if largest < ONE_THREAD_MAX_WEIGHTS else None
+
+
+class _StepPlan:
+    """What every layer of one decode step shares: the rotary rows, the slots, and each
+    sequence's context as (first flat slot, length) where its blocks are consecutive, else
+    (block ids to gather, length)."""
+
+    def __init__(self, lm: CausalLM, positions: torch.Tensor, meta: AttentionMetadata,
+                 block_size: int) -> None:
+        rot = lm.rotary
+        cos = rot.cos.index_select(0, positions).unsqueeze(1)  # (B, 1, D/2) fp32
+        sin = rot.sin.index_select(0, positions).unsqueeze(1)
+        self.cos2 = torch.cat((cos, cos), dim=-1)  # (B, 1, D)
+        self.sin2 = torch.cat((-sin, sin), dim=-1)
+        self.slots = meta.slot_mapping
+        self.contexts: list[tuple[int | torch.Tensor, int]] = []
+        for row, n in zip(meta.block_tables.tolist(), meta.seq_lens.tolist(), strict=True):
+            blocks = row[:(n + block_size - 1) // block_size]
+            if blocks == list(range(blocks[0], blocks[0] + len(blocks))):
+                self.contexts.append((blocks[0] * block_size, n))
+            else:
+                self.contexts.append((torch.tensor(blocks), n))
+
+
+def _linear(lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``lin(x)`` for x (B, K): a 4-bit linear's int4 CPU kernel called directly where the
+    module would run it (``QuantLinear.cpu_int4_weight``; fewer rows than the dense copy's
+    ``DENSE_MIN_ROWS``), without the module's per-call checks."""
+    form = (lin.cpu_int4_weight() if x.dtype == torch.bfloat16 and x.shape[0] < DENSE_MIN_ROWS
+            and hasattr(lin, "cpu_int4_weight") else None)
+    return lin.forward(x) if form is None else cpu_int4_matmul(x, form)
+
+
+def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(residual + x), residual + x): ``add_rms_norm_ref``'s arithmetic."""
+    residual = x if residual is None else residual + x
+    xf = residual.float()
+    xf = xf * xf.pow(2).mean(-1, keepdim=True).add_(norm.eps).rsqrt_()
+    return norm.weight * xf.to(x.dtype), residual
+
+
+class _Layer:
+    """One decoder layer's modules and attention shape, looked up once (``nn.Module``
+    attribute access is a dictionary walk per name)."""
+
+    def __init__(self, layer: DecoderLayer) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.qkv, self.o, self.gate_up, self.down = (attn.qkv_proj, attn.o_proj,
+                                                     mlp.gate_up_proj, mlp.down_proj)
+        self.heads, self.kv_heads, self.head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        self.scale = attn.scale
+
+    def attention(self, x: torch.Tensor, kv: KVCache, plan: _StepPlan) -> torch.Tensor:
+        b = x.shape[0]
+        h, hkv, d = self.heads, self.kv_heads, self.head_dim
+        qkv = _linear(self.qkv, x).view(b, h + 2 * hkv, d)  # (B, H + 2 Hkv, D)
+        qk = qkv[:, : h + hkv].float()  # (B, H + Hkv, D)
+        swapped = qk.view(b, h + hkv, 2, d // 2).flip(2).view(b, h + hkv, d)  # [x2 | x1]
+        qk = (qk * plan.cos2 + swapped * plan.sin2).to(x.dtype)
+        k_cache, v_cache = kv
+        nb, bs = k_cache.shape[:2]
+        k_flat = k_cache.view(nb * bs, hkv, d)  # (slots, Hkv, D)
+        v_flat = v_cache.view(nb * bs, hkv, d)
+        k_flat.index_copy_(0, plan.slots, qk[:, h:])
+        v_flat.index_copy_(0, plan.slots, qkv[:, h + hkv:])
+        q = qk[:, :h].float().unsqueeze(2)  # (B, H, 1, D)
+        outs = []
+        for i, (where, n) in enumerate(plan.contexts):
+            if isinstance(where, int):
+                k, v = k_flat[where:where + n], v_flat[where:where + n]  # (L, Hkv, D)
+            else:
+                k = k_cache.index_select(0, where).view(-1, hkv, d)[:n]
+                v = v_cache.index_select(0, where).view(-1, hkv, d)[:n]
+            outs.append(torch.nn.functional.scaled_dot_product_attention(
+                q[i:i + 1], k.float().transpose(0, 1).unsqueeze(0),
+                v.float().transpose(0, 1).unsqueeze(0), scale=self.scale, enable_gqa=True))
+        o = outs[0] if b == 1 else torch.cat(outs)  # (B, H, 1, D) fp32
+        return _linear(self.o, o.view(b, h * d).to(x.dtype))
+
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None, kv: KVCache,
+                 plan: _StepPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        h, residual = _add_rms_norm(x, residual, self.input_norm)
+        h = self.attention(h, kv, plan)
+        h, residual = _add_rms_norm(h, residual, self.post_norm)
+        gate, up = _linear(self.gate_up, h).chunk(2, dim=-1)  # (B, I) each
+        return _linear(self.down, torch.nn.functional.silu(gate) * up), residual
+
+
+class CpuDecoder:
+    """``CausalLM.forward`` of CPU decode steps for one model whose layers
+    ``cpu_decode_supported`` accepts."""
+
+    def __init__(self, lm: CausalLM) -> None:
+        if not cpu_decode_supported(lm):
+            raise ValueError("cpu_decode: this model's layers are not served (see "
+                             "cpu_decode_supported)")
+        self.lm = lm
+        self.layers = [_Layer(layer) for layer in lm.model.layers]
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                 kv_caches: list[KVCache], meta: AttentionMetadata) -> torch.Tensor | None:
+        """The final hidden states (B, hidden) of a CPU decode step; None where this path
+        does not serve the step (the caller runs the general forward)."""
+        lm = self.lm
+        if (input_ids.is_cuda or not meta.is_decode_only or not kv_caches
+                or lm.num_active_layers is not None):
+            return None
+        k0 = kv_caches[0][0]
+        if k0.dtype != lm.lm_head.weight.dtype or not k0.is_contiguous():
+            return None
+        if bool((meta.slot_mapping < 0).any()):
+            return None
+        plan = _StepPlan(lm, positions, meta, k0.shape[1])
+        x = lm.model.embed_tokens(input_ids)  # (B, hidden)
+        residual = None
+        for layer, kv in zip(self.layers, kv_caches, strict=True):
+            x, residual = layer(x, residual, kv, plan)
+        x, _ = lm.model.norm.add_forward(x, residual)
+        return x
