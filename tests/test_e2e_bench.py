@@ -197,12 +197,13 @@ def _check_smoke(data: dict, out: Path) -> None:
         assert v["requests"] == max(int(level), p.serve_min_requests)
         assert v["tokens"] == v["requests"] * p.serve_tokens
         assert v["itl_ms"]["p50"] <= v["itl_ms"]["p99"]
-        # forwards of the level by path (the CPU server has no CUDA graphs): at least one a
-        # generated token past each request's first
+        # forwards of the level by path: at least one a generated token past each request's
+        # first (the CPU server has no CUDA graphs, so there all of them eager)
         steps = v["forward_steps"]
         assert set(steps) == {"decode_graph", "short_graph", "eager"}, steps
-        assert steps["decode_graph"] == steps["short_graph"] == 0
-        assert steps["eager"] >= p.serve_tokens - 1
+        assert sum(steps.values()) >= p.serve_tokens - 1
+        if data["meta"]["profile"]["device"] == "cpu":
+            assert steps["decode_graph"] == steps["short_graph"] == 0
     assert r["serving"]["exit_code"] == 0
     assert any("startup phase ready" in ln for ln in r["serving"]["startup_log"])
     measures = {row["measure"] for row in data["table"]}
