@@ -2,7 +2,7 @@
 
 Usage (from the checkout root; a development tool, not part of CI)::
 
-    python3 tools/mutate.py block_pool        # or: scheduler, detokenizer, packing
+    python3 tools/mutate.py block_pool        # or any other name in MODULES
     python3 tools/mutate.py scheduler --show   # also print the diff of every survivor
 
 Each module is mutated alone and each mutant runs only that module's own test files
@@ -60,6 +60,18 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "packing": (
         ["edge_llm/quant/packing.py"],
         ["tests/test_packing_checks.py", "tests/test_quant_formats.py"],
+    ),
+    "structured_output": (
+        ["edge_llm/engine/structured_output.py"],
+        ["tests/test_structured_output.py", "tests/test_structured_output_spec.py"],
+    ),
+    "tool_parsers": (
+        ["edge_llm/server/tool_parsers.py"],
+        ["tests/test_tool_parsers.py", "tests/test_tool_parsers_spec.py"],
+    ),
+    "reasoning_parsers": (
+        ["edge_llm/server/reasoning_parsers.py"],
+        ["tests/test_tool_parsers.py", "tests/test_reasoning_parsers.py"],
     ),
 }
 

@@ -68,7 +68,7 @@ class ReasoningParser:
         rest, self.buf = self.buf, ""
         if self.state == "reasoning":
             return rest, ""
-        return "", rest.lstrip("\n") if self.state == "after" else rest
+        return "", rest  # "after" holds nothing: feed drops those newlines as they come
 
 
 def parser_of_template(template: str | None) -> str | None:
