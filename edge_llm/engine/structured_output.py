@@ -120,7 +120,11 @@ def _to_grammar(spec: StructuredOutputsParams) -> str:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"structured output (json): the schema is not JSON: {exc}"
                                  ) from None
-        if not isinstance(schema, (dict, bool)):
+        if schema is False:  # JSON Schema's `false` admits no value, so no reply can meet it
+            raise ValueError("structured output (json): the schema false admits no output.")
+        if schema is True:  # any JSON value; llguidance takes only object schemas
+            schema = {}
+        if not isinstance(schema, dict):
             raise ValueError("structured output (json): the schema must be a JSON object.")
         return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=options)
     if kind == "json_object":
