@@ -85,6 +85,9 @@ CALL_B = '{"name": "b", "arguments": {}}'
     ("\n\n", "\n\n", []),
     ("a  b\n", "a  b\n", []),
     ("x <tool_ca", "x <tool_ca", []),
+    # an empty block is not a call, and it does not swallow the next one
+    (f"<tool_call></tool_call> then <tool_call>{CALL_B}</tool_call>",
+     "<tool_call></tool_call> then", [(0, "b", "{}")]),
 ])
 def test_hermes(text, content, calls):
     assert _same_for_every_chunking("hermes", text) == (content, calls)
@@ -120,6 +123,7 @@ def test_hermes_with_parallel_calls_off_keeps_only_the_first():
     (" <|python", " <|python", []),
     ("", "", []),
     ("   ", "   ", []),
+    ("<|python_tag|>", "", []),  # the tag alone: an empty reply
     # JSON that is not a call: the reply is content (calls already made stay calls)
     ('{"name": "s"', '{"name": "s"', []),
     ('{"q": 1}; {"name": "s"}', '{"q": 1}; {"name": "s"}', []),
@@ -145,6 +149,9 @@ def test_llama3_json_with_parallel_calls_off_keeps_only_the_first():
     text = '{"name": "s"}; {"q": 1}; {"name": "t"}'
     assert _same_for_every_chunking("llama3_json", text, parallel=False) == (
         "", [(0, "s", "{}")])
+    # but JSON that is not a call before any call still makes the reply content
+    text = '{"q": 1}; {"name": "s"}'
+    assert _same_for_every_chunking("llama3_json", text, parallel=False) == (text, [])
 
 
 def test_json_array_for_tool_choice_required():
@@ -168,6 +175,9 @@ def test_named_tool_choice_streams_the_arguments():
     # nothing generated: the call still comes, with empty arguments
     q = make_parser("named", name="ping")
     assert [(d.index, d.name, d.arguments) for d in q.finish().calls] == [(0, "ping", "")]
+    assert (q.calls[0].name, q.calls[0].arguments) == ("ping", "")
+    with pytest.raises(ValueError, match="name"):
+        make_parser("named")
     assert json.loads('{"q": "tea"}')  # the streamed text is the arguments' JSON
 
 

@@ -65,7 +65,8 @@ class ReasoningParser:
         return reasoning, content
 
     def finish(self) -> tuple[str, str]:
-        rest, self.buf = self.buf, ""
+        """What was held back; a reply's last call."""
+        rest = self.buf
         if self.state == "reasoning":
             return rest, ""
         return "", rest  # "after" holds nothing: feed drops those newlines as they come
