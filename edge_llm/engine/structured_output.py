@@ -18,6 +18,7 @@ prefix-cache hits leave it as it is, and ``Sequence.fork`` gives each of ``n`` c
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -86,7 +87,10 @@ class GrammarCompiler:
         return compiled
 
 
-_executor: list[llguidance.LLExecutor] = []  # created on first parallel fill
+# created on first parallel fill; a forked child makes its own, since its parent's threads do
+# not exist there (the parent's executor would wait on them forever)
+_executor: list[llguidance.LLExecutor] = []
+os.register_at_fork(after_in_child=_executor.clear)
 
 
 def fill_bitmasks(matchers: list[Any], vocab_size: int) -> np.ndarray:
