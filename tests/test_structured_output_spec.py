@@ -4,9 +4,6 @@ keeps, and the layout of the masks (padded vocabularies, widths not a multiple o
 
 from __future__ import annotations
 
-import os
-import time
-
 import numpy as np
 import pytest
 
@@ -154,22 +151,3 @@ def test_the_schema_true_allows_any_json_value(compiler, tok):
         assert {_first(tok, "{"), _first(tok, "["), _first(tok, "7"), _first(tok, '"')} <= first
         assert _first(tok, "a") not in first
 
-
-def test_a_forked_child_fills_masks_in_parallel(compiler):
-    """A process forked after a parallel fill (a pre-fork server, multiprocessing's fork start)
-    can still fill masks in parallel, with the same result."""
-    matchers = [compiler.compile(SO(regex=r)).matcher() for r in ("[0-9]+", "a|b", ".+")]
-    want = fill_bitmasks(matchers, VOCAB)
-    pid = os.fork()
-    if pid == 0:  # the child: exit 0 only when the masks came back equal
-        os._exit(0 if np.array_equal(fill_bitmasks(matchers, VOCAB), want) else 1)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            return
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    pytest.fail("the forked child's parallel fill hung")
