@@ -16,7 +16,8 @@ in a worktree, so ``quant/packing.py`` is mutated under its import path
 Survivors that were reviewed and found equivalent (no input can tell them apart from the
 original, e.g. ``popitem(last=None)`` for ``last=False``) are listed in
 ``tools/mutation_equivalents.txt`` by their diff lines, so the list survives renumbering; the
-score is killed / (mutants - reviewed equivalents). Timeouts count as killed (the mutant loops).
+score is killed / (mutants - reviewed equivalents). Timeouts count as killed (the mutant loops)
+unless the mutant is a reviewed equivalent.
 Why mutmut: it already generates, runs and records one-line mutants (operators, constants,
 keyword arguments, deleted statements) with per-function test selection; this script only
 adds the layout and the score.
@@ -206,14 +207,16 @@ def main(argv: list[str] | None = None) -> int:
         for name in pending:
             del status[name]
         equivalent = _equivalents()
-        killed = sum(1 for s in status.values() if s in ("killed", "timeout"))
+        killed = sum(1 for s in status.values() if s == "killed")
         survivors, eq = [], 0
         for name, state in status.items():
-            if state in ("killed", "timeout"):
+            if state == "killed":
                 continue
             minus, plus, diff = _diff_pair(work, name)
-            if (minus, plus) in equivalent:
+            if (minus, plus) in equivalent:  # out of the score, even when it timed out
                 eq += 1
+            elif state == "timeout":
+                killed += 1
             else:
                 survivors.append((name, state, diff))
         scored = len(status) - eq
