@@ -18,6 +18,7 @@ prefix-cache hits leave it as it is, and ``Sequence.fork`` gives each of ``n`` c
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -86,7 +87,10 @@ class GrammarCompiler:
         return compiled
 
 
-_executor: list[llguidance.LLExecutor] = []  # created on first parallel fill
+# created on first parallel fill; a forked child makes its own, since its parent's threads do
+# not exist there (the parent's executor would wait on them forever)
+_executor: list[llguidance.LLExecutor] = []
+os.register_at_fork(after_in_child=_executor.clear)
 
 
 def fill_bitmasks(matchers: list[Any], vocab_size: int) -> np.ndarray:
@@ -120,7 +124,11 @@ def _to_grammar(spec: StructuredOutputsParams) -> str:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"structured output (json): the schema is not JSON: {exc}"
                                  ) from None
-        if not isinstance(schema, (dict, bool)):
+        if schema is False:  # JSON Schema's `false` admits no value, so no reply can meet it
+            raise ValueError("structured output (json): the schema false admits no output.")
+        if schema is True:  # any JSON value; llguidance takes only object schemas
+            schema = {}
+        if not isinstance(schema, dict):
             raise ValueError("structured output (json): the schema must be a JSON object.")
         return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=options)
     if kind == "json_object":

@@ -65,10 +65,11 @@ class ReasoningParser:
         return reasoning, content
 
     def finish(self) -> tuple[str, str]:
-        rest, self.buf = self.buf, ""
+        """What was held back; a reply's last call."""
+        rest = self.buf
         if self.state == "reasoning":
             return rest, ""
-        return "", rest.lstrip("\n") if self.state == "after" else rest
+        return "", rest  # "after" holds nothing: feed drops those newlines as they come
 
 
 def parser_of_template(template: str | None) -> str | None:

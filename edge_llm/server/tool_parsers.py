@@ -67,9 +67,10 @@ def held_prefix(text: str, tag: str) -> int:
 
 
 class ToolParser:
-    """Base: collects the calls; subclasses turn text into ``Parsed`` pieces."""
+    """Base: collects the calls; subclasses turn text into ``Parsed`` pieces. ``finish`` is
+    a reply's last call: it releases what was held back and ends the parser."""
 
-    def __init__(self, parallel: bool = True) -> None:
+    def __init__(self, parallel: bool) -> None:
         self.calls: list[ToolCall] = []
         self.parallel = parallel
 
@@ -102,7 +103,7 @@ class ToolParser:
 class HermesParser(ToolParser):
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
-    def __init__(self, parallel: bool = True) -> None:
+    def __init__(self, parallel: bool) -> None:
         super().__init__(parallel)
         self.buf = ""
         self.inside = False
@@ -137,8 +138,6 @@ class HermesParser(ToolParser):
             self._content(self.buf, out)
         if not self.calls:
             out.content += self.blank
-        self.buf = self.blank = ""
-        self.inside = False
         return out
 
     def _close(self, body: str, out: Parsed, close: str) -> None:
@@ -166,7 +165,7 @@ class HermesParser(ToolParser):
 class Llama3JsonParser(ToolParser):
     TAG = "<|python_tag|>"
 
-    def __init__(self, parallel: bool = True) -> None:
+    def __init__(self, parallel: bool) -> None:
         super().__init__(parallel)
         self.buf = ""
         self.mode: str | None = None  # "json" or "text", decided by the first visible text
@@ -206,19 +205,15 @@ class Llama3JsonParser(ToolParser):
             self.pos = end
 
     def finish(self) -> Parsed:
-        if self.mode is None:
-            return Parsed(content=self.buf)
-        if self.mode == "text":
-            return Parsed()
-        if not self.calls:  # not calls after all: the whole reply is content
-            return Parsed(content=self.buf)
+        if not self.calls:  # undecided, text (buf sent already, so empty) or not calls after
+            return Parsed(content=self.buf)  # all: the whole reply is content
         return Parsed()
 
 
 class JsonArrayParser(ToolParser):
     """``tool_choice: "required"``: a JSON array of ``{"name", "parameters"}`` objects."""
 
-    def __init__(self, parallel: bool = True) -> None:
+    def __init__(self, parallel: bool) -> None:
         super().__init__(parallel)
         self.buf = ""
         self.pos = 0
@@ -260,12 +255,14 @@ class NamedParser(ToolParser):
         return out
 
     def finish(self) -> Parsed:
-        return self.feed("") if not self.calls else Parsed()
+        return self.feed("")  # the call comes even when nothing was generated
 
 
 def make_parser(kind: str, parallel: bool = True, name: str | None = None) -> ToolParser:
     if kind == "named":
-        return NamedParser(name or "")
+        if not name:
+            raise ValueError("a named tool_choice needs the function's name.")
+        return NamedParser(name)
     classes = {"hermes": HermesParser, "llama3_json": Llama3JsonParser,
                "json_array": JsonArrayParser}
     return classes[kind](parallel)
