@@ -26,7 +26,7 @@ from .w4a16_ref import PACK
 
 
 @triton.jit
-def _nibble_f32(packed, j: tl.constexpr):
+def nibble_f32(packed, j: tl.constexpr):
     """Nibble j of every int32 word as fp32 ((q | 0x4B000000) read as fp32 is 2**23 + q)."""
     bits = ((packed >> (4 * j)) & 0xF) | 0x4B000000
     return bits.to(tl.float32, bitcast=True) - 8388608.0
@@ -54,7 +54,7 @@ def _dequant_kernel(
         g = k[:, None] // group_size  # per row: any group size works here
         s = tl.load(s_ptr + g * stride_sg + offs_n[None, :], mask=mask, other=0.0)
         z = tl.load(z_ptr + g * stride_zg + offs_n[None, :], mask=mask, other=0.0)
-        w = (_nibble_f32(packed, j) - z.to(tl.float32)) * s.to(tl.float32)
+        w = (nibble_f32(packed, j) - z.to(tl.float32)) * s.to(tl.float32)
         tl.store(w_ptr + k[:, None] * stride_wk + offs_n[None, :],
                  w.to(w_ptr.dtype.element_ty), mask=mask)
 

@@ -23,7 +23,7 @@ from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
 from .w4a16_config import Dequant, Dot, Gemv
-from .w4a16_dequant import _nibble_f32, launch_dequant
+from .w4a16_dequant import launch_dequant, nibble_f32
 from .w4a16_planes import fp16_planes, join_planes
 from .w4a16_ref import unplane_order
 
@@ -186,7 +186,7 @@ def _w4a16_dot_kernel(
                 xj = tl.load(x_ptr + offs_m[:, None] * stride_xm
                              + (rows * 8 + j)[None, :] * stride_xk,
                              mask=m_mask[:, None] & r_mask[None, :], other=0.0)  # (BM, BK8)
-                wj = (_nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
+                wj = (nibble_f32(packed, j) * s - zs).to(xj.dtype)  # (BK8, BN)
                 acc = tl.dot(xj, wj, acc, input_precision=DOT_PRECISION)
         elif FP16_PLANES:  # the eight fp16 planes joined into one K = BK tile
             s, zs = _scale_rows(s_ptr, z_ptr, k0, rows, offs_n, n_mask, K, group_size,

@@ -47,22 +47,22 @@ from .w4a16_gemv_ptx import (
     CON3,
     CON4,
 )
-from .w4a16_gemv_tile import _tile_loads
-from .w4a16_gemv_x import _bits_half, _pair, _x_pairs
+from .w4a16_gemv_tile import tile_loads
+from .w4a16_gemv_x import bits_half, fp16x2_pair, x_pairs
 from .w4a16_ref import PLANE_TILE, unplane_order
 
 
 @triton.jit
 def _dot8_emulated(w, zf, xa, xb, xc, xd):
     """Plain-Triton twin of one row of the PTX (fp32 throughout, z as fp32)."""
-    acc = (((w & 0xF).to(tl.float32) - zf) * _bits_half(xa)
-           + (((w >> 16) & 0xF).to(tl.float32) - zf) * _bits_half(xa >> 16))
-    acc += ((((w >> 4) & 0xF).to(tl.float32) - zf) * _bits_half(xb)
-            + (((w >> 20) & 0xF).to(tl.float32) - zf) * _bits_half(xb >> 16))
-    acc += ((((w >> 8) & 0xF).to(tl.float32) - zf) * _bits_half(xc)
-            + (((w >> 24) & 0xF).to(tl.float32) - zf) * _bits_half(xc >> 16))
-    acc += ((((w >> 12) & 0xF).to(tl.float32) - zf) * _bits_half(xd)
-            + (((w >> 28) & 0xF).to(tl.float32) - zf) * _bits_half(xd >> 16))
+    acc = (((w & 0xF).to(tl.float32) - zf) * bits_half(xa)
+           + (((w >> 16) & 0xF).to(tl.float32) - zf) * bits_half(xa >> 16))
+    acc += ((((w >> 4) & 0xF).to(tl.float32) - zf) * bits_half(xb)
+            + (((w >> 20) & 0xF).to(tl.float32) - zf) * bits_half(xb >> 16))
+    acc += ((((w >> 8) & 0xF).to(tl.float32) - zf) * bits_half(xc)
+            + (((w >> 24) & 0xF).to(tl.float32) - zf) * bits_half(xc >> 16))
+    acc += ((((w >> 12) & 0xF).to(tl.float32) - zf) * bits_half(xd)
+            + (((w >> 28) & 0xF).to(tl.float32) - zf) * bits_half(xd >> 16))
     return acc
 
 
@@ -108,24 +108,24 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
     s = s.to(tl.float32)
     if FOLD:
         zf = z.to(tl.float32)
-        z_a = _pair(zf + 1024.0)  # exact: zero points are integers (quant/linear.py)
-        z_b = _pair(-64.0 - zf)
+        z_a = fp16x2_pair(zf + 1024.0)  # exact: zero points are integers (quant/linear.py)
+        z_b = fp16x2_pair(-64.0 - zf)
     else:
-        z_a = _pair(z)  # (z, z) as fp16x2
-    xa0, xb0, xc0, xd0 = _x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
-                                  r_end, X_FP16, EVEN, FLAT, PLANES, k0)
+        z_a = fp16x2_pair(z)  # (z, z) as fp16x2
+    xa0, xb0, xc0, xd0 = x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
+                                 r_end, X_FP16, EVEN, FLAT, PLANES, k0)
     if ROWS >= 2:
-        xa1, xb1, xc1, xd1 = _x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
-                                      rows, r_end * _live(M, m1), X_FP16, EVEN, FLAT,
-                                      PLANES, k0)
+        xa1, xb1, xc1, xd1 = x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
+                                     rows, r_end * _live(M, m1), X_FP16, EVEN, FLAT,
+                                     PLANES, k0)
     if ROWS >= 3:
-        xa2, xb2, xc2, xd2 = _x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
-                                      rows, r_end * _live(M, m2), X_FP16, EVEN, FLAT,
-                                      PLANES, k0)
+        xa2, xb2, xc2, xd2 = x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
+                                     rows, r_end * _live(M, m2), X_FP16, EVEN, FLAT,
+                                     PLANES, k0)
     if ROWS >= 4:
-        xa3, xb3, xc3, xd3 = _x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
-                                      rows, r_end * _live(M, m3), X_FP16, EVEN, FLAT,
-                                      PLANES, k0)
+        xa3, xb3, xc3, xd3 = x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
+                                     rows, r_end * _live(M, m3), X_FP16, EVEN, FLAT,
+                                     PLANES, k0)
     if USE_ASM:
         if FOLD and ROWS == 1:
             p0 = _f32(tl.inline_asm_elementwise(
@@ -161,7 +161,7 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
             p0, p1, p2, p3 = _f32(p0), _f32(p1), _f32(p2), _f32(p3)
     else:
         if FOLD:  # z back from both folded constants (checks how they are built)
-            zf = 0.5 * (_bits_half(z_a >> 16) - 1024.0 - 64.0 - _bits_half(z_b))
+            zf = 0.5 * (bits_half(z_a >> 16) - 1024.0 - 64.0 - bits_half(z_b))
         else:
             zf = z.to(tl.float16).to(tl.float32)
         p0 = _dot8_emulated(w, zf, xa0, xb0, xc0, xd0)
@@ -211,7 +211,7 @@ def _w4a16_gemv16_kernel(
     REDUCE: ``out`` holds fp32 partials and the last program of each (row chunk, n tile)
     writes their sum to ``final`` (kernels/splitk.py). PLANES: plane-packed words
     (pack_planes_ref; K tiles and splits whole 128-row tiles; fp16 x), x read in natural
-    order (``_x_pairs``). SILU (one split, no REDUCE): the weights are a merged [gate | up]
+    order (``x_pairs``). SILU (one split, no REDUCE): the weights are a merged [gate | up]
     projection of 2 N columns and ``out`` gets silu(gate) * up, N columns: each program
     reads BLOCK_N / 2 gate columns and the same up columns (N further on), and its epilogue
     stores their product (``_store_silu_row``): no [M, 2 N] intermediate, no second kernel.
@@ -247,18 +247,18 @@ def _w4a16_gemv16_kernel(
         # tiles ahead (tl.range pipelines loads that feed no tl.dot; plain range does not)
         for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=PIPE):
             rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-            w, s, z = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, n_load, k0,
-                                  group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP,
-                                  FLAT, EVEN)
+            w, s, z = tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, n_load, k0,
+                                 group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP,
+                                 FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
                 M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN,
                 PLANES)
     else:
         rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
-        w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, n_load,
-                                    k_lo, group_size, stride_qk, stride_sg, stride_zg,
-                                    ONE_GROUP, FLAT, EVEN)
+        w_n, s_n, z_n = tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, n_load,
+                                   k_lo, group_size, stride_qk, stride_sg, stride_zg,
+                                   ONE_GROUP, FLAT, EVEN)
         for k0 in range(k_lo, k_hi, BLOCK_K):
             # the next tile's words and scales are requested before this one is computed
             # (register double buffering, no shared memory)
@@ -266,9 +266,9 @@ def _w4a16_gemv16_kernel(
             k_next = k0 + BLOCK_K
             if EVEN:  # the last tile prefetches itself again rather than read past the split
                 k_next = tl.minimum(k_next, k_hi - BLOCK_K)
-            w_n, s_n, z_n = _tile_loads(qw_ptr, s_ptr, z_ptr, rows + (k_next - k0) // 8,
-                                        r_end, offs_n, n_mask, n_load, k_next, group_size,
-                                        stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
+            w_n, s_n, z_n = tile_loads(qw_ptr, s_ptr, z_ptr, rows + (k_next - k0) // 8,
+                                       r_end, offs_n, n_mask, n_load, k_next, group_size,
+                                       stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
                 M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN,

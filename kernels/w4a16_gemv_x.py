@@ -10,26 +10,26 @@ import triton.language as tl
 
 
 @triton.jit
-def _half_bits(v):
+def half_bits(v):
     """fp16 (or bf16 -> fp16) values as their 16 bits in the low half of an int32."""
     return v.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
 
 
 @triton.jit
-def _pair(v):
+def fp16x2_pair(v):
     """Values as (v, v) fp16x2 bits in an int32."""
-    b = _half_bits(v)
+    b = half_bits(v)
     return b | (b << 16)
 
 
 @triton.jit
-def _bits_half(b):
-    """Inverse of _half_bits: the low 16 bits of an int32 as fp32."""
+def bits_half(b):
+    """Inverse of half_bits: the low 16 bits of an int32 as fp32."""
     return (b & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
 
 @triton.jit
-def _ld(ptrs, mask, other, EVEN: tl.constexpr):
+def masked_load(ptrs, mask, other, EVEN: tl.constexpr):
     """tl.load, masked unless EVEN (every address in range)."""
     if EVEN:
         return tl.load(ptrs)
@@ -38,8 +38,8 @@ def _ld(ptrs, mask, other, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexpr,
-             VEC: tl.constexpr, PLANES: tl.constexpr, k0=0):
+def x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexpr,
+            VEC: tl.constexpr, PLANES: tl.constexpr, k0=0):
     """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
     (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
     (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
@@ -59,7 +59,7 @@ def _x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexp
         r_loc = (loc // 8) * 16 + (loc % 8) * 2
         offs = tl.multiple_of(k0 // 2, 64) + ((loc // 8) * 64 + loc % 8)[:, None] \
             + 8 * js[None, :]
-        wv = _ld(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)  # (nr/2, 8)
+        wv = masked_load(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)  # (nr/2, 8)
         both = tl.join(wv & 0xFFFF, (wv >> 16) & 0xFFFF)  # [i, j, b]: row 2 i + b
         hb = tl.reshape(tl.permute(both, (0, 2, 1)), (nr, 8))  # (BK8, 8): x_j bits
         lo, hi = tl.split(tl.permute(tl.reshape(hb, (nr, 2, 4)), (0, 2, 1)))  # x_i, x_{4+i}
@@ -69,17 +69,17 @@ def _x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexp
         xb, xd = tl.split(p13)
         return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
     if X_FP16 and VEC:
-        xv = _ld(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :], r_mask[:, None], 0,
-                 EVEN)  # (BK8, 4): x01, x23, x45, x67
+        xv = masked_load(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :], r_mask[:, None], 0,
+                         EVEN)  # (BK8, 4): x01, x23, x45, x67
         lo, hi = tl.split(tl.reshape(xv, (rows.shape[0], 2, 2)))  # (x01, x45), (x23, x67)
         x01, x45 = tl.split(lo)
         x23, x67 = tl.split(hi)
     elif X_FP16:
         base = xi_ptr + rows * 4
-        x01 = _ld(base + 0, r_mask, 0, EVEN)
-        x23 = _ld(base + 1, r_mask, 0, EVEN)
-        x45 = _ld(base + 2, r_mask, 0, EVEN)
-        x67 = _ld(base + 3, r_mask, 0, EVEN)
+        x01 = masked_load(base + 0, r_mask, 0, EVEN)
+        x23 = masked_load(base + 1, r_mask, 0, EVEN)
+        x45 = masked_load(base + 2, r_mask, 0, EVEN)
+        x67 = masked_load(base + 3, r_mask, 0, EVEN)
     if X_FP16:
         xa = (x01 & 0xFFFF) | (x45 << 16)
         xb = ((x01 >> 16) & 0xFFFF) | (x45 & -65536)
@@ -87,12 +87,12 @@ def _x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexp
         xd = ((x23 >> 16) & 0xFFFF) | (x67 & -65536)
     else:
         base = x_ptr + rows * 8
-        xa = (_half_bits(_ld(base + 0, r_mask, 0.0, EVEN))
-              | (_half_bits(_ld(base + 4, r_mask, 0.0, EVEN)) << 16))
-        xb = (_half_bits(_ld(base + 1, r_mask, 0.0, EVEN))
-              | (_half_bits(_ld(base + 5, r_mask, 0.0, EVEN)) << 16))
-        xc = (_half_bits(_ld(base + 2, r_mask, 0.0, EVEN))
-              | (_half_bits(_ld(base + 6, r_mask, 0.0, EVEN)) << 16))
-        xd = (_half_bits(_ld(base + 3, r_mask, 0.0, EVEN))
-              | (_half_bits(_ld(base + 7, r_mask, 0.0, EVEN)) << 16))
+        xa = (half_bits(masked_load(base + 0, r_mask, 0.0, EVEN))
+              | (half_bits(masked_load(base + 4, r_mask, 0.0, EVEN)) << 16))
+        xb = (half_bits(masked_load(base + 1, r_mask, 0.0, EVEN))
+              | (half_bits(masked_load(base + 5, r_mask, 0.0, EVEN)) << 16))
+        xc = (half_bits(masked_load(base + 2, r_mask, 0.0, EVEN))
+              | (half_bits(masked_load(base + 6, r_mask, 0.0, EVEN)) << 16))
+        xd = (half_bits(masked_load(base + 3, r_mask, 0.0, EVEN))
+              | (half_bits(masked_load(base + 7, r_mask, 0.0, EVEN)) << 16))
     return xa[:, None], xb[:, None], xc[:, None], xd[:, None]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .w4a16_gemv_x import _bits_half, _half_bits
+from .w4a16_gemv_x import bits_half, half_bits
 
 _PLANES_ASM = tl.constexpr("\n".join([
     "{",
@@ -58,8 +58,8 @@ _PLANES_CON = tl.constexpr(",".join(["=h"] * 8 + ["r"] * 3))
 def scale_pairs(s, zs):
     """fp32 scales and zero * scale ([1 or BK8, BN]) -> int32 fp16x2 pairs (s, s) and
     (-z s, -z s)."""
-    sb = _half_bits(s)
-    nb = _half_bits(-zs)
+    sb = half_bits(s)
+    nb = half_bits(-zs)
     return sb | (sb << 16), nb | (nb << 16)
 
 
@@ -83,8 +83,8 @@ def _plane(packed, j: tl.constexpr, s, nzs):
 def planes_emulated(packed, ss, nzs):
     """``planes_asm`` in plain Triton (fp32 FMA of the same fp16 pair values, one rounding
     to fp16), for the interpreter."""
-    s = _bits_half(ss)
-    n = _bits_half(nzs)
+    s = bits_half(ss)
+    n = bits_half(nzs)
     return (_plane(packed, 0, s, n), _plane(packed, 1, s, n), _plane(packed, 2, s, n),
             _plane(packed, 3, s, n), _plane(packed, 4, s, n), _plane(packed, 5, s, n),
             _plane(packed, 6, s, n), _plane(packed, 7, s, n))
