@@ -56,7 +56,7 @@ from .w4a16_gemv import launch_gemv16
 from .w4a16_ref import (  # noqa: F401 - the references are part of this module's API
     PACK,
     PLANE_TILE,
-    _check_inputs,
+    check_inputs,
     check_planes,
     dequantize_w4a16_ref,
     pack_planes_ref,
@@ -80,7 +80,7 @@ def prepare(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     """Check the inputs; x as [M, K] and the launch configuration: ``config`` or the table's
     (w4a16_config.lookup, by x's GPU family). Groups whose words straddle two groups
     (group_size not a multiple of 8) take the dequantize pass whatever ``config`` says."""
-    k, n = _check_inputs(x, qweight, scales, zeros, group_size)
+    k, n = check_inputs(x, qweight, scales, zeros, group_size)
     if planes_packed:
         check_planes(k, group_size)
     x2 = x.reshape(-1, k)  # (M, K)

@@ -10,7 +10,7 @@ PLANE_TILE = 128  # rows per tile of the plane-packed layout (pack_planes_ref)
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _check_inputs(x, qweight, scales, zeros, group_size) -> tuple[int, int]:
+def check_inputs(x, qweight, scales, zeros, group_size) -> tuple[int, int]:
     """Validate shapes and dtypes; returns (K, N). Errors name the offending argument."""
     if x.dtype not in _SUPPORTED:
         raise ValueError(f"x: dtype {x.dtype} not supported (fp16, bf16, fp32)")
@@ -97,7 +97,7 @@ def w4a16_matmul_ref(
     """y = x @ W in fp32, returned in x's dtype; shape [..., N]. ``integer_zeros`` is the
     kernels' hint (see w4a16_matmul); the reference is exact for any zero point.
     ``planes_packed``: qweight from ``pack_planes_ref``."""
-    _check_inputs(x, qweight, scales, zeros, group_size)
+    check_inputs(x, qweight, scales, zeros, group_size)
     w = dequantize_w4a16_ref(qweight, scales, zeros, group_size, planes_packed)
     return (x.float() @ w).to(x.dtype)
 
