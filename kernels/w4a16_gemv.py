@@ -202,7 +202,7 @@ def _w4a16_gemv16_kernel(
     FOLD (ONE_GROUP, ROWS <= 2): the zero point enters the PTX's bias constants, built
     once per tile and column instead of subtracted per word. FLAT (ONE_GROUP only): scales and
     zeros load as 1-D rows and each word row's x as one 16-byte load (a [1, BN] load had set
-    a one-column-per-thread layout for the whole tile: benchmarks/gemv_sass.py). EVEN (FLAT,
+    a one-column-per-thread layout for the whole tile, seen in the SASS). EVEN (FLAT,
     K a multiple of BLOCK_K, N of BLOCK_N): no load is masked; the last tile's prefetch reads
     that tile again, a missing activation row reads row M - 1 (its result is not stored).
     PIPE > 0: the loop's loads are staged through shared memory PIPE - 1 tiles ahead by
