@@ -235,8 +235,10 @@ def test_runner_padded_path_with_logprobs_and_n(word_dir):
 def _graph_engine_double(num_graphs: int):
     stats = {"num_cuda_graphs": num_graphs, "cuda_graph_capture_seconds": 1.5 * (num_graphs > 0),
              "cuda_graph_memory_bytes": (96 << 20) * (num_graphs > 0), "num_total_blocks": 10}
-    loaded = SimpleNamespace(load_seconds=2.0, num_bytes=4e9)
-    return SimpleNamespace(engine=SimpleNamespace(loaded=loaded), stats=lambda: stats)
+    stats["startup"] = {"demo_build_seconds": 0.0, "weight_load_seconds": 2.0,
+                        "weight_bytes": int(4e9), "kernel_warmup_seconds": 0.0,
+                        "device": "cuda"}
+    return SimpleNamespace(stats=lambda: stats)
 
 
 def test_startup_phases_split_out_the_capture():

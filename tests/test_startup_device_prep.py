@@ -127,13 +127,12 @@ def test_no_triton_hash_where_no_kernel_is_compiled(fresh, monkeypatch, env):
 def test_phases_name_the_context_and_the_kernel_warmup(fresh, monkeypatch, caplog):
     with_driver(monkeypatch, FakeDriver(devices=1))
     result = device_prep.start_device_prep("cuda").join(timeout=10)
-    loaded = SimpleNamespace(load_seconds=2.0, num_bytes=int(4e9),
-                             device=SimpleNamespace(type="cuda"))
-    inner = SimpleNamespace(loaded=loaded, demo_build_seconds=0.0,
-                            runner=SimpleNamespace(kernel_warmup_seconds=1.25))
     stats = {"num_cuda_graphs": 13, "cuda_graph_capture_seconds": 0.75,
-             "cuda_graph_memory_bytes": 96 << 20}
-    engine = SimpleNamespace(engine=inner, stats=lambda: stats)
+             "cuda_graph_memory_bytes": 96 << 20,
+             "startup": {"demo_build_seconds": 0.0, "weight_load_seconds": 2.0,
+                         "weight_bytes": int(4e9), "kernel_warmup_seconds": 1.25,
+                         "device": "cuda"}}
+    engine = SimpleNamespace(stats=lambda: stats)
     phases = StartupPhases()
     with caplog.at_level("INFO", logger="edge_llm.server"):
         phases.record_device_prep(result)

@@ -14,10 +14,9 @@ from edge_llm.server.hooks import StartupPhases
 
 
 def fake_engine(device: str, demo_seconds: float) -> SimpleNamespace:
-    loaded = SimpleNamespace(load_seconds=2.0, num_bytes=int(1e9),
-                             device=SimpleNamespace(type=device))
-    inner = SimpleNamespace(loaded=loaded, demo_build_seconds=demo_seconds)
-    return SimpleNamespace(engine=inner, stats=lambda: {})
+    startup = {"demo_build_seconds": demo_seconds, "weight_load_seconds": 2.0,
+               "weight_bytes": int(1e9), "kernel_warmup_seconds": 0.0, "device": device}
+    return SimpleNamespace(stats=lambda: {"startup": startup})
 
 
 @pytest.mark.parametrize(("device", "demo_seconds"), [("cpu", 150.0), ("cpu", 0.0),
@@ -57,6 +56,9 @@ class _SlowEngine:
 
     async def stop(self) -> None:
         pass
+
+    def stats(self) -> dict:
+        return {}
 
 
 @pytest.mark.anyio

@@ -464,7 +464,9 @@ class LLMEngine:
         bytes of both together (zeros when eager or asleep). ``forward_steps``: forwards
         launched so far by path ("decode_graph", "short_graph", "eager"; run-ahead steps
         included). ``cache_config``: the KV cache's settings as strings (vLLM's
-        ``cache_config_info`` labels). ``sleep_level``: 0 awake, else the level it sleeps at."""
+        ``cache_config_info`` labels). ``sleep_level``: 0 awake, else the level it sleeps at.
+        ``startup``: seconds of the demo build, weight load and kernel warm-up, weight bytes,
+        the device type."""
         s = self.scheduler.stats()
         graphs, prefill = self.runner.graph_stats, self.runner.prefill_graph_stats
         s.update(num_total_blocks=self.scheduler.pool.num_blocks, sleep_level=self.sleep_level,
@@ -476,6 +478,12 @@ class LLMEngine:
                  cuda_graph_memory_bytes=graphs.memory_bytes + prefill.memory_bytes,
                  forward_steps={path: self.runner.step_paths[path]
                                 for path in ("decode_graph", "short_graph", "eager")})
+        # how construction went, for the start-up log (server/hooks.py StartupPhases)
+        s["startup"] = {"demo_build_seconds": self.demo_build_seconds,
+                        "weight_load_seconds": self.loaded.load_seconds,
+                        "weight_bytes": self.loaded.num_bytes,
+                        "kernel_warmup_seconds": self.runner.kernel_warmup_seconds,
+                        "device": self.runner.device.type}
         cache, plan = self.config.cache, self.runner.plan
         s["cache_config"] = {
             "block_size": str(cache.block_size), "cache_dtype": cache.kv_cache_dtype,

@@ -260,28 +260,25 @@ class StartupPhases:
 
     def record_engine(self, engine: ServingEngine, construct_seconds: float) -> None:
         """Split the engine's construction into the demo model's first-start build (when it
-        happened), weight loading (the loader's own figure), the kernel warm-up (the runner's
-        ``kernel_warmup_seconds``, CUDA), the CUDA graph capture (from ``engine.stats()``, when
-        graphs were captured) and the rest (tokenizer, KV cache allocation; on CUDA also the
-        memory probes and any wait for the context); an engine without ``engine.loaded`` (a
+        happened), weight loading (the loader's own figure), the kernel warm-up (CUDA), the
+        CUDA graph capture (when graphs were captured) and the rest (tokenizer, KV cache
+        allocation; on CUDA also the memory probes and any wait for the context), all read
+        from ``engine.stats()`` (its ``startup`` figures); an engine whose stats have none (a
         test double) records the whole as weight_load."""
-        inner = getattr(engine, "engine", None)
-        loaded = getattr(inner, "loaded", None)
-        load_s = getattr(loaded, "load_seconds", None)
-        if load_s is None:
+        stats = engine.stats()
+        figures = stats.get("startup")
+        if figures is None:
             self.record("weight_load", construct_seconds)
             return
-        demo_s = float(getattr(inner, "demo_build_seconds", 0.0))
+        demo_s = figures["demo_build_seconds"]
         if demo_s:
             self.record("demo_build", demo_s, "first start only: fetched the GGUF source and "
                         "quantized it to 4-bit AWQ; cached for later starts")
-        gb = getattr(loaded, "num_bytes", 0) / 1e9
+        load_s, gb = figures["weight_load_seconds"], figures["weight_bytes"] / 1e9
         self.record("weight_load", load_s, f"{gb:.2f} GB at {gb / max(load_s, 1e-9):.2f} GB/s")
-        stats = engine.stats() if callable(getattr(engine, "stats", None)) else {}
         graphs_s = float(stats.get("cuda_graph_capture_seconds") or 0.0)
-        kernels_s = float(getattr(getattr(inner, "runner", None), "kernel_warmup_seconds", 0.0)
-                          or 0.0)
-        on_cuda = getattr(getattr(loaded, "device", None), "type", None) == "cuda"
+        kernels_s = figures["kernel_warmup_seconds"]
+        on_cuda = figures["device"] == "cuda"
         what = ("tokenizer, memory probes, KV cache and any wait for the CUDA context"
                 if on_cuda else "tokenizer and KV cache")
         self.record("kv_allocation",
