@@ -44,14 +44,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["tests/test_block_pool.py", "tests/test_block_pool_spec.py"],
     ),
     "scheduler": (
-        ["edge_llm/engine/scheduler.py", "edge_llm/engine/scheduler_plan.py"],
+        ["edge_llm/engine/scheduler.py"],
         [
             "tests/test_scheduler.py",
             "tests/test_scheduler_preemption.py",
             "tests/test_scheduler_policy.py",
             "tests/test_scheduler_property.py",
-            # not tests/test_scheduler_sim.py: it checks the figures of benchmarks/scheduler_sim.py
-            # and takes ~30 s per mutant under mutmut's trampolines
         ],
     ),
     "detokenizer": (
