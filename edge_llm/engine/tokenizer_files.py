@@ -30,10 +30,11 @@ read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from edge_llm.model.arch import read_json_object
 
 # transformers' TokenizersBackend.SPECIAL_TOKENS_ATTRIBUTES
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
@@ -75,15 +76,8 @@ def check_tokenizer_files(path: Path) -> None:
 
 
 def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: invalid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}.")
-    return data
+    """``path``'s JSON object, {} when there is no such file (ValueError naming it else)."""
+    return read_json_object(path) if path.is_file() else {}
 
 
 def fast_path_refusal(path: Path) -> str | None:

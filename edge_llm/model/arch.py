@@ -65,16 +65,21 @@ class InvalidConfigError(ValueError):
     """A ``config.json`` that cannot describe a model; the message names the key and value."""
 
 
-def read_config(folder: Path) -> dict[str, Any]:
-    """``folder/config.json`` as a dict; InvalidConfigError naming the file otherwise."""
-    file = folder / "config.json"
+def read_json_object(file: Path, error: type[ValueError] = ValueError) -> dict[str, Any]:
+    """``file``'s JSON object; ``error`` naming the file when it is not JSON or not an object
+    (a model folder's config.json, tokenizer_config.json, ...)."""
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidConfigError(f"{file}: invalid JSON: {exc}") from None
+        raise error(f"{file}: invalid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise InvalidConfigError(f"{file}: expected a JSON object, got {type(data).__name__}.")
+        raise error(f"{file}: expected a JSON object, got {type(data).__name__}.")
     return data
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """``folder/config.json`` as a dict; InvalidConfigError naming the file otherwise."""
+    return read_json_object(folder / "config.json", InvalidConfigError)
 
 
 def _count(cfg: dict[str, Any], key: str, default: Any = None, limit: int | None = None) -> int:

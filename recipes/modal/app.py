@@ -33,6 +33,9 @@ REPO = Path(__file__).resolve().parents[2]
 MAX_CONTAINERS = 4  # N: raise it (or update_autoscaler on the deployed class) for more GPUs
 
 
+# `modal deploy` runs this file where only modal is installed: what it reads at import time
+# (EDGE_LLM_MAX_NUM_SEQS, EDGE_LLM_MODEL) it reads from the environment itself; inside the
+# container edge_llm's registry and flags read them (serve_args)
 def _max_num_seqs(environ: dict[str, str]) -> int:
     raw = environ.get("EDGE_LLM_MAX_NUM_SEQS") or "32"
     if not raw.isdigit() or int(raw) < 1:
@@ -60,6 +63,7 @@ app = modal.App("edge-llm", image=image)
 
 def serve_args(environ: dict[str, str] | None = None) -> argparse.Namespace:
     """``edge-llm serve``'s options from the environment, bound where Modal's proxy looks."""
+    from edge_llm import envs
     from edge_llm.cli import SERVE_OPTIONS, resolve_options
 
     environ = dict(os.environ if environ is None else environ)
@@ -69,7 +73,7 @@ def serve_args(environ: dict[str, str] | None = None) -> argparse.Namespace:
         raise ValueError(f"EDGE_LLM_MAX_NUM_SEQS={environ['EDGE_LLM_MAX_NUM_SEQS']} but Modal was "
                          f"deployed to send {MAX_NUM_SEQS} at once: set it for `modal deploy`")
     args.max_num_seqs = MAX_NUM_SEQS  # what @modal.concurrent lets Modal send one container
-    args.model = environ.get("EDGE_LLM_MODEL") or None
+    args.model = envs.MODEL.get(environ)
     resolve_options(args, SERVE_OPTIONS, environ)
     return args
 
