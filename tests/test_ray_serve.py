@@ -96,8 +96,12 @@ def _replicas() -> dict[str, object]:
     out = {}
     for actor in ray.util.list_named_actors(all_namespaces=True):
         name = actor["name"]
-        if name.startswith(f"SERVE_REPLICA::{APP}#edge-llm#"):  # the engines only
+        if not name.startswith(f"SERVE_REPLICA::{APP}#edge-llm#"):  # the engines only
+            continue
+        try:
             out[name.rsplit("#", 1)[1]] = ray.get_actor(name, namespace=actor["namespace"])
+        except ValueError:  # listed, then stopped before the lookup: not live
+            continue
     return out
 
 
