@@ -298,6 +298,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--long-contexts", default=None,
                     help="comma-separated prompt lengths of the long scenario (default: the "
                          "profile's 4096,16384,32768)")
+    ap.add_argument("--prefix-trials", type=int, default=None,
+                    help="requests timed per side of the prefix scenario (default: the "
+                         "profile's; a 3%% difference needs about 20)")
     ap.add_argument("--baseline-batches", default=None,
                     help="comma-separated static batch sizes for transformers' offline run "
                          "(default: the profile's; the best one is the baseline)")
@@ -307,6 +310,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not chosen:
         ap.error(f"unknown scenarios {unknown}; choose from {','.join(SCENARIOS)}")
     args.selected = chosen
+    if args.prefix_trials is not None and args.prefix_trials < 1:
+        ap.error("--prefix-trials: a positive count expected")
     for name in ("baseline_batches", "decode_batches", "long_contexts"):
         text = getattr(args, name)
         if text is None:
@@ -332,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                 baseline_batches=args.baseline_batches or p.baseline_batches,
                 decode_batches=args.decode_batches or p.decode_batches,
                 long_contexts=args.long_contexts or p.long_contexts,
+                prefix_trials=args.prefix_trials or p.prefix_trials,
                 kv_cache_dtype=args.kv_cache_dtype or p.kv_cache_dtype)
     if p.device.startswith("cuda"):
         import torch

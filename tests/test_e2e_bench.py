@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -180,6 +181,11 @@ def _check_smoke(data: dict, out: Path) -> None:
         steps = r["prefix"][f"forward_steps_{side}"]
         assert sum(steps.values()) >= p.prefix_trials and set(steps) <= {
             "decode_graph", "short_graph", "eager"}, steps
+    prefix = r["prefix"]
+    if data["meta"]["profile"]["device"] == "cpu":
+        assert prefix["graph_replay_ms_on"] is None  # no prefill graphs on the CPU
+    else:  # the cached requests replayed one graph, whose forward is a part of their TTFT
+        assert 0 < prefix["graph_replay_ms_on"] < statistics.median(prefix["ttft_on_ms"])
     card = r["card24"]
     # the card as the run sized it (on CUDA the smoke's card is larger than the CPU profile's)
     assert card["seqs_fit"] >= 1 and card["weights_plus_kv_bytes"] <= card["card_bytes"]
@@ -310,6 +316,16 @@ def test_long_prompts_smoke_on_cpu(tmp_path):
 @pytest.mark.gpu
 def test_long_prompts_smoke_on_gpu(tmp_path):
     _long_smoke(tmp_path, "cuda")
+
+
+def test_prefix_trials_option(tmp_path: Path):
+    from e2e import parse_args
+
+    assert parse_args(["--out", str(tmp_path), "--prefix-trials", "20"]).prefix_trials == 20
+    assert parse_args(["--out", str(tmp_path)]).prefix_trials is None
+    for bad in ("0", "-3", "x"):
+        with pytest.raises(SystemExit):
+            parse_args(["--out", str(tmp_path), "--prefix-trials", bad])
 
 
 @pytest.mark.parametrize("flag", ["--baseline-batches", "--decode-batches", "--long-contexts"])

@@ -209,13 +209,36 @@ def set_prefix_caching(llm, on: bool) -> None:
     new_scheduler(llm, cache={"enable_prefix_caching": on})
 
 
+def graph_replay_ms(graphs, size: int, replays: int = 20) -> float | None:
+    """Median device time of one replay of the prefill graph of ``size`` rows, back to back
+    on its last inputs (it rewrites the K/V it wrote, with the same values): the forward's
+    share of a first token that replayed it, without the host's. None without that graph."""
+    graph = graphs.graphs.get(size) if graphs is not None else None
+    if graph is None:
+        return None
+    import torch
+
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return statistics.median(times)
+
+
 def scenario_prefix(bench: EngineBench) -> dict[str, Any]:
     """Time to first token of (shared system prompt + fresh user turn) with the prefix cache
-    on (system prompt cached by an earlier request) and off; the ratio off / on."""
+    on (system prompt cached by an earlier request) and off; the ratio off / on. On CUDA also
+    the device time of the prefill graph the cached requests replayed (``graph_replay_ms``):
+    what of the first token is the forward, and what is host work and sampling."""
     p = bench.profile
     system = bench.prompts.ids(p.prefix_system)
 
     paths = bench.llm.engine.runner.step_paths  # forwards by path (runner.py)
+    graphs = bench.llm.engine.runner.prefill_graphs  # None: no prefill graphs (CPU, eager)
 
     def trials() -> tuple[list[float], list[int], dict[str, int]]:
         times, cached = [], []
@@ -230,7 +253,11 @@ def scenario_prefix(bench: EngineBench) -> dict[str, Any]:
     try:
         set_prefix_caching(bench.llm, True)
         bench.generate([system + bench.prompts.ids(p.prefix_user)], greedy(1))  # fills it
+        replayed = dict(graphs.replays) if graphs is not None else {}
         on_times, on_cached, on_paths = trials()
+        sizes = [t for t, n in graphs.replays.items() if n > replayed.get(t, 0)] if graphs \
+            else []
+        forward_ms = graph_replay_ms(graphs, sizes[0]) if len(sizes) == 1 else None
         set_prefix_caching(bench.llm, False)
         off_times, off_cached, off_paths = trials()
     finally:
@@ -238,12 +265,15 @@ def scenario_prefix(bench: EngineBench) -> dict[str, Any]:
     if any(off_cached) or not all(on_cached):
         raise RuntimeError(f"cached tokens: on {on_cached}, off {off_cached}")
     on, off = statistics.median(on_times), statistics.median(off_times)
-    log.info("prefix: TTFT %.1f ms on, %.1f ms off (x%.1f); forwards on %s, off %s",
-             on * 1e3, off * 1e3, off / on, on_paths, off_paths)
+    log.info("prefix: TTFT %.2f ms on (its graph's replay %s ms), %.1f ms off (x%.1f); "
+             "forwards on %s, off %s", on * 1e3,
+             "-" if forward_ms is None else f"{forward_ms:.2f}", off * 1e3, off / on, on_paths,
+             off_paths)
     return {"system_tokens": p.prefix_system, "user_tokens": p.prefix_user,
             "ttft_on_ms": [t * 1e3 for t in on_times], "ttft_off_ms": [t * 1e3 for t in off_times],
             "cached_tokens_on": on_cached, "ttft_ratio_off_on": off / on,
-            "forward_steps_on": on_paths, "forward_steps_off": off_paths}
+            "forward_steps_on": on_paths, "forward_steps_off": off_paths,
+            "graph_replay_ms_on": forward_ms}
 
 
 def device_weight_bytes(model) -> int:
