@@ -255,8 +255,8 @@ def scenario_prefix(bench: EngineBench) -> dict[str, Any]:
         bench.generate([system + bench.prompts.ids(p.prefix_user)], greedy(1))  # fills it
         replayed = dict(graphs.replays) if graphs is not None else {}
         on_times, on_cached, on_paths = trials()
-        sizes = [t for t, n in graphs.replays.items() if n > replayed.get(t, 0)] if graphs \
-            else []
+        now = dict(graphs.replays) if graphs is not None else {}
+        sizes = [t for t, n in now.items() if n > replayed.get(t, 0)]  # the buckets replayed
         forward_ms = graph_replay_ms(graphs, sizes[0]) if len(sizes) == 1 else None
         set_prefix_caching(bench.llm, False)
         off_times, off_cached, off_paths = trials()
