@@ -307,3 +307,86 @@ def test_finish_by_caller_and_max_num_seqs(rng: random.Random) -> None:
     for i in range(5):
         sched.abort(f"r{i}")
     assert sched.pool.num_free_blocks == 100
+
+
+# ---- check_integrity: each broken invariant is named ---------------------------------------
+
+
+def _running_and_swapped(rng: random.Random) -> tuple[Scheduler, list]:
+    """a and b running (a has one output), c swapped out, w waiting behind it."""
+    sched = make(5, num_cpu_blocks=8, block_size=8, max_num_seqs=4, budget=64)
+    kv = FakeKV(sched)
+    a, b, c = (sched.add_request(rid, rand_prompt(rng, n), SamplingParams(max_tokens=20), t)[0]
+               for rid, n, t in (("a", 8, 0.0), ("b", 9, 1.0), ("c", 9, 2.0)))
+    step(sched, kv)
+    step(sched, kv)  # a needs a block: c is swapped out
+    assert sched.swapped == [c] and sched.running == [a, b]
+    (w,) = sched.add_request("w", rand_prompt(rng, 3), SamplingParams(), 3.0)
+    sched.check_integrity()
+    return sched, [a, b, c, w]
+
+
+def _break(sched: Scheduler, a, b, c, w, case: str) -> list[str]:
+    """Break one invariant; returns the problems check_integrity must name, in order."""
+    pool = sched.pool
+    if case == "running status":
+        a.status = SequenceStatus.WAITING
+        return [f"bad running {a!r}"]
+    if case == "waiting holds a block":
+        free = next(i for i in range(pool.num_blocks) if pool.ref_count(i) == 0)
+        w.block_table = [free]
+        return [f"bad waiting {w!r}"]
+    if case == "running holds a stray block":
+        free = next(i for i in range(pool.num_blocks) if pool.ref_count(i) == 0)
+        b.block_table.append(free)
+        return [f"bad running {b!r}", f"block {free}: ref count 0, tables 1"]
+    if case == "waiting computed":
+        w.num_computed_tokens = 1
+        return [f"bad waiting {w!r}"]
+    if case == "swapped holds a block":
+        c.block_table = [b.block_table[0]]
+        return [f"bad swapped {c!r}"]
+    if case == "swapped slots":
+        c.swap_slots = c.swap_slots + sched.swap_space.allocate(1)
+        return [f"bad swapped {c!r}"]
+    if case == "lost slot":
+        sched.swap_space.allocate(1)
+        used = sched.swap_space.num_used
+        return [f"swapped seqs hold {used - 1} slots, {used} used"]
+    if case == "order":
+        sched.running.reverse()
+        return ["running queue is out of priority order"]
+    if case == "max_num_seqs":
+        b.num_pending_forks = 3
+        return ["5 running seqs > max_num_seqs"]
+    if case == "max_tokens":
+        a.max_output_tokens = 0
+        return [f"{a!r} exceeds its length limits"]
+    if case == "computed":
+        w.num_computed_tokens = w.num_tokens
+        return [f"bad waiting {w!r}", f"{w!r} computed every known token"]
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["running status", "running holds a stray block",
+                                  "waiting holds a block", "waiting computed",
+                                  "swapped holds a block", "swapped slots", "lost slot", "order",
+                                  "max_num_seqs", "max_tokens", "computed"])
+def test_integrity_check_names_each_problem(rng: random.Random, case: str) -> None:
+    sched, seqs = _running_and_swapped(rng)
+    problems = _break(sched, *seqs, case)
+    with pytest.raises(AssertionError) as err:
+        sched.check_integrity()
+    assert str(err.value) == "Scheduler integrity: " + "; ".join(problems)
+
+
+def test_integrity_check_names_the_first_five_problems(rng: random.Random) -> None:
+    sched, _ = _running_and_swapped(rng)
+    waiting = [sched.add_request(f"x{i}", rand_prompt(rng, 3), SamplingParams())[0]
+               for i in range(6)]
+    for seq in waiting:
+        seq.num_computed_tokens = 1
+    with pytest.raises(AssertionError) as err:
+        sched.check_integrity()
+    assert str(err.value) == "Scheduler integrity: " + "; ".join(
+        f"bad waiting {s!r}" for s in waiting[:5])
