@@ -165,6 +165,37 @@ def test_admission_refusals_name_both_numbers(rng: random.Random) -> None:
     assert s.num_tokens == t.num_tokens == 64 and s.finish_reason == "length"
 
 
+def test_refusals_say_what_is_wrong(rng: random.Random) -> None:
+    """The whole message: it is what a client or an operator reads."""
+    def refused(exc: type[Exception], message: str, call, *args) -> None:
+        with pytest.raises(exc) as err:
+            call(*args)
+        assert err.value.args == (message,)
+
+    refused(ValueError, "max_num_batched_tokens (4) must be >= max_num_seqs (8), or some "
+            "decodes would wait a step.", make, 10, 0, 8, 8, 4)
+    sched = make(10, max_num_seqs=4, max_model_len=64)
+    refused(ValueError, "prompt_token_ids is empty: it must hold at least one token.",
+            sched.add_request, "a", [], SamplingParams())
+    refused(ValueError, "prompt_token_ids must be >= 0, got -3.",
+            sched.add_request, "a", [5, -3, -1], SamplingParams())
+    refused(ValueError, "prompt_token_ids has 64 tokens, but max_model_len is 64: at least one "
+            "position must remain for the output.",
+            sched.add_request, "a", rand_prompt(rng, 64), SamplingParams())
+    assert not sched.has_unfinished()
+    (seq,) = sched.add_request("a", rand_prompt(rng, 3), SamplingParams())
+    first, again = sched.schedule(), sched.schedule()  # the same row twice
+    sched.update_from_output(again, {seq.seq_id: 1})
+    refused(RuntimeError, "update_from_output was already called for this SchedulerOutput.",
+            sched.update_from_output, again, {seq.seq_id: 1})
+    refused(RuntimeError, f"{seq!r} changed between schedule() and update_from_output().",
+            sched.update_from_output, first, {seq.seq_id: 1})
+    sched = make(10)
+    (seq,) = sched.add_request("b", rand_prompt(rng, 3), SamplingParams())
+    refused(KeyError, f"sampled has no token for seq_id {seq.seq_id} (request 'b'), which was "
+            "scheduled with do_sample=True.", sched.update_from_output, sched.schedule(), {})
+
+
 @pytest.mark.parametrize("prompt_len,num_copies", [(21, 2), (17, 0)])
 def test_n_forks_after_prefill(rng: random.Random, prompt_len: int, num_copies: int) -> None:
     sched = make(40, block_size=16)
