@@ -99,6 +99,21 @@ def test_steps_with_decodes_keep_to_their_cap(rng: random.Random) -> None:
     drain(sched, kv)
 
 
+@pytest.mark.parametrize("cap", [8, 31])
+def test_one_decode_keeps_the_step_to_the_cap(rng: random.Random, cap: int) -> None:
+    """One decode (1 token) and a prompt: the step takes ``cap`` tokens in all, even when the
+    cap leaves the prompt only one token less than the rest of the budget would."""
+    sched = make(40, block_size=16, budget=32, max_tokens_with_decodes=cap)
+    kv = FakeKV(sched)
+    (d,) = sched.add_request("d", rand_prompt(rng, 4), SamplingParams(max_tokens=20))
+    step(sched, kv)
+    (p,) = sched.add_request("p", rand_prompt(rng, 100), SamplingParams(max_tokens=2))
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(d, 1), (p, cap - 1)]
+    assert out.num_batched_tokens == cap
+    drain(sched, kv)
+
+
 @pytest.mark.parametrize("cap", [-1, 1.5, "512", True])
 def test_cap_with_decodes_is_checked(cap) -> None:
     with pytest.raises(ValueError, match="max_tokens_with_decodes must be 'auto', None or"):
@@ -225,6 +240,22 @@ def test_n_forks_after_prefill(rng: random.Random, prompt_len: int, num_copies: 
     assert all(s.num_output_tokens == 6 for s in seqs)
 
 
+def test_n_forks_only_when_a_chunked_prefill_is_done(rng: random.Random) -> None:
+    """A prompt prefilled in chunks forks after its last chunk; until then the request is one
+    sequence. The siblings keep the request's arrival time (their priority)."""
+    sched = make(40, block_size=8, budget=8)
+    kv = FakeKV(sched)
+    params = SamplingParams(n=3, max_tokens=4)
+    (parent,) = sched.add_request("r", rand_prompt(rng, 20), params, 5.0)
+    for computed in (8, 16):
+        step(sched, kv)
+        assert parent.num_computed_tokens == computed and sched.sequences_of("r") == [parent]
+    step(sched, kv)  # the prompt's last token is fed by each sibling after the fork
+    assert parent.num_computed_tokens == 19 and len(sched.sequences_of("r")) == 3
+    assert [s.arrival_time for s in sched.sequences_of("r")] == [5.0] * 3
+    drain(sched, kv)
+
+
 def test_n_with_one_token_prompt_starts_n_sequences(rng: random.Random) -> None:
     sched = make(40)
     kv = FakeKV(sched)
@@ -257,11 +288,11 @@ def test_n_under_memory_pressure_matches_reference(rng: random.Random) -> None:
 def test_abort_frees_everything(rng: random.Random) -> None:
     sched = make(6, num_cpu_blocks=16, budget=32, max_num_seqs=4)
     kv = FakeKV(sched)
-    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
-    sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
+    (a,) = sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
     while not sched.swapped:
         step(sched, kv)
-    sched.add_request("c", rand_prompt(rng, 30), SamplingParams(n=2), 2.0)
+    (c,) = sched.add_request("c", rand_prompt(rng, 30), SamplingParams(n=2), 2.0)
     assert sched.num_running and sched.num_swapped and sched.num_waiting
     out = sched.schedule()
     assert sched.abort("a")  # running and scheduled: its row is skipped
@@ -275,6 +306,8 @@ def test_abort_frees_everything(rng: random.Random) -> None:
     sched.check_integrity()
     assert not sched.has_unfinished() and sched.num_unfinished_requests == 0
     assert sched.pool.num_free_blocks == 6 and sched.swap_space.num_free == 16
+    # finished sequences (a running, b swapped, c waiting) hold no blocks and no slots
+    assert [(s.block_table, s.swap_slots) for s in (a, b, c)] == [([], [])] * 3
     assert set(sched.schedule().finished_seq_ids) >= {out.scheduled[0].seq.seq_id}
     with pytest.raises(RuntimeError, match="already called"):
         sched.update_from_output(out, {})

@@ -55,6 +55,7 @@ def test_preemption_when_blocks_run_out(rng: random.Random, num_cpu_blocks: int)
                 assert [c for c, _ in out.blocks_to_swap_in] == slots
                 assert [g for _, g in out.blocks_to_swap_in] == b.block_table[: len(slots)]
                 assert (row.start_pos, row.num_scheduled_tokens) == (24, 1)
+                assert b.swap_slots == [] and sched.swap_space.num_used == 0
             else:  # prompt + outputs so far are the new prefill; full blocks hit the cache
                 assert row.start_pos == b.num_cached_tokens + 16 == 16
                 assert row.token_ids == b.all_token_ids[16:25] and row.do_sample
