@@ -161,6 +161,25 @@ def test_swapped_siblings_come_back_together(rng: random.Random) -> None:
     drain(sched, kv)
 
 
+def test_three_swapped_siblings_come_back_together(rng: random.Random) -> None:
+    """n = 3 is swapped out while a runs; once a ends, all three return in one step, taking
+    three of the four seats."""
+    sched = make(4, num_cpu_blocks=16, block_size=BS, max_num_seqs=4, budget=64)
+    kv = FakeKV(sched)
+    sched.add_request("a", rand_prompt(rng, 16), SamplingParams(max_tokens=3, ignore_eos=True),
+                      0.0)
+    sched.add_request("n", rand_prompt(rng, 8), SamplingParams(max_tokens=10, n=3,
+                                                               ignore_eos=True), 1.0)
+    while len(sched.swapped) < 3:
+        step(sched, kv)
+    while sched.swapped:
+        out, _ = step(sched, kv)
+        assert not out.blocks_to_swap_in or not sched.swapped  # all at once or none
+    assert sched.running == sched.sequences_of("n")
+    assert {r.seq for r in out.scheduled} == set(sched.running)
+    drain(sched, kv)
+
+
 # ---- prefix-cache registration: the step a block becomes full ------------------------------
 
 
