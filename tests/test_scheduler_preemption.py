@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from edge_llm.config import CacheConfig, SchedulerConfig
+from edge_llm.engine.scheduler import Scheduler
 from edge_llm.engine.sequence import Sequence, SequenceStatus
 from edge_llm.sampling_params import SamplingParams
 from tests.scheduler_helpers import (
@@ -186,8 +188,6 @@ def test_growth_reserve_is_capped_by_max_tokens_and_waived_when_idle(rng) -> Non
 
 
 def test_growth_reserve_must_not_be_negative() -> None:
-    from edge_llm.config import SchedulerConfig
-
     with pytest.raises(ValueError, match="growth_reserve"):
         SchedulerConfig(growth_reserve=-1)
 
@@ -231,7 +231,31 @@ def test_default_preemption_swaps_siblings(rng: random.Random) -> None:
 
 
 def test_preemption_mode_is_checked() -> None:
-    from edge_llm.config import SchedulerConfig
-
     with pytest.raises(ValueError, match="preemption_mode"):
         SchedulerConfig(preemption_mode="evict")
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+@pytest.mark.parametrize("prompt_len", [16, 18])  # 1 or 7 positions left in the last block
+def test_swapped_sequence_returns_into_exactly_its_blocks(rng: random.Random, chunked: bool,
+                                                         prompt_len: int) -> None:
+    """n = 3 on a cache of exactly the prompt's blocks: after the fork, siblings 1 and 2 are
+    swapped out. Each comes back as soon as its own blocks are free, since its next token fits
+    in its last block, also when one position is left and without chunked prefill."""
+    sched = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32,
+                                      max_model_len=prompt_len + 1,
+                                      enable_chunked_prefill=chunked, growth_reserve=0),
+                      CacheConfig(block_size=8), -(-prompt_len // 8), 8)
+    kv = FakeKV(sched)
+    sched.add_request("r", rand_prompt(rng, prompt_len), SamplingParams(n=3, max_tokens=1))
+    step(sched, kv)  # the prefill and the fork
+    out, _ = step(sched, kv)
+    first, *others = sched.sequences_of("r")
+    assert [r.seq for r in out.scheduled] == [first] and sched.swapped == others
+    for seq in others:  # the sibling before it finished and freed every block
+        assert sched.pool.num_free_blocks == sched.pool.num_blocks
+        out, _ = step(sched, kv)
+        assert len(out.blocks_to_swap_in) == sched.pool.num_blocks
+        assert [(r.seq, r.start_pos, r.num_scheduled_tokens) for r in out.scheduled] == [
+            (seq, prompt_len - 1, 1)]
+    assert not sched.has_unfinished()
