@@ -77,6 +77,7 @@ def make(
 def step(sched: Scheduler, kv: FakeKV) -> tuple[SchedulerOutput, list[Sequence]]:
     out = sched.schedule()
     sched.check_integrity()
+    assert all(r.num_scheduled_tokens > 0 for r in out.scheduled), "a row without tokens"
     assert out.num_batched_tokens == sum(r.num_scheduled_tokens for r in out.scheduled)
     assert out.num_batched_tokens <= sched.config.max_num_batched_tokens
     kv.run(out)

@@ -48,6 +48,33 @@ def test_chunked_prefill_mixes_with_decodes(rng: random.Random) -> None:
     drain(sched, kv)
 
 
+def test_a_spent_budget_admits_no_one(rng: random.Random) -> None:
+    sched = make(10, budget=8)
+    kv = FakeKV(sched)
+    (a,) = sched.add_request("a", rand_prompt(rng, 8), SamplingParams(max_tokens=3), 0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 5), SamplingParams(max_tokens=3), 1.0)
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(a, 8)]
+    assert b.status is SequenceStatus.WAITING and b.block_table == []
+    drain(sched, kv)
+
+
+def test_decodes_do_not_wait_for_an_earlier_arrivals_prefill(rng: random.Random) -> None:
+    """Priority follows arrival_time, which the caller may set earlier than a running
+    request's: a's prompt is then chunked ahead of b in the queue, and b still decodes in
+    every step."""
+    sched = make(40, block_size=16, budget=16)
+    kv = FakeKV(sched)
+    (b,) = sched.add_request("b", rand_prompt(rng, 3), SamplingParams(max_tokens=10), 1.0)
+    step(sched, kv)
+    (a,) = sched.add_request("a", rand_prompt(rng, 40), SamplingParams(max_tokens=2), 0.0)
+    for chunk in (15, 15, 10):
+        out, _ = step(sched, kv)
+        assert sched.running == [a, b]
+        assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(b, 1), (a, chunk)]
+    drain(sched, kv)
+
+
 def test_steps_with_decodes_keep_to_their_cap(rng: random.Random) -> None:
     """``max_tokens_with_decodes``: while sequences decode, a step takes at most that many
     tokens, theirs included (a prompt joining them is chunked to the rest); a step with no
@@ -156,6 +183,23 @@ def test_chunking_disabled_needs_whole_prompt_budget(rng: random.Random) -> None
     rows = [r for o in drain(sched, kv) for r in o.scheduled if r.seq is b]
     assert rows[0].num_scheduled_tokens == 127 and rows[0].do_sample
     assert b.num_output_tokens == 1 and b.finish_reason == "length"  # capped by max_model_len
+
+
+def test_unchunked_prefill_reuses_the_prefix_cache(rng: random.Random) -> None:
+    """Without chunking the prompt runs whole, whole minus its cached blocks: a prompt sharing
+    two cached blocks computes only the rest, in the step it is admitted."""
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=64, max_model_len=64,
+                                      max_num_seqs=4, enable_chunked_prefill=False),
+                      CacheConfig(block_size=8, enable_prefix_caching=True), 20, 0)
+    kv = FakeKV(sched)
+    prefix = rand_prompt(rng, 16)
+    sched.add_request("a", prefix + rand_prompt(rng, 5), SamplingParams(max_tokens=2))
+    drain(sched, kv)
+    (b,) = sched.add_request("b", prefix + rand_prompt(rng, 7), SamplingParams(max_tokens=2))
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.start_pos, r.num_scheduled_tokens) for r in out.scheduled] == [(b, 16, 7)]
+    assert b.num_cached_tokens == 16
+    drain(sched, kv)
 
 
 def test_admission_refusals_name_both_numbers(rng: random.Random) -> None:

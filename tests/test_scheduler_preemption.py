@@ -259,3 +259,22 @@ def test_swapped_sequence_returns_into_exactly_its_blocks(rng: random.Random, ch
         assert [(r.seq, r.start_pos, r.num_scheduled_tokens) for r in out.scheduled] == [
             (seq, prompt_len - 1, 1)]
     assert not sched.has_unfinished()
+
+
+def test_swap_in_takes_the_budget_the_decodes_leave(rng: random.Random) -> None:
+    """With max_tokens_with_decodes = 2, a's decode leaves one token of the step: the first
+    swapped sibling comes back with it and the other two wait (no row without a token)."""
+    sched = make(6, num_cpu_blocks=64, max_num_seqs=5, budget=16, max_tokens_with_decodes=2)
+    kv = FakeKV(sched)
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    (a,) = sched.add_request("a", rand_prompt(rng, 5), params, 0.0)
+    (z,) = sched.add_request("z", rand_prompt(rng, 16), SamplingParams(max_tokens=2), 1.0)
+    sched.add_request("s", rand_prompt(rng, 9), SamplingParams(max_tokens=10, n=3), 2.0)
+    while len(sched.swapped) < 3:
+        step(sched, kv)
+    assert z.is_finished and sched.running == [a]
+    first, *others = sched.sequences_of("s")
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(a, 1), (first, 1)]
+    assert sched.swapped == others
+    drain(sched, kv)
