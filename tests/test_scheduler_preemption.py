@@ -278,3 +278,22 @@ def test_swap_in_takes_the_budget_the_decodes_leave(rng: random.Random) -> None:
     assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(a, 1), (first, 1)]
     assert sched.swapped == others
     drain(sched, kv)
+
+
+def test_swapped_prefill_comes_back_with_the_chunk_that_fits(rng: random.Random) -> None:
+    """p is swapped out mid-prefill. Its 3 blocks and one more are free: it comes back with
+    the 8 positions of that block rather than waiting for room for 11 (chunked prefill)."""
+    sched = make(6, num_cpu_blocks=64, max_num_seqs=4, budget=12)
+    kv = FakeKV(sched)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    (a,) = sched.add_request("a", rand_prompt(rng, 5), SamplingParams(max_tokens=40), 0.0)
+    sched.add_request("z", rand_prompt(rng, 8), params, 1.0)
+    (p,) = sched.add_request("p", rand_prompt(rng, 40), params, 2.0)
+    while not sched.swapped:
+        step(sched, kv)
+    assert sched.swapped == [p] and p.num_computed_tokens == 24
+    assert len(p.swap_slots) == 3 and sched.pool.num_free_blocks == 4
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.start_pos, r.num_scheduled_tokens) for r in out.scheduled] == [
+        (a, 9, 1), (p, 24, 8)]
+    drain(sched, kv)
