@@ -14,6 +14,7 @@ from edge_llm.sampling_params import SamplingParams
 from tests.scheduler_helpers import (
     VOCAB,
     FakeKV,
+    count_step,
     drain,
     make,
     outputs_of,
@@ -377,6 +378,7 @@ def test_stop_conditions(rng: random.Random) -> None:
     seqs = {rid: sched.add_request(rid, rand_prompt(rng, 5), p)[0] for rid, (p, _) in cases.items()}
     kv = FakeKV(sched)
     while sched.has_unfinished():
+        count_step(sched)
         out = sched.schedule()
         kv.run(out)
         sampled = {

@@ -16,6 +16,7 @@ from edge_llm.sampling_params import SamplingParams
 from tests.scheduler_helpers import (
     VOCAB,
     FakeKV,
+    count_step,
     drain,
     make,
     outputs_of,
@@ -29,6 +30,7 @@ BS = 8
 
 def scripted_step(sched: Scheduler, kv: FakeKV, script: dict[str, list[int]]):
     """One step whose sampled token is ``script[request_id][number of outputs so far]``."""
+    count_step(sched)
     out = sched.schedule()
     sched.check_integrity()
     kv.run(out)
@@ -258,6 +260,7 @@ def test_request_outlives_its_first_finished_sibling(rng: random.Random, first_e
         sched.finish(first, SequenceStatus.FINISHED_STOPPED, stop_reason="###")
     else:
         while not first.is_finished:  # only the first sibling samples the stop id
+            count_step(sched)
             out = sched.schedule()
             kv.run(out)
             sampled = {r.seq.seq_id: stop if r.seq is first else 5
