@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from weakref import WeakKeyDictionary
 
 from edge_llm.config import CacheConfig, SchedulerConfig
 from edge_llm.engine.scheduler import Scheduler, SchedulerOutput
@@ -74,9 +75,21 @@ def make(
     )
 
 
+MAX_STEPS = 2000  # per scheduler: a test's `while ...: step()` loop fails instead of hanging
+_steps: WeakKeyDictionary[Scheduler, int] = WeakKeyDictionary()
+
+
+def count_step(sched: Scheduler) -> None:
+    """Call once per step a test drives by hand."""
+    _steps[sched] = _steps.get(sched, 0) + 1
+    assert _steps[sched] <= MAX_STEPS, f"no progress after {MAX_STEPS} steps: {sched.stats()}"
+
+
 def step(sched: Scheduler, kv: FakeKV) -> tuple[SchedulerOutput, list[Sequence]]:
+    count_step(sched)
     out = sched.schedule()
     sched.check_integrity()
+    assert all(r.num_scheduled_tokens > 0 for r in out.scheduled), "a row without tokens"
     assert out.num_batched_tokens == sum(r.num_scheduled_tokens for r in out.scheduled)
     assert out.num_batched_tokens <= sched.config.max_num_batched_tokens
     kv.run(out)

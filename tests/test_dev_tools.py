@@ -23,3 +23,25 @@ def test_mutation_targets_exist():
     for name, (sources, tests, *_rest) in tool.MODULES.items():
         missing += [f"{name}: {p}" for p in [*sources, *tests] if not in_checkout(p).exists()]
     assert tool.MODULES and not missing, missing
+
+
+def test_equivalents_may_be_scoped_to_one_function(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("mutate_tool", ROOT / "tools" / "mutate.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    listing = tmp_path / "equivalents.txt"
+    listing.write_text("# anywhere\n- a = 0\n+ a = 1\n# one method, one function\n"
+                       "@ Planner.swap_in\n- used += 1\n+ used -= 1\n"
+                       "@ helper\n- x = []\n+ x = None\n- y = []\n+ y = None\n"
+                       "# anywhere again\n- used += 1\n+ used = 1\n")
+    monkeypatch.setattr(tool, "EQUIVALENTS", listing)
+    entries = tool._equivalents()
+    method = "m.x\u01c1Planner\u01c1swap_in__mutmut_3"  # mutmut's names of the mutants
+    other = "m.x\u01c1Planner\u01c1admit__mutmut_3"
+    function = "m.x_helper__mutmut_1"
+    assert tool._is_equivalent(other, "a = 0", "a = 1", entries)
+    assert tool._is_equivalent(method, "used += 1", "used -= 1", entries)
+    assert not tool._is_equivalent(other, "used += 1", "used -= 1", entries)
+    assert tool._is_equivalent(function, "y = []", "y = None", entries)
+    assert not tool._is_equivalent(method, "y = []", "y = None", entries)
+    assert tool._is_equivalent(other, "used += 1", "used = 1", entries)

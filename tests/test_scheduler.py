@@ -14,6 +14,7 @@ from edge_llm.sampling_params import SamplingParams
 from tests.scheduler_helpers import (
     VOCAB,
     FakeKV,
+    count_step,
     drain,
     make,
     outputs_of,
@@ -45,6 +46,33 @@ def test_chunked_prefill_mixes_with_decodes(rng: random.Random) -> None:
         chunks.append(r.num_scheduled_tokens)
         assert r.do_sample == (sum(chunks) == 100)
     assert chunks == [15] * 6 + [10]
+    drain(sched, kv)
+
+
+def test_a_spent_budget_admits_no_one(rng: random.Random) -> None:
+    sched = make(10, budget=8)
+    kv = FakeKV(sched)
+    (a,) = sched.add_request("a", rand_prompt(rng, 8), SamplingParams(max_tokens=3), 0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 5), SamplingParams(max_tokens=3), 1.0)
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(a, 8)]
+    assert b.status is SequenceStatus.WAITING and b.block_table == []
+    drain(sched, kv)
+
+
+def test_decodes_do_not_wait_for_an_earlier_arrivals_prefill(rng: random.Random) -> None:
+    """Priority follows arrival_time, which the caller may set earlier than a running
+    request's: a's prompt is then chunked ahead of b in the queue, and b still decodes in
+    every step."""
+    sched = make(40, block_size=16, budget=16)
+    kv = FakeKV(sched)
+    (b,) = sched.add_request("b", rand_prompt(rng, 3), SamplingParams(max_tokens=10), 1.0)
+    step(sched, kv)
+    (a,) = sched.add_request("a", rand_prompt(rng, 40), SamplingParams(max_tokens=2), 0.0)
+    for chunk in (15, 15, 10):
+        out, _ = step(sched, kv)
+        assert sched.running == [a, b]
+        assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(b, 1), (a, chunk)]
     drain(sched, kv)
 
 
@@ -99,6 +127,21 @@ def test_steps_with_decodes_keep_to_their_cap(rng: random.Random) -> None:
     drain(sched, kv)
 
 
+@pytest.mark.parametrize("cap", [8, 31])
+def test_one_decode_keeps_the_step_to_the_cap(rng: random.Random, cap: int) -> None:
+    """One decode (1 token) and a prompt: the step takes ``cap`` tokens in all, even when the
+    cap leaves the prompt only one token less than the rest of the budget would."""
+    sched = make(40, block_size=16, budget=32, max_tokens_with_decodes=cap)
+    kv = FakeKV(sched)
+    (d,) = sched.add_request("d", rand_prompt(rng, 4), SamplingParams(max_tokens=20))
+    step(sched, kv)
+    (p,) = sched.add_request("p", rand_prompt(rng, 100), SamplingParams(max_tokens=2))
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(d, 1), (p, cap - 1)]
+    assert out.num_batched_tokens == cap
+    drain(sched, kv)
+
+
 @pytest.mark.parametrize("cap", [-1, 1.5, "512", True])
 def test_cap_with_decodes_is_checked(cap) -> None:
     with pytest.raises(ValueError, match="max_tokens_with_decodes must be 'auto', None or"):
@@ -143,6 +186,23 @@ def test_chunking_disabled_needs_whole_prompt_budget(rng: random.Random) -> None
     assert b.num_output_tokens == 1 and b.finish_reason == "length"  # capped by max_model_len
 
 
+def test_unchunked_prefill_reuses_the_prefix_cache(rng: random.Random) -> None:
+    """Without chunking the prompt runs whole, whole minus its cached blocks: a prompt sharing
+    two cached blocks computes only the rest, in the step it is admitted."""
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=64, max_model_len=64,
+                                      max_num_seqs=4, enable_chunked_prefill=False),
+                      CacheConfig(block_size=8, enable_prefix_caching=True), 20, 0)
+    kv = FakeKV(sched)
+    prefix = rand_prompt(rng, 16)
+    sched.add_request("a", prefix + rand_prompt(rng, 5), SamplingParams(max_tokens=2))
+    drain(sched, kv)
+    (b,) = sched.add_request("b", prefix + rand_prompt(rng, 7), SamplingParams(max_tokens=2))
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.start_pos, r.num_scheduled_tokens) for r in out.scheduled] == [(b, 16, 7)]
+    assert b.num_cached_tokens == 16
+    drain(sched, kv)
+
+
 def test_admission_refusals_name_both_numbers(rng: random.Random) -> None:
     sched = make(10, max_num_seqs=4, max_model_len=64)  # 10 blocks of 8 = 80 positions
     with pytest.raises(ValueError, match=r"64 tokens.*max_model_len is 64"):
@@ -163,6 +223,37 @@ def test_admission_refusals_name_both_numbers(rng: random.Random) -> None:
     kv = FakeKV(sched)
     drain(sched, kv)
     assert s.num_tokens == t.num_tokens == 64 and s.finish_reason == "length"
+
+
+def test_refusals_say_what_is_wrong(rng: random.Random) -> None:
+    """The whole message: it is what a client or an operator reads."""
+    def refused(exc: type[Exception], message: str, call, *args) -> None:
+        with pytest.raises(exc) as err:
+            call(*args)
+        assert err.value.args == (message,)
+
+    refused(ValueError, "max_num_batched_tokens (4) must be >= max_num_seqs (8), or some "
+            "decodes would wait a step.", make, 10, 0, 8, 8, 4)
+    sched = make(10, max_num_seqs=4, max_model_len=64)
+    refused(ValueError, "prompt_token_ids is empty: it must hold at least one token.",
+            sched.add_request, "a", [], SamplingParams())
+    refused(ValueError, "prompt_token_ids must be >= 0, got -3.",
+            sched.add_request, "a", [5, -3, -1], SamplingParams())
+    refused(ValueError, "prompt_token_ids has 64 tokens, but max_model_len is 64: at least one "
+            "position must remain for the output.",
+            sched.add_request, "a", rand_prompt(rng, 64), SamplingParams())
+    assert not sched.has_unfinished()
+    (seq,) = sched.add_request("a", rand_prompt(rng, 3), SamplingParams())
+    first, again = sched.schedule(), sched.schedule()  # the same row twice
+    sched.update_from_output(again, {seq.seq_id: 1})
+    refused(RuntimeError, "update_from_output was already called for this SchedulerOutput.",
+            sched.update_from_output, again, {seq.seq_id: 1})
+    refused(RuntimeError, f"{seq!r} changed between schedule() and update_from_output().",
+            sched.update_from_output, first, {seq.seq_id: 1})
+    sched = make(10)
+    (seq,) = sched.add_request("b", rand_prompt(rng, 3), SamplingParams())
+    refused(KeyError, f"sampled has no token for seq_id {seq.seq_id} (request 'b'), which was "
+            "scheduled with do_sample=True.", sched.update_from_output, sched.schedule(), {})
 
 
 @pytest.mark.parametrize("prompt_len,num_copies", [(21, 2), (17, 0)])
@@ -192,6 +283,22 @@ def test_n_forks_after_prefill(rng: random.Random, prompt_len: int, num_copies: 
     drain(sched, kv)
     assert len({tuple(s.output_token_ids) for s in seqs}) == 3
     assert all(s.num_output_tokens == 6 for s in seqs)
+
+
+def test_n_forks_only_when_a_chunked_prefill_is_done(rng: random.Random) -> None:
+    """A prompt prefilled in chunks forks after its last chunk; until then the request is one
+    sequence. The siblings keep the request's arrival time (their priority)."""
+    sched = make(40, block_size=8, budget=8)
+    kv = FakeKV(sched)
+    params = SamplingParams(n=3, max_tokens=4)
+    (parent,) = sched.add_request("r", rand_prompt(rng, 20), params, 5.0)
+    for computed in (8, 16):
+        step(sched, kv)
+        assert parent.num_computed_tokens == computed and sched.sequences_of("r") == [parent]
+    step(sched, kv)  # the prompt's last token is fed by each sibling after the fork
+    assert parent.num_computed_tokens == 19 and len(sched.sequences_of("r")) == 3
+    assert [s.arrival_time for s in sched.sequences_of("r")] == [5.0] * 3
+    drain(sched, kv)
 
 
 def test_n_with_one_token_prompt_starts_n_sequences(rng: random.Random) -> None:
@@ -226,11 +333,11 @@ def test_n_under_memory_pressure_matches_reference(rng: random.Random) -> None:
 def test_abort_frees_everything(rng: random.Random) -> None:
     sched = make(6, num_cpu_blocks=16, budget=32, max_num_seqs=4)
     kv = FakeKV(sched)
-    sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
-    sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
+    (a,) = sched.add_request("a", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 12), SamplingParams(max_tokens=20), 1.0)
     while not sched.swapped:
         step(sched, kv)
-    sched.add_request("c", rand_prompt(rng, 30), SamplingParams(n=2), 2.0)
+    (c,) = sched.add_request("c", rand_prompt(rng, 30), SamplingParams(n=2), 2.0)
     assert sched.num_running and sched.num_swapped and sched.num_waiting
     out = sched.schedule()
     assert sched.abort("a")  # running and scheduled: its row is skipped
@@ -244,6 +351,8 @@ def test_abort_frees_everything(rng: random.Random) -> None:
     sched.check_integrity()
     assert not sched.has_unfinished() and sched.num_unfinished_requests == 0
     assert sched.pool.num_free_blocks == 6 and sched.swap_space.num_free == 16
+    # finished sequences (a running, b swapped, c waiting) hold no blocks and no slots
+    assert [(s.block_table, s.swap_slots) for s in (a, b, c)] == [([], [])] * 3
     assert set(sched.schedule().finished_seq_ids) >= {out.scheduled[0].seq.seq_id}
     with pytest.raises(RuntimeError, match="already called"):
         sched.update_from_output(out, {})
@@ -269,6 +378,7 @@ def test_stop_conditions(rng: random.Random) -> None:
     seqs = {rid: sched.add_request(rid, rand_prompt(rng, 5), p)[0] for rid, (p, _) in cases.items()}
     kv = FakeKV(sched)
     while sched.has_unfinished():
+        count_step(sched)
         out = sched.schedule()
         kv.run(out)
         sampled = {
@@ -307,3 +417,86 @@ def test_finish_by_caller_and_max_num_seqs(rng: random.Random) -> None:
     for i in range(5):
         sched.abort(f"r{i}")
     assert sched.pool.num_free_blocks == 100
+
+
+# ---- check_integrity: each broken invariant is named ---------------------------------------
+
+
+def _running_and_swapped(rng: random.Random) -> tuple[Scheduler, list]:
+    """a and b running (a has one output), c swapped out, w waiting behind it."""
+    sched = make(5, num_cpu_blocks=8, block_size=8, max_num_seqs=4, budget=64)
+    kv = FakeKV(sched)
+    a, b, c = (sched.add_request(rid, rand_prompt(rng, n), SamplingParams(max_tokens=20), t)[0]
+               for rid, n, t in (("a", 8, 0.0), ("b", 9, 1.0), ("c", 9, 2.0)))
+    step(sched, kv)
+    step(sched, kv)  # a needs a block: c is swapped out
+    assert sched.swapped == [c] and sched.running == [a, b]
+    (w,) = sched.add_request("w", rand_prompt(rng, 3), SamplingParams(), 3.0)
+    sched.check_integrity()
+    return sched, [a, b, c, w]
+
+
+def _break(sched: Scheduler, a, b, c, w, case: str) -> list[str]:
+    """Break one invariant; returns the problems check_integrity must name, in order."""
+    pool = sched.pool
+    if case == "running status":
+        a.status = SequenceStatus.WAITING
+        return [f"bad running {a!r}"]
+    if case == "waiting holds a block":
+        free = next(i for i in range(pool.num_blocks) if pool.ref_count(i) == 0)
+        w.block_table = [free]
+        return [f"bad waiting {w!r}"]
+    if case == "running holds a stray block":
+        free = next(i for i in range(pool.num_blocks) if pool.ref_count(i) == 0)
+        b.block_table.append(free)
+        return [f"bad running {b!r}", f"block {free}: ref count 0, tables 1"]
+    if case == "waiting computed":
+        w.num_computed_tokens = 1
+        return [f"bad waiting {w!r}"]
+    if case == "swapped holds a block":
+        c.block_table = [b.block_table[0]]
+        return [f"bad swapped {c!r}"]
+    if case == "swapped slots":
+        c.swap_slots = c.swap_slots + sched.swap_space.allocate(1)
+        return [f"bad swapped {c!r}"]
+    if case == "lost slot":
+        sched.swap_space.allocate(1)
+        used = sched.swap_space.num_used
+        return [f"swapped seqs hold {used - 1} slots, {used} used"]
+    if case == "order":
+        sched.running.reverse()
+        return ["running queue is out of priority order"]
+    if case == "max_num_seqs":
+        b.num_pending_forks = 3
+        return ["5 running seqs > max_num_seqs"]
+    if case == "max_tokens":
+        a.max_output_tokens = 0
+        return [f"{a!r} exceeds its length limits"]
+    if case == "computed":
+        w.num_computed_tokens = w.num_tokens
+        return [f"bad waiting {w!r}", f"{w!r} computed every known token"]
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["running status", "running holds a stray block",
+                                  "waiting holds a block", "waiting computed",
+                                  "swapped holds a block", "swapped slots", "lost slot", "order",
+                                  "max_num_seqs", "max_tokens", "computed"])
+def test_integrity_check_names_each_problem(rng: random.Random, case: str) -> None:
+    sched, seqs = _running_and_swapped(rng)
+    problems = _break(sched, *seqs, case)
+    with pytest.raises(AssertionError) as err:
+        sched.check_integrity()
+    assert str(err.value) == "Scheduler integrity: " + "; ".join(problems)
+
+
+def test_integrity_check_names_the_first_five_problems(rng: random.Random) -> None:
+    sched, _ = _running_and_swapped(rng)
+    waiting = [sched.add_request(f"x{i}", rand_prompt(rng, 3), SamplingParams())[0]
+               for i in range(6)]
+    for seq in waiting:
+        seq.num_computed_tokens = 1
+    with pytest.raises(AssertionError) as err:
+        sched.check_integrity()
+    assert str(err.value) == "Scheduler integrity: " + "; ".join(
+        f"bad waiting {s!r}" for s in waiting[:5])

@@ -1,7 +1,8 @@
 """Scheduler policy and bookkeeping, through the public API only: which sequence is preempted,
 the order in which a finished request's blocks leave the prefix cache, no swap-in in a step
 that preempted, block registration the step a block fills, stop ids at ``min_tokens``, the
-growth-reserve waiver on an idle engine, and n > 1 requests living until their last sibling."""
+growth-reserve waiver on an idle engine, n > 1 requests living until their last sibling, finished
+ids and mid-step aborts, pending forks taking seats, prefill chunks shrinking under pressure."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from edge_llm.sampling_params import SamplingParams
 from tests.scheduler_helpers import (
     VOCAB,
     FakeKV,
+    count_step,
     drain,
     make,
     outputs_of,
@@ -28,6 +30,7 @@ BS = 8
 
 def scripted_step(sched: Scheduler, kv: FakeKV, script: dict[str, list[int]]):
     """One step whose sampled token is ``script[request_id][number of outputs so far]``."""
+    count_step(sched)
     out = sched.schedule()
     sched.check_integrity()
     kv.run(out)
@@ -160,6 +163,25 @@ def test_swapped_siblings_come_back_together(rng: random.Random) -> None:
     drain(sched, kv)
 
 
+def test_three_swapped_siblings_come_back_together(rng: random.Random) -> None:
+    """n = 3 is swapped out while a runs; once a ends, all three return in one step, taking
+    three of the four seats."""
+    sched = make(4, num_cpu_blocks=16, block_size=BS, max_num_seqs=4, budget=64)
+    kv = FakeKV(sched)
+    sched.add_request("a", rand_prompt(rng, 16), SamplingParams(max_tokens=3, ignore_eos=True),
+                      0.0)
+    sched.add_request("n", rand_prompt(rng, 8), SamplingParams(max_tokens=10, n=3,
+                                                               ignore_eos=True), 1.0)
+    while len(sched.swapped) < 3:
+        step(sched, kv)
+    while sched.swapped:
+        out, _ = step(sched, kv)
+        assert not out.blocks_to_swap_in or not sched.swapped  # all at once or none
+    assert sched.running == sched.sequences_of("n")
+    assert {r.seq for r in out.scheduled} == set(sched.running)
+    drain(sched, kv)
+
+
 # ---- prefix-cache registration: the step a block becomes full ------------------------------
 
 
@@ -238,6 +260,7 @@ def test_request_outlives_its_first_finished_sibling(rng: random.Random, first_e
         sched.finish(first, SequenceStatus.FINISHED_STOPPED, stop_reason="###")
     else:
         while not first.is_finished:  # only the first sibling samples the stop id
+            count_step(sched)
             out = sched.schedule()
             kv.run(out)
             sampled = {r.seq.seq_id: stop if r.seq is first else 5
@@ -319,4 +342,96 @@ def test_prefix_hit_always_leaves_the_last_token(rng: random.Random, length: int
     assert again.num_cached_tokens == hit
     assert (out.scheduled[0].start_pos, out.scheduled[0].num_scheduled_tokens) == (
         hit, length - hit)
+    drain(sched, kv)
+
+
+# ---- bookkeeping around a step -------------------------------------------------------------
+
+
+def test_finished_ids_reach_the_runner_with_the_next_step(rng: random.Random) -> None:
+    sched = make(10, block_size=BS)
+    kv = FakeKV(sched)
+    a, b = (sched.add_request(rid, rand_prompt(rng, 3), SamplingParams(max_tokens=5))[0]
+            for rid in "ab")
+    sched.abort("a")  # before the first step
+    out, _ = step(sched, kv)
+    assert out.finished_seq_ids == [a.seq_id] and [r.seq for r in out.scheduled] == [b]
+    sched.abort("b")
+    assert sched.schedule().finished_seq_ids == [b.seq_id]
+    assert sched.schedule().finished_seq_ids == []
+
+
+def test_a_row_aborted_mid_step_does_not_hold_back_the_others(rng: random.Random) -> None:
+    sched = make(10, block_size=BS)
+    kv = FakeKV(sched)
+    a, b = (sched.add_request(rid, rand_prompt(rng, 3), SamplingParams(max_tokens=5), t)[0]
+            for rid, t in (("a", 0.0), ("b", 1.0)))
+    step(sched, kv)
+    out = sched.schedule()
+    assert [r.seq for r in out.scheduled] == [a, b]
+    sched.abort("a")  # between schedule and update: its row is skipped, b's is not
+    kv.run(out)
+    assert sched.update_from_output(out, {a.seq_id: 1, b.seq_id: 2}) == [b]
+    assert b.output_token_ids[-1] == 2 and b.num_computed_tokens == 4
+    sched.check_integrity()
+
+
+def test_pending_forks_count_against_max_num_seqs(rng: random.Random) -> None:
+    """n = 3 while its prompt is prefilled in chunks: one sequence, three seats; x waits."""
+    sched = make(40, block_size=BS, budget=BS, max_num_seqs=3)
+    kv = FakeKV(sched)
+    (parent,) = sched.add_request("r", rand_prompt(rng, 12), SamplingParams(n=3, max_tokens=3))
+    step(sched, kv)
+    (x,) = sched.add_request("x", rand_prompt(rng, 2), SamplingParams(max_tokens=3))
+    out, _ = step(sched, kv)  # the last 3 prompt tokens, and budget to spare for x
+    assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(parent, 3)]
+    assert x.status is SequenceStatus.WAITING
+    drain(sched, kv)
+
+
+# ---- memory pressure: a prefill chunk shrinks to the room left ------------------------------
+
+
+@pytest.mark.parametrize("first_prompt", [15, 9])
+def test_prefill_chunk_shrinks_to_the_free_positions(rng: random.Random,
+                                                     first_prompt: int) -> None:
+    """a takes 2 blocks, b the last one with part of its prompt. Next step a decodes into its
+    own block and b's chunk is cut to the positions left in b's block (7 or 1), not dropped."""
+    sched = make(3, block_size=BS, budget=16, max_num_seqs=2)
+    kv = FakeKV(sched)
+    (a,) = sched.add_request("a", rand_prompt(rng, first_prompt), SamplingParams(max_tokens=2),
+                             0.0)
+    (b,) = sched.add_request("b", rand_prompt(rng, 20), SamplingParams(max_tokens=2), 1.0)
+    out, _ = step(sched, kv)
+    room = first_prompt - BS
+    assert [r.num_scheduled_tokens for r in out.scheduled] == [first_prompt, BS - room]
+    assert sched.pool.num_free_blocks == 0
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(a, 1), (b, room)]
+    assert not out.preempted_seq_ids
+    drain(sched, kv)
+
+
+def test_each_sequence_counts_its_own_preemptions(rng: random.Random) -> None:
+    """The per-sequence counts (reported in a request's metrics) add up to the total."""
+    reqs = [(f"r{i}", rand_prompt(rng, n), SamplingParams(max_tokens=m, ignore_eos=True),
+             float(i)) for i, (n, m) in enumerate([(8, 40), (9, 40), (9, 40), (3, 40)])]
+    sched = make(8, block_size=BS, budget=64)
+    kv = FakeKV(sched)
+    seqs = [sched.add_request(*r)[0] for r in reqs]
+    drain(sched, kv)
+    counts = [s.num_preemptions for s in seqs]
+    assert max(counts) >= 2 and sum(counts) == sched.num_preemptions
+
+
+def test_default_preemption_swaps_a_parent_before_its_fork(rng: random.Random) -> None:
+    """n = 2, preempted during its chunked prefill: its one pending sibling makes it a swap."""
+    sched = make(3, num_cpu_blocks=8, block_size=BS, budget=24, preemption_mode=None)
+    kv = FakeKV(sched)
+    (a,) = sched.add_request("a", rand_prompt(rng, 16), SamplingParams(max_tokens=5), 0.0)
+    (p,) = sched.add_request("p", rand_prompt(rng, 20), SamplingParams(n=2, max_tokens=2), 1.0)
+    step(sched, kv)
+    assert p.num_computed_tokens == BS and p.num_pending_forks == 1
+    out, _ = step(sched, kv)  # a's first decode needs a block: p is the victim
+    assert out.preempted_seq_ids == [p.seq_id] and p.status is SequenceStatus.SWAPPED
     drain(sched, kv)

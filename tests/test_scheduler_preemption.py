@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from edge_llm.config import CacheConfig, SchedulerConfig
+from edge_llm.engine.scheduler import Scheduler
 from edge_llm.engine.sequence import Sequence, SequenceStatus
 from edge_llm.sampling_params import SamplingParams
 from tests.scheduler_helpers import (
@@ -55,6 +57,7 @@ def test_preemption_when_blocks_run_out(rng: random.Random, num_cpu_blocks: int)
                 assert [c for c, _ in out.blocks_to_swap_in] == slots
                 assert [g for _, g in out.blocks_to_swap_in] == b.block_table[: len(slots)]
                 assert (row.start_pos, row.num_scheduled_tokens) == (24, 1)
+                assert b.swap_slots == [] and sched.swap_space.num_used == 0
             else:  # prompt + outputs so far are the new prefill; full blocks hit the cache
                 assert row.start_pos == b.num_cached_tokens + 16 == 16
                 assert row.token_ids == b.all_token_ids[16:25] and row.do_sample
@@ -185,8 +188,6 @@ def test_growth_reserve_is_capped_by_max_tokens_and_waived_when_idle(rng) -> Non
 
 
 def test_growth_reserve_must_not_be_negative() -> None:
-    from edge_llm.config import SchedulerConfig
-
     with pytest.raises(ValueError, match="growth_reserve"):
         SchedulerConfig(growth_reserve=-1)
 
@@ -230,7 +231,69 @@ def test_default_preemption_swaps_siblings(rng: random.Random) -> None:
 
 
 def test_preemption_mode_is_checked() -> None:
-    from edge_llm.config import SchedulerConfig
-
     with pytest.raises(ValueError, match="preemption_mode"):
         SchedulerConfig(preemption_mode="evict")
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+@pytest.mark.parametrize("prompt_len", [16, 18])  # 1 or 7 positions left in the last block
+def test_swapped_sequence_returns_into_exactly_its_blocks(rng: random.Random, chunked: bool,
+                                                         prompt_len: int) -> None:
+    """n = 3 on a cache of exactly the prompt's blocks: after the fork, siblings 1 and 2 are
+    swapped out. Each comes back as soon as its own blocks are free, since its next token fits
+    in its last block, also when one position is left and without chunked prefill."""
+    sched = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32,
+                                      max_model_len=prompt_len + 1,
+                                      enable_chunked_prefill=chunked, growth_reserve=0),
+                      CacheConfig(block_size=8), -(-prompt_len // 8), 8)
+    kv = FakeKV(sched)
+    sched.add_request("r", rand_prompt(rng, prompt_len), SamplingParams(n=3, max_tokens=1))
+    step(sched, kv)  # the prefill and the fork
+    out, _ = step(sched, kv)
+    first, *others = sched.sequences_of("r")
+    assert [r.seq for r in out.scheduled] == [first] and sched.swapped == others
+    for seq in others:  # the sibling before it finished and freed every block
+        assert sched.pool.num_free_blocks == sched.pool.num_blocks
+        out, _ = step(sched, kv)
+        assert len(out.blocks_to_swap_in) == sched.pool.num_blocks
+        assert [(r.seq, r.start_pos, r.num_scheduled_tokens) for r in out.scheduled] == [
+            (seq, prompt_len - 1, 1)]
+    assert not sched.has_unfinished()
+
+
+def test_swap_in_takes_the_budget_the_decodes_leave(rng: random.Random) -> None:
+    """With max_tokens_with_decodes = 2, a's decode leaves one token of the step: the first
+    swapped sibling comes back with it and the other two wait (no row without a token)."""
+    sched = make(6, num_cpu_blocks=64, max_num_seqs=5, budget=16, max_tokens_with_decodes=2)
+    kv = FakeKV(sched)
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    (a,) = sched.add_request("a", rand_prompt(rng, 5), params, 0.0)
+    (z,) = sched.add_request("z", rand_prompt(rng, 16), SamplingParams(max_tokens=2), 1.0)
+    sched.add_request("s", rand_prompt(rng, 9), SamplingParams(max_tokens=10, n=3), 2.0)
+    while len(sched.swapped) < 3:
+        step(sched, kv)
+    assert z.is_finished and sched.running == [a]
+    first, *others = sched.sequences_of("s")
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.num_scheduled_tokens) for r in out.scheduled] == [(a, 1), (first, 1)]
+    assert sched.swapped == others
+    drain(sched, kv)
+
+
+def test_swapped_prefill_comes_back_with_the_chunk_that_fits(rng: random.Random) -> None:
+    """p is swapped out mid-prefill. Its 3 blocks and one more are free: it comes back with
+    the 8 positions of that block rather than waiting for room for 11 (chunked prefill)."""
+    sched = make(6, num_cpu_blocks=64, max_num_seqs=4, budget=12)
+    kv = FakeKV(sched)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    (a,) = sched.add_request("a", rand_prompt(rng, 5), SamplingParams(max_tokens=40), 0.0)
+    sched.add_request("z", rand_prompt(rng, 8), params, 1.0)
+    (p,) = sched.add_request("p", rand_prompt(rng, 40), params, 2.0)
+    while not sched.swapped:
+        step(sched, kv)
+    assert sched.swapped == [p] and p.num_computed_tokens == 24
+    assert len(p.swap_slots) == 3 and sched.pool.num_free_blocks == 4
+    out, _ = step(sched, kv)
+    assert [(r.seq, r.start_pos, r.num_scheduled_tokens) for r in out.scheduled] == [
+        (a, 9, 1), (p, 24, 8)]
+    drain(sched, kv)

@@ -144,6 +144,8 @@ def run(w: dict, constrained: bool) -> tuple[dict, set[str], int]:
     aborted: set[str] = set()
     work = sum(r["n"] * (r["len"] + (r["max_tokens"] or 120)) for r in reqs)
     bound = 60 + max(r["step"] for r in reqs) + 4 * work
+    # after the last arrival and abort, a step that changes nothing is repeated forever
+    last_event = max([r["step"] for r in reqs] + [r["abort"] or 0 for r in reqs if constrained])
     for t in range(bound):
         for i, r in enumerate(reqs):
             if r["step"] == t:
@@ -178,6 +180,10 @@ def run(w: dict, constrained: bool) -> tuple[dict, set[str], int]:
             seqs[(seq.request_id, seq.index)] = seq
         sched.check_integrity()
         check_sharing(sched)
+        idle = not (out.scheduled or out.preempted_seq_ids or out.blocks_to_swap_out
+                    or out.blocks_to_swap_in or out.blocks_to_copy)
+        if idle and t > last_event and sched.has_unfinished():
+            raise AssertionError(f"no progress from step {t} on: {sched.stats()}")
         if t > max(r["step"] for r in reqs) and not sched.has_unfinished():
             assert sched.pool.num_free_blocks == sched.pool.num_blocks
             assert sched.swap_space.num_free == sched.swap_space.num_cpu_blocks

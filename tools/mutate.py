@@ -15,9 +15,9 @@ in a worktree, so ``quant/packing.py`` is mutated under its import path
 
 Survivors that were reviewed and found equivalent (no input can tell them apart from the
 original, e.g. ``popitem(last=None)`` for ``last=False``) are listed in
-``tools/mutation_equivalents.txt`` by their diff lines, so the list survives renumbering; the
-score is killed / (mutants - reviewed equivalents). Timeouts count as killed (the mutant loops)
-unless the mutant is a reviewed equivalent.
+``tools/mutation_equivalents.txt`` by their diff lines (optionally for one function only), so
+the list survives renumbering; the score is killed / (mutants - reviewed equivalents). Timeouts
+count as killed (the mutant loops) unless the mutant is a reviewed equivalent.
 Why mutmut: it already generates, runs and records one-line mutants (operators, constants,
 keyword arguments, deleted statements) with per-function test selection; this script only
 adds the layout and the score.
@@ -127,16 +127,37 @@ def _configure(work: Path, sources: list[str], tests: list[str]) -> None:
         )
 
 
-def _equivalents() -> set[tuple[str, str]]:
-    """(removed line, added line) pairs of reviewed equivalent mutants."""
-    pairs = set()
+def _equivalents() -> set[tuple[str, str, str]]:
+    """(scope, removed line, added line) of reviewed equivalent mutants. The scope is "" (any
+    mutant with these lines) or, after a line ``@ Class.method`` or ``@ function``, that
+    function's mutants only: for lines that also occur where the mutant is not equivalent."""
+    entries = set()
     if not EQUIVALENTS.exists():
-        return pairs
+        return entries
     lines = [ln.rstrip("\n") for ln in EQUIVALENTS.read_text().splitlines()]
+    scope = ""
     for i, line in enumerate(lines):
-        if line.startswith("- ") and i + 1 < len(lines) and lines[i + 1].startswith("+ "):
-            pairs.add((line[2:].strip(), lines[i + 1][2:].strip()))
-    return pairs
+        if line.startswith("@ "):
+            scope = line[2:].strip()
+        elif line.startswith("- ") and i + 1 < len(lines) and lines[i + 1].startswith("+ "):
+            entries.add((scope, line[2:].strip(), lines[i + 1][2:].strip()))
+        elif not line.startswith("+ "):
+            scope = ""  # a scope covers the pairs right below it
+    return entries
+
+
+def _is_equivalent(name: str, minus: str, plus: str,
+                   entries: set[tuple[str, str, str]]) -> bool:
+    """Whether mutant ``name`` (mutmut's: ``module.xǁClassǁmethod__mutmut_N`` for a method,
+    ``module.x_function__mutmut_N`` for a function) is a reviewed equivalent."""
+    function = name.rpartition("__mutmut_")[0].rpartition(".")[2]
+    for scope, removed, added in entries:
+        if (removed, added) != (minus, plus):
+            continue
+        cls, _, method = scope.rpartition(".")
+        if not scope or function == (f"x\u01c1{cls}\u01c1{method}" if cls else f"x_{scope}"):
+            return True
+    return False
 
 
 def _diff_pair(work: Path, name: str) -> tuple[str, str, str]:
@@ -211,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             if state == "killed":
                 continue
             minus, plus, diff = _diff_pair(work, name)
-            if (minus, plus) in equivalent:  # out of the score, even when it timed out
+            if _is_equivalent(name, minus, plus, equivalent):  # out of the score, timed out too
                 eq += 1
             elif state == "timeout":
                 killed += 1
