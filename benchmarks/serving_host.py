@@ -23,7 +23,8 @@ for the host); TTFT and inter-token p50 / p99; the server's CPU time per output 
 thread (engine worker, event loop, the rest); then launches by kind with the GPU's idle time
 before them. ``--inproc`` adds rows with no server: the same emulated engine stepped by this
 process, a finished request replaced at once (the engine's host work alone).
-PYSPY_OUT=PATH records the server's stacks at each level (py-spy, collapsed) to PATH.LEVEL.
+``--py-spy-out PATH`` records the server's stacks at each level (py-spy, collapsed) to
+PATH.LEVEL.
 """
 
 from __future__ import annotations
@@ -144,10 +145,10 @@ def served_levels(args: argparse.Namespace, prompts) -> list[dict]:
         rows = []
         for level in args.levels:
             spy = None
-            if os.environ.get("PYSPY_OUT"):  # the server's stacks at this level (py-spy)
+            if args.py_spy_out:  # the server's stacks at this level
                 spy = subprocess.Popen(["py-spy", "record", "--threads", "--format", "raw",
                                         "-r", "400", "-p", str(proc.pid), "-o",
-                                        f"{os.environ['PYSPY_OUT']}.{level}"])
+                                        f"{args.py_spy_out}.{level}"])
                 time.sleep(1.0)
             before = sample()
             r = asyncio.run(e2e_serving.run_level(url, level, prompts(max(level, args.requests)),
@@ -216,6 +217,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--inproc", action="store_true", help="also the engine alone, no server")
     ap.add_argument("--no-run-ahead", dest="run_ahead", action="store_false",
                     help="launch each step after its predecessor's tokens are read")
+    ap.add_argument("--py-spy-out", metavar="PATH", default=None,
+                    help="record the server's stacks at each level with py-spy to PATH.LEVEL")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--stats", help=argparse.SUPPRESS)

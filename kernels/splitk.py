@@ -23,11 +23,14 @@ capture), or when a launch needs more tiles than it holds; the caller then reduc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
-from .grid import cdiv
+from .device import num_sms
+from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 
 MAX_TILES = 1 << 16
@@ -136,6 +139,36 @@ def buffers(out: torch.Tensor, split: int, tiles: int, fused: bool
     target = torch.empty((split, *out.shape), device=out.device, dtype=torch.float32)
     cnt = counters(out.device, tiles) if fused else None
     return target, out if cnt is not None else target, cnt
+
+
+@dataclass(frozen=True)
+class TiledLaunch:
+    """A [BLOCK_M, BLOCK_N]-tiled launch with K split over its third grid axis: its grid, the
+    K each split covers, the result ``out`` and ``buffers``' (target, final, counters)."""
+
+    block_m: int
+    grid: tuple[int, int, int]
+    split: int
+    k_per_split: int
+    out: torch.Tensor
+    target: torch.Tensor
+    final: torch.Tensor
+    counters: torch.Tensor | None
+
+
+def tiled(x2: torch.Tensor, n: int, block_k: int, cfg) -> TiledLaunch:
+    """The tiles, split and buffers of x2 [M, K] @ W [K, n] for a config with ``block_m``
+    (None: next_pow2(M) within 16..64), ``block_n`` and the split-K fields (``split_k``,
+    ``waves``, ``min_k_tiles``, ``fused_reduce``), as the tiled W4A16 kernels launch."""
+    m, k = x2.shape
+    block_m = max(16, next_pow2(cfg.block_m or min(64, next_pow2(m))))
+    tiles = cdiv(m, block_m) * cdiv(n, cfg.block_n)
+    split, k_per_split = plan(tiles, k, block_k, cfg.split_k, cfg.waves, cfg.min_k_tiles,
+                              num_sms(x2.device))
+    out = torch.empty((m, n), device=x2.device, dtype=x2.dtype)
+    target, final, cnt = buffers(out, split, tiles, cfg.fused_reduce)
+    return TiledLaunch(block_m, (cdiv(m, block_m), cdiv(n, cfg.block_n), split), split,
+                       k_per_split, out, target, final, cnt)
 
 
 def finish(target: torch.Tensor, out: torch.Tensor, cnt: torch.Tensor | None) -> torch.Tensor:

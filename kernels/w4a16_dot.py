@@ -260,18 +260,14 @@ def launch_dot(cfg: Dot, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.
     if planes_packed:
         x2 = unplane_order(x2)
     qweight, scales, zeros = qweight.contiguous(), scales.contiguous(), zeros.contiguous()
-    block_m = max(16, next_pow2(cfg.block_m or min(64, next_pow2(m))))
-    tiles = cdiv(m, block_m) * cdiv(n, cfg.block_n)
-    split, k_per_split = splitk.plan(tiles, k, block_k, cfg.split_k, cfg.waves,
-                                     cfg.min_k_tiles, num_sms(x2.device))
-    out = torch.empty((m, n), device=x2.device, dtype=x2.dtype)
-    target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
+    t = splitk.tiled(x2, n, block_k, cfg)
+    target, final, counters, split = t.target, t.final, t.counters, t.split
     reduce = counters is not None
-    _w4a16_dot_kernel[(cdiv(m, block_m), cdiv(n, cfg.block_n), split)](
+    _w4a16_dot_kernel[t.grid](
         x2, qweight, scales, zeros, target, final, counters if reduce else target,
-        m, n, k, k_per_split, group_size, split,
+        m, n, k, t.k_per_split, group_size, split,
         x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
-        target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
+        target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=t.block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=block_k, ONE_GROUP=one_group,
         NIBBLE_DOTS=cfg.nibble_dots,
         DOT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32", REDUCE=reduce,
@@ -279,4 +275,4 @@ def launch_dot(cfg: Dot, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.
         USE_ASM=not envs.TRITON_INTERPRET.get(),
         SPLIT_P2=next_pow2(split) if reduce else 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
-    return splitk.finish(target, out, counters)
+    return splitk.finish(target, t.out, counters)

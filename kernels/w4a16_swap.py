@@ -29,8 +29,7 @@ import triton.language as tl
 from edge_llm import envs
 
 from . import splitk
-from .device import num_sms
-from .grid import cdiv, next_pow2
+from .grid import next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 from .splitk import sum_if_last
 from .w4a16_config import Swap
@@ -209,18 +208,14 @@ def launch_swap(cfg: Swap, x2: torch.Tensor, qweight: torch.Tensor, scales: torc
         x2 = unplane_order(x2)  # k-order tiles: x in the words' order (a copy)
     if cfg.x_planes and not in_order:
         x2 = plane_order(x2, block_k)
-    block_m = max(16, next_pow2(cfg.block_m or min(64, next_pow2(m))))
-    tiles = cdiv(m, block_m) * cdiv(n, cfg.block_n)
-    split, k_per_split = splitk.plan(tiles, k, block_k, cfg.split_k, cfg.waves,
-                                     cfg.min_k_tiles, num_sms(x2.device))
-    out = torch.empty((m, n), device=x2.device, dtype=x2.dtype)
-    target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
+    t = splitk.tiled(x2, n, block_k, cfg)
+    target, final, counters, split = t.target, t.final, t.counters, t.split
     reduce = counters is not None
-    _w4a16_swap_kernel[(cdiv(m, block_m), cdiv(n, cfg.block_n), split)](
+    _w4a16_swap_kernel[t.grid](
         x2, qweight, scales, zeros, target, final, counters if reduce else target,
-        m, n, k, k_per_split, group_size, split,
+        m, n, k, t.k_per_split, group_size, split,
         x2.stride(0), x2.stride(1), qweight.stride(0), scales.stride(0), zeros.stride(0),
-        target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=block_m,
+        target.stride(1), target.stride(0), final.stride(-2), BLOCK_M=t.block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=block_k,
         ONE_GROUP=group_size >= k or group_size % block_k == 0,
         JOINED=not (cfg.x_planes or cfg.x_split), USE_ASM=not envs.TRITON_INTERPRET.get(),
@@ -228,7 +223,7 @@ def launch_swap(cfg: Swap, x2: torch.Tensor, qweight: torch.Tensor, scales: torc
         SPLIT_P2=next_pow2(split) if reduce else 1, X_PLANES=cfg.x_planes,
         X_SPLIT=cfg.x_split, PLANE_MAJOR=plane_major, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
-    return splitk.finish(target, out, counters)
+    return splitk.finish(target, t.out, counters)
 
 
 def plane_order(x2: torch.Tensor, block_k: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .kernel_timing import rel_err, rotations, time_op
+from .kernel_timing import checked_time, rel_err, rotations, time_op
 
 
 def make_paged(b, ctx, h, hkv, d, bs, dt, dev, n_sets):
@@ -72,12 +72,10 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> 
             def run(i, cfg=cfg, sets=sets, qs=qs, sl=seq_lens, scale=scale, ctx=ctx):
                 kc, vc, table = sets[i]
                 return paged_decode(qs[i], kc, vc, table, sl, scale, ctx, cfg)
-            try:
-                err = rel_err(run(0), ref)
-                us = time_op(run, n_rot, smoke)
-            except Exception as exc:
-                log(f"  decode {cfg}: FAILED {type(exc).__name__}: {exc}")
+            timed = checked_time(run, ref, n_rot, smoke, log, f"  decode {cfg}")
+            if timed is None:
                 continue
+            us, err = timed
             row["variants"].append(dict(cfg=str(cfg), us=us, err=err, vs_sdpa=us_sdpa / us,
                                         bw_frac=kv_bytes / (us * 1e-6) / copy_bw))
         ok = [v for v in row["variants"] if v["err"] < 1e-2]

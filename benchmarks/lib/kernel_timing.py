@@ -6,7 +6,8 @@ triton.testing.do_bench over replays of a CUDA graph that calls ``fn`` on a rota
 calls per replay: no launch gaps, no L2 reuse between calls. With ``smoke`` (CPU, Triton
 interpreter) it is one plain call's wall time, which checks the scripts, not the kernels.
 ``copy_bandwidth`` is the bandwidth reference (device-to-device copy), ``rel_err`` the error
-measure every variant is checked with before it is timed.
+measure every variant is checked with before it is timed; ``checked_time`` does both for one
+variant and reports one that fails (to compile, say) instead of stopping the sweep.
 """
 
 from __future__ import annotations
@@ -54,6 +55,18 @@ def time_op(fn, n_rot: int, smoke: bool) -> float:
     ms = triton.testing.do_bench(graph.replay, warmup=5, rep=25, return_mode="median")
     del graph
     return ms * 1e3 / calls
+
+
+def checked_time(fn, ref: torch.Tensor, n_rot: int, smoke: bool, log, label: str
+                 ) -> tuple[float, float] | None:
+    """(microseconds per call as ``time_op`` times it, ``rel_err`` of ``fn(0)`` against ``ref``);
+    None, with ``label: FAILED ...`` logged, where the variant raises."""
+    try:
+        err = rel_err(fn(0), ref)
+        return time_op(fn, n_rot, smoke), err
+    except Exception as exc:  # a variant that fails to compile is reported, not fatal
+        log(f"{label}: FAILED {type(exc).__name__}: {exc}")
+        return None
 
 
 def copy_bandwidth(dev, smoke: bool) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .kernel_timing import rel_err, rotations, time_op
+from .kernel_timing import checked_time, rel_err, rotations, time_op
 
 SHAPES = [  # (model, name, K, N)
     ("llama2-7b", "qkv", 4096, 12288), ("llama2-7b", "o", 4096, 4096),
@@ -57,12 +57,10 @@ def bench_w4a16(dev, smoke: bool, log, quick: bool = False) -> list[dict]:
                 def run(i, conf=conf, xs=xs, sets=sets, gs=gs):
                     qw, s, z = sets[i]
                     return w4a16_matmul(xs[i], qw, s, z, gs, config=conf)
-                try:
-                    err = rel_err(run(0), ref)
-                    us = time_op(run, n_rot_q, smoke)
-                except Exception as exc:  # a variant that fails to compile is reported
-                    log(f"  {name} m={m} {cfg}: FAILED {type(exc).__name__}: {exc}")
+                timed = checked_time(run, ref, n_rot_q, smoke, log, f"  {name} m={m} {cfg}")
+                if timed is None:
                     continue
+                us, err = timed
                 entry = dict(cfg=str(cfg) if cfg else "auto", us=us, err=err,
                              speedup=us_cublas / us)
                 if isinstance(cfg, str):

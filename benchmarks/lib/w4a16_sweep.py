@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .kernel_timing import copy_bandwidth, rel_err, rotations, time_op
+from .kernel_timing import checked_time, copy_bandwidth, rotations, time_op
 from .w4a16_bench import SHAPES
 
 MS = [1, 2, 8, 16, 32, 64, 128, 256]
@@ -101,12 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                     qw, s, z = sets[i]
                     return w4a16_matmul(xs[i], qw, s, z, gs, config=cfg,
                                         planes_packed=args.planes)
-                try:
-                    err = rel_err(run(0), ref)
-                    us = time_op(run, n_rot_q, False)
-                except Exception as exc:
-                    log(f"{name} m={m} {vname}: FAILED {type(exc).__name__}: {exc}")
+                timed = checked_time(run, ref, n_rot_q, False, log, f"{name} m={m} {vname}")
+                if timed is None:
                     continue
+                us, err = timed
                 row["res"][vname] = dict(us=us, err=err, speedup=us_cublas / us,
                                          bw=q_bytes / (us * 1e-6) / copy_bw)
                 log(f"{model} {name} M={m} {vname}: x{us_cublas / us:.2f} err {err:.1e} "
