@@ -252,8 +252,16 @@ def test_refusals_say_what_is_wrong(rng: random.Random) -> None:
             sched.update_from_output, first, {seq.seq_id: 1})
     sched = make(10)
     (seq,) = sched.add_request("b", rand_prompt(rng, 3), SamplingParams())
-    refused(KeyError, f"sampled has no token for seq_id {seq.seq_id} (request 'b'), which was "
-            "scheduled with do_sample=True.", sched.update_from_output, sched.schedule(), {})
+    (other,) = sched.add_request("c", rand_prompt(rng, 3), SamplingParams())
+    out = sched.schedule()
+    assert [r.seq for r in out.scheduled] == [seq, other]
+    refused(KeyError, f"sampled has no token for seq_id {other.seq_id} (request 'c'), which "
+            "was scheduled with do_sample=True.", sched.update_from_output, out,
+            {seq.seq_id: 1})
+    # a refused update changed nothing: no row advanced, the same output applies whole
+    assert (seq.num_computed_tokens, seq.output_token_ids) == (0, [])
+    assert sched.update_from_output(out, {seq.seq_id: 1, other.seq_id: 2}) == [seq, other]
+    assert (seq.num_computed_tokens, list(other.output_token_ids)) == (3, [2])
 
 
 @pytest.mark.parametrize("prompt_len,num_copies", [(21, 2), (17, 0)])

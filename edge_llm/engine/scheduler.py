@@ -189,6 +189,18 @@ class Scheduler:
         """
         if scheduler_output.consumed:
             raise RuntimeError("update_from_output was already called for this SchedulerOutput.")
+        # every row checked before any changes: a refused update leaves the scheduler as it was
+        for row in scheduler_output.scheduled:
+            seq = row.seq
+            if seq.status is not _RUNNING:
+                continue
+            if seq.num_computed_tokens != row.start_pos:
+                raise RuntimeError(f"{seq!r} changed between schedule() and update_from_output().")
+            if row.do_sample and sampled.get(seq.seq_id) is None:
+                raise KeyError(
+                    f"sampled has no token for seq_id {seq.seq_id} (request "
+                    f"{seq.request_id!r}), which was scheduled with do_sample=True."
+                )
         scheduler_output.consumed = True
         pool, bs = self.pool, self.block_size
         caching = pool.enable_prefix_caching
@@ -198,18 +210,11 @@ class Scheduler:
             seq = row.seq
             if seq.status is not _RUNNING:
                 continue
-            if seq.num_computed_tokens != row.start_pos:
-                raise RuntimeError(f"{seq!r} changed between schedule() and update_from_output().")
             computed = seq.num_computed_tokens = row.start_pos + row.num_scheduled_tokens
             if caching and computed >= (seq.num_registered_blocks + 1) * bs:
                 pool.cache_full_blocks(seq)
             if row.do_sample:
-                token = sampled.get(seq.seq_id)
-                if token is None:
-                    raise KeyError(
-                        f"sampled has no token for seq_id {seq.seq_id} (request "
-                        f"{seq.request_id!r}), which was scheduled with do_sample=True."
-                    )
+                token = sampled[seq.seq_id]
                 seq.append_token(token)
                 got.append(seq)
                 if self._check_stop(seq, token):
