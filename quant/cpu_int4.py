@@ -69,11 +69,7 @@ def pack_for_cpu(
     return CpuInt4Weight(packed, sz, group_size, n)
 
 
-# the overload itself: calling the packet resolves the overload on every call (~1 us, a
-# measurable part of a batch-1 decode step on the CPU, which calls it 4 times a layer)
-_INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
-
-
 def cpu_int4_matmul(x2: torch.Tensor, w: CpuInt4Weight) -> torch.Tensor:
     """x2 (M, K) bf16 @ W -> (M, N) bf16 (the kernel accumulates in fp32)."""
-    return _INT4_MM(x2.contiguous(), w.packed, w.group_size, w.scales_and_zeros)
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(
+        x2.contiguous(), w.packed, w.group_size, w.scales_and_zeros)
