@@ -139,3 +139,17 @@ def test_small_models_decode_on_one_thread(models):
     with threads_at_most(None), threads_at_most(before + 1):
         assert torch.get_num_threads() == before  # never raised
     assert torch.get_num_threads() == before
+
+
+def test_only_a_bf16_model_gets_the_int4_copy(models, tmp_path):
+    """The int4 kernel's packed form is a second copy of the words: built for a bf16 model,
+    whose decode runs that kernel, and not for one loaded in fp32 (the exact reference)."""
+    def forms(decoder: CpuDecoder) -> list:
+        return [lin.form for layer in decoder.layers
+                for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+
+    assert all(form is not None for form in forms(CpuDecoder(models["awq-bf16"])))
+    path = _quantized_checkpoint(tiny_hf_model("LlamaForCausalLM"), CASES[0], tmp_path / "awq")
+    fp32 = load_model(str(path), device="cpu", dtype="float32", progress=False).model
+    assert fp32.lm_head.weight.dtype == torch.float32
+    assert all(form is None for form in forms(CpuDecoder(fp32)))

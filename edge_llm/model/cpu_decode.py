@@ -101,11 +101,13 @@ class _StepPlan:
 class _Linear:
     """One linear of a layer as the step calls it: the int4 kernel's packed form where the
     module would run that kernel for bf16 rows (``QuantLinear.cpu_int4_weight``; fewer rows
-    than the dense copy's ``DENSE_MIN_ROWS``), else the module."""
+    than the dense copy's ``DENSE_MIN_ROWS``), else the module. ``bf16``: whether the model
+    runs in bf16; only then is the form built (it is a second copy of the weight's words)."""
 
-    def __init__(self, lin: nn.Module) -> None:
+    def __init__(self, lin: nn.Module, bf16: bool) -> None:
         self.module = lin
-        self.form = lin.cpu_int4_weight() if hasattr(lin, "cpu_int4_weight") else None
+        self.form = (lin.cpu_int4_weight() if bf16 and hasattr(lin, "cpu_int4_weight")
+                     else None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         form = self.form
@@ -134,12 +136,13 @@ class _Layer:
     """One decoder layer's weights and attention shape, looked up once (``nn.Module``
     attribute access is a dictionary walk per name)."""
 
-    def __init__(self, layer: DecoderLayer) -> None:
+    def __init__(self, layer: DecoderLayer, bf16: bool) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.input_norm = _Norm(layer.input_layernorm)
         self.post_norm = _Norm(layer.post_attention_layernorm)
-        self.qkv, self.o = _Linear(attn.qkv_proj), _Linear(attn.o_proj)
-        self.gate_up, self.down = _Linear(mlp.gate_up_proj), _Linear(mlp.down_proj)
+        self.qkv, self.o = _Linear(attn.qkv_proj, bf16), _Linear(attn.o_proj, bf16)
+        self.gate_up = _Linear(mlp.gate_up_proj, bf16)
+        self.down = _Linear(mlp.down_proj, bf16)
         self.heads, self.kv_heads, self.head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
         self.scale = attn.scale
 
@@ -188,7 +191,8 @@ class CpuDecoder:
             raise ValueError("cpu_decode: this model's layers are not served (see "
                              "cpu_decode_supported)")
         self.lm = lm
-        self.layers = [_Layer(layer) for layer in lm.model.layers]
+        bf16 = lm.lm_head.weight.dtype == torch.bfloat16
+        self.layers = [_Layer(layer, bf16) for layer in lm.model.layers]
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor,
                  kv_caches: list[KVCache], meta: AttentionMetadata) -> torch.Tensor | None:
