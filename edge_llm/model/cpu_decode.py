@@ -9,9 +9,7 @@ window or act-order gather in a norm, a KV cache in the activation dtype), and c
 same values as the references, op for op in the same precision (tests/test_cpu_decode.py
 asserts equal hidden states):
 
-- RMSNorm: the residual add, the fp32 normalisation and its rounding (``torch.rms_norm``,
-  one op for the six of ``add_rms_norm_ref``, equal bit for bit), the weight's scale, without
-  the module and dispatcher layers;
+- RMSNorm: ``add_rms_norm_ref`` itself, without the module and dispatcher layers;
 - rotary: q and k rotated in one pass as ``x * [cos | cos] + roll(x, D/2) * [-sin | sin]``
   with the tables' rows expanded once per step (the same products and sums as
   ``_rotate_half_ref``: a - b is a + (-b) in IEEE arithmetic);
@@ -39,6 +37,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from edge_llm.kernels import add_rms_norm_ref, rms_norm_ref
 from edge_llm.quant.cpu_dense import DENSE_MIN_ROWS
 from edge_llm.quant.cpu_int4 import cpu_int4_matmul
 
@@ -121,15 +120,13 @@ class _Norm:
 
     def __init__(self, norm: RMSNorm) -> None:
         self.weight, self.eps = norm.weight, norm.eps
-        self.shape = (norm.weight.shape[0],)
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(RMSNorm(residual + x), residual + x): ``add_rms_norm_ref``'s arithmetic."""
-        residual = x if residual is None else residual + x
-        # torch.rms_norm normalises in fp32 and rounds to the input's dtype once: the
-        # reference's upcast, mean of squares, rsqrt, product and rounding, bit for bit
-        return self.weight * torch.rms_norm(residual, self.shape, eps=self.eps), residual
+        """(RMSNorm(residual + x), residual + x), x alone where residual is None."""
+        if residual is None:
+            return rms_norm_ref(x, self.weight, self.eps), x
+        return add_rms_norm_ref(x, residual, self.weight, self.eps)
 
 
 class _Layer:
