@@ -262,6 +262,12 @@ def test_refusals_say_what_is_wrong(rng: random.Random) -> None:
     assert (seq.num_computed_tokens, seq.output_token_ids) == (0, [])
     assert sched.update_from_output(out, {seq.seq_id: 1, other.seq_id: 2}) == [seq, other]
     assert (seq.num_computed_tokens, list(other.output_token_ids)) == (3, [2])
+    # a row aborted in flight is skipped, and the rows after it are still checked
+    out = sched.schedule()
+    sched.abort("b")
+    refused(KeyError, f"sampled has no token for seq_id {other.seq_id} (request 'c'), which "
+            "was scheduled with do_sample=True.", sched.update_from_output, out, {})
+    assert sched.update_from_output(out, {other.seq_id: 3}) == [other]
 
 
 @pytest.mark.parametrize("prompt_len,num_copies", [(21, 2), (17, 0)])

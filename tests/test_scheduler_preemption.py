@@ -297,3 +297,29 @@ def test_swapped_prefill_comes_back_with_the_chunk_that_fits(rng: random.Random)
     assert [(r.seq, r.start_pos, r.num_scheduled_tokens) for r in out.scheduled] == [
         (a, 9, 1), (p, 24, 8)]
     drain(sched, kv)
+
+
+@pytest.mark.parametrize("running", [2, 3])
+def test_a_swapped_sequence_returns_into_the_last_free_seat(rng: random.Random,
+                                                            running: int) -> None:
+    """max_num_seqs counts seats: with 3 and 2 sequences running, the swapped one comes back
+    (2 + 1 = 3); with 3 running it waits."""
+    sched = make(8, num_cpu_blocks=4, budget=16, max_num_seqs=3)
+    seqs = [sched.add_request(f"r{i}", rand_prompt(rng, 9), SamplingParams(max_tokens=4),
+                              float(i))[0] for i in range(running + 1)]
+    *runners, s = seqs
+    sched.waiting.clear()
+    for seq in runners:
+        seq.block_table = sched.pool.allocate(1)
+        seq.num_computed_tokens = 8
+        seq.status = SequenceStatus.RUNNING
+        sched.running.append(seq)
+    s.num_computed_tokens, s.status = 8, SequenceStatus.SWAPPED
+    s.swap_slots = sched.swap_space.allocate(1)
+    sched.swapped.append(s)
+    sched.check_integrity()  # the hand-made state is a legal one
+    out = sched.schedule()
+    back = running + 1 <= 3
+    assert (s in [r.seq for r in out.scheduled]) is back
+    assert s.status is (SequenceStatus.RUNNING if back else SequenceStatus.SWAPPED)
+    assert len(out.scheduled) == min(running + 1, 3)
