@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import random
 import sys
@@ -82,6 +83,38 @@ async def test_ping_and_health_while_loading_then_ready(fake_tokenizer, token_sc
         assert r.status_code == 200 and r.json()["state"] == "ready"
         metrics = (await c.get("/metrics")).text
         assert 'edge_llm:startup_phase_seconds{phase="ready"}' in metrics
+
+
+@pytest.mark.parametrize("loads", [True, False])
+async def test_the_cyclic_gc_is_off_while_loading_then_frozen(fake_tokenizer, token_scripts,
+                                                              loads):
+    """freeze_gc (serve): the GC is off while the factory runs and on again after ready, the
+    start-up objects frozen; a failed load turns it back on too."""
+    seen: list[bool] = []
+
+    def factory():
+        seen.append(gc.isenabled())
+        if not loads:
+            raise RuntimeError("no model here")
+        return SleepyEngine(fake_tokenizer, token_scripts)
+
+    app = create_app(EngineConfig(scheduler=SchedulerConfig(max_num_seqs=8)),
+                     ServerConfig(log_requests=False, allowed_hosts=TEST_CLIENT_HOSTS),
+                     engine_factory=factory, on_load_failure=lambda exc: None,
+                     lifecycle=LifecycleConfig(freeze_gc=True, warmup=False))
+    assert gc.isenabled()
+    try:
+        async with AsyncTestClient(app) as c:
+            for _ in range(200):
+                if (await c.get("/health")).status_code != 503 or not loads and seen:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            assert seen == [False] and gc.isenabled()
+            assert (gc.get_freeze_count() > 0) is loads
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 async def test_sleep_wake_routes_and_wake_on_request(fake_tokenizer, token_scripts):

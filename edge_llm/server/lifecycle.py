@@ -102,6 +102,8 @@ class EngineHolder:
         """Begin loading in the background; returns at once (call inside the event loop)."""
         self._done = asyncio.Event()
         self._sleep_lock = asyncio.Lock()
+        if self.freeze_gc:
+            gc.disable()  # until ready (LifecycleConfig.freeze_gc); _load turns it back on
         self._task = asyncio.create_task(self._load(), name="edge-llm-load")
         self._notice_task = asyncio.create_task(self._loading_notices(),
                                                 name="edge-llm-loading-notice")
@@ -146,6 +148,8 @@ class EngineHolder:
                             gc.get_freeze_count())
             await self.hooks.fire("on_ready")
         finally:
+            if self.freeze_gc:
+                gc.enable()
             self.warming = False
             self._done.set()
 
