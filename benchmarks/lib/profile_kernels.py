@@ -290,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
         ahead_us = res["graph_step_us_ahead"]
         print(table(b, kernels[b], ahead_us, a.top), flush=True)
         print("with CUDA graphs: " + table(b, res["graph_kernels"], ahead_us, a.top), flush=True)
+        if sum(us for _, us in res["graph_kernels"].values()) > ahead_us:
+            # a kernel launched early by programmatic dependent launch waits inside its
+            # predecessor's time, so the replayed kernels overlap and their times add up to
+            # more than the step
+            print("(the replayed kernels overlap: their times are not the step's; read the "
+                  "eager tally above for where the step goes)")
         print(f"graph step: {sync_us:.0f} us with sync outputs, {async_us:.0f} with async "
               f"outputs ({sync_us / async_us:.3f}x), {ahead_us:.0f} with run-ahead as well "
               f"({sync_us / ahead_us:.3f}x)")
