@@ -25,7 +25,7 @@ if str(BENCHMARKS) not in sys.path:
 log = logging.getLogger("e2e")
 GiB = 1 << 30
 MiB = 1 << 20
-DEFAULT_CKPT_DIR = Path(os.environ.get("EDGE_LLM_BENCH_DIR", "/tmp/edge-llm-bench"))
+DEFAULT_CKPT_DIR = Path("/tmp/edge-llm-bench")  # the scripts' --ckpt-dir default
 
 
 @dataclass(frozen=True)
