@@ -32,19 +32,26 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> 
     from edge_llm.kernels.paged_attention import DecodeConfig, paged_attention_ref, paged_decode
 
     dt = torch.float32 if smoke else torch.float16
-    cases = [(2, 40, 4, 2, 32, 8)] if smoke else [
-        (32, 2048, 32, 8, 128, 16), (32, 2048, 32, 4, 128, 16), (4, 8192, 32, 8, 128, 16),
-        (64, 1024, 28, 4, 128, 16)]
-    # the default first; then the splits summed by a second launch, and fixed split counts
+    # (batch, context, heads, kv heads, head dim, block size, the launch's longest context):
+    # full batches, and one sequence of a short context in a CUDA graph sized for 4,096 (a
+    # batch-1 decode step of the engine: most context splits empty)
+    cases = [(2, 40, 4, 2, 32, 8, 40), (1, 40, 4, 4, 32, 8, 256)] if smoke else [
+        (32, 2048, 32, 8, 128, 16, 2048), (32, 2048, 32, 4, 128, 16, 2048),
+        (4, 8192, 32, 8, 128, 16, 8192), (64, 1024, 28, 4, 128, 16, 1024),
+        (1, 128, 32, 32, 128, 16, 4096), (1, 512, 32, 32, 128, 16, 4096),
+        (1, 2048, 32, 32, 128, 16, 4096), (1, 512, 32, 8, 128, 16, 8192)]
+    # the default first; then the splits summed by a second launch, fixed split counts, and
+    # the fewest tokens a split takes
     quick_set = [DecodeConfig(), DecodeConfig(fused_reduce=False), DecodeConfig(num_splits=2),
-                 DecodeConfig(num_splits=4)]
+                 DecodeConfig(num_splits=4), *(DecodeConfig(min_partition=mp)
+                                               for mp in (1, 128, 512, 1024))]
     variants = [DecodeConfig()] if smoke else quick_set if quick else quick_set + [
         DecodeConfig(bn, sp, w, st) for bn, sp, w, st in (
             (64, 0, 4, 3), (64, 1, 4, 3), (32, 0, 4, 3), (128, 0, 4, 3), (128, 0, 8, 3),
             (64, 0, 4, 4), (64, 0, 4, 2), (64, 2, 4, 3), (64, 4, 4, 3), (128, 1, 8, 2),
             (32, 1, 2, 4))]
     rows = []
-    for b, ctx, h, hkv, d, bs in cases:
+    for b, ctx, h, hkv, d, bs, max_ctx in cases:
         g = h // hkv
         kv_bytes = 2 * b * ctx * hkv * d * 2
         n_rot = rotations(kv_bytes)
@@ -66,12 +73,12 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> 
             kk, vv = contig[i]
             return F.scaled_dot_product_attention(qs[i].view(shape), kk, vv, scale=scale)
         us_sdpa = time_op(sdpa, n_rot, smoke)
-        row = dict(b=b, ctx=ctx, h=h, hkv=hkv, d=d, bs=bs, kv_bytes=kv_bytes, sdpa_us=us_sdpa,
-                   variants=[])
+        row = dict(b=b, ctx=ctx, max_ctx=max_ctx, h=h, hkv=hkv, d=d, bs=bs, kv_bytes=kv_bytes,
+                   sdpa_us=us_sdpa, variants=[])
         for cfg in variants:
-            def run(i, cfg=cfg, sets=sets, qs=qs, sl=seq_lens, scale=scale, ctx=ctx):
+            def run(i, cfg=cfg, sets=sets, qs=qs, sl=seq_lens, scale=scale, mx=max_ctx):
                 kc, vc, table = sets[i]
-                return paged_decode(qs[i], kc, vc, table, sl, scale, ctx, cfg)
+                return paged_decode(qs[i], kc, vc, table, sl, scale, mx, cfg)
             timed = checked_time(run, ref, n_rot, smoke, log, f"  decode {cfg}")
             if timed is None:
                 continue
@@ -80,16 +87,17 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> 
                                         bw_frac=kv_bytes / (us * 1e-6) / copy_bw))
         ok = [v for v in row["variants"] if v["err"] < 1e-2]
         row["default"] = row["variants"][0] if row["variants"] else None
-        row["fp8"] = _decode_fp8(sets, qs, seq_lens, qsl, scale, ctx, n_rot, kv_bytes // 2,
+        row["fp8"] = _decode_fp8(sets, qs, seq_lens, qsl, scale, max_ctx, n_rot, kv_bytes // 2,
                                  copy_bw, smoke, row["default"])
         row["best"] = min(ok, key=lambda v: v["us"]) if ok else None
         rows.append(row)
         for v in row["variants"]:
-            log(f"decode B={b} ctx={ctx} G={g}: {v['cfg']} {v['us']:.1f}us err {v['err']:.1e} "
-                f"bw {v['bw_frac']:.2f} vs sdpa x{v['vs_sdpa']:.2f}")
+            log(f"decode B={b} ctx={ctx}/{max_ctx} G={g}: {v['cfg']} {v['us']:.1f}us "
+                f"err {v['err']:.1e} bw {v['bw_frac']:.2f} vs sdpa x{v['vs_sdpa']:.2f}")
         f8 = row["fp8"]
         vs = "-" if f8["vs_fp16"] is None else f"x{f8['vs_fp16']:.2f}"
-        log(f"decode B={b} ctx={ctx} G={g}: fp8 KV (default config) {f8['us']:.1f}us err "
+        log(f"decode B={b} ctx={ctx}/{max_ctx} G={g}: fp8 KV (default config) {f8['us']:.1f}us "
+            f"err "
             f"{f8['err']:.1e} bw {f8['bw_frac']:.2f} (of its fp8 bytes), vs the fp16 cache {vs}")
     return rows
 
