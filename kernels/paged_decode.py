@@ -3,18 +3,15 @@ with a reduce kernel; the oracle is ``paged_attention_ref`` (kernels/paged_atten
 
     grid (B, Hkv, S): program (b, h, s) owns the G = H / Hkv query heads of kv head h and
     context tokens [s * P, min((s + 1) * P, seq_len)). The partition P = ceil(seq_len / S)
-    rounded up to BLOCK_N, and at least MIN_PARTITION tokens, is per sequence, read from
-    seq_lens on the device (``decode_partition``): the grid S is sized for the longest context
-    the launch allows (a CUDA graph's max_model_len), and a long context still spreads over
-    the S programs instead of leaving all but the first partition empty (else at batch 1 one
-    program per head walks the whole context while the others idle). The V = ceil(seq_len /
-    P) programs with tokens are the live ones; the others exit at once. Each loaded K/V tile
-    [BLOCK_N, D] serves all G heads through one tl.dot whose M rows are the heads (padded to
-    16). With V = 1 (a context of at most MIN_PARTITION tokens) that program writes the
-    output itself. With V > 1 every live program writes its normalised partial output and
-    log2-sum-exp, and the V partials per head are weighted by their sum-exps: by the last of
-    the V live programs of (b, h) to finish (``FUSED_REDUCE``, the counter scheme of
-    kernels/splitk.py: no second launch), or by a reduce kernel.
+    rounded up to BLOCK_N is per sequence, read from seq_lens on the device: the grid S is
+    sized for the longest context the launch allows (a CUDA graph's max_model_len), and a
+    short context still spreads over the S programs instead of leaving all but the first
+    partition empty (else at batch 1 one program per head walks the whole context while the
+    others idle). Each loaded K/V tile [BLOCK_N, D] serves all G heads through
+    one tl.dot whose M rows are the heads (padded to 16). With S > 1 every program writes
+    its normalised partial output and log2-sum-exp, and the S partials per head are weighted
+    by their sum-exps: by the last of the S programs of (b, h) to finish (``FUSED_REDUCE``, the
+    counter scheme of kernels/splitk.py: no second launch), or by a reduce kernel.
 """
 
 from __future__ import annotations
@@ -46,18 +43,11 @@ from .splitk import last_of_tile, release_tile
 
 
 @triton.jit
-def decode_partition(seq_len, num_splits, BLOCK_N: tl.constexpr, MIN_PARTITION: tl.constexpr):
-    """Context tokens per split of one sequence: ``context_partition``, at least
-    MIN_PARTITION (a multiple of BLOCK_N)."""
-    return tl.maximum(context_partition(seq_len, num_splits, BLOCK_N), MIN_PARTITION)
-
-
-@triton.jit
 def _prefetch_tokens(seq_len, split, num_splits, BLOCK_N: tl.constexpr,
-                     PREFETCH: tl.constexpr, MIN_PARTITION: tl.constexpr):
+                     PREFETCH: tl.constexpr):
     """The context tokens of the first PREFETCH tiles of split ``split``: past the split's
     end its last token again; for an empty split the sequence's last token."""
-    partition_size = decode_partition(seq_len, num_splits, BLOCK_N, MIN_PARTITION)
+    partition_size = context_partition(seq_len, num_splits, BLOCK_N)
     start = split * partition_size
     end = tl.minimum(seq_len, start + partition_size)
     last = tl.maximum(tl.where(end > start, end, seq_len) - 1, 0)
@@ -68,13 +58,13 @@ def _prefetch_tokens(seq_len, split, num_splits, BLOCK_N: tl.constexpr,
 def _prefetch_partition(k_ptr, v_ptr, table_ptr, seq_lens_ptr, b, kvh, split, stride_kb,
                         stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
                         BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, D_PAD: tl.constexpr,
-                        LINE: tl.constexpr, PREFETCH: tl.constexpr, MIN_PARTITION: tl.constexpr):
+                        LINE: tl.constexpr, PREFETCH: tl.constexpr):
     """Before the PDL wait: the keys and values of the first PREFETCH tiles of this
     program's context split asked into L2 (tokens past the split repeat its last one; an
     empty split repeats the sequence's last token). Reads ``seq_lens`` and the block table,
     which the engine fills by copies before a forward, never from a kernel of it."""
     tok = _prefetch_tokens(tl.load(seq_lens_ptr + b), split, tl.num_programs(2), BLOCK_N,
-                           PREFETCH, MIN_PARTITION)
+                           PREFETCH)
     prefetch_kv_lines(k_ptr, v_ptr, table_ptr + b * stride_bt, tok, kvh, stride_kb, stride_ks,
                       stride_kh, stride_vb, stride_vs, stride_vh, BLOCK_SIZE, D_PAD, LINE)
 
@@ -91,54 +81,25 @@ def _paged_decode_kernel(
     PDL: tl.constexpr = False,
     PREFETCH: tl.constexpr = 0,
     LINE: tl.constexpr = 64,
-    MIN_PARTITION: tl.constexpr = 0,
     window=0, softcap_log2=0.0,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
 ):
-    """MIN_PARTITION: the fewest context tokens of a split (``decode_partition``); WINDOW:
-    the splits cover keys from the first tile of the window on (``window_floor``), and keys
-    before seq_len - window are masked; SOFTCAP: scores soft-capped at ``softcap_log2`` (the
-    cap in log2 units)."""
+    """WINDOW: the splits cover keys from the first tile of the window on (``window_floor``),
+    and keys before seq_len - window are masked; SOFTCAP: scores soft-capped at
+    ``softcap_log2`` (the cap in log2 units)."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     if PDL and PREFETCH > 0:
         _prefetch_partition(k_ptr, v_ptr, table_ptr, seq_lens_ptr, b, kvh, split, stride_kb,
                             stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                            BLOCK_SIZE, BLOCK_N, D_PAD, LINE, PREFETCH, MIN_PARTITION)
+                            BLOCK_SIZE, BLOCK_N, D_PAD, LINE, PREFETCH)
     pdl_enter(PDL)
     seq_len = tl.load(seq_lens_ptr + b)
     lo = 0
     if WINDOW:
         lo = window_floor(seq_len - 1, window, BLOCK_N)
-    partition_size = decode_partition(seq_len - lo, tl.num_programs(2), BLOCK_N, MIN_PARTITION)
-    # the live programs: those with tokens, at least one (an empty context gives zeros)
-    live = tl.maximum(tl.cdiv(seq_len - lo, partition_size), 1)
-    if split < live:
-        _decode_partition(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, part_out_ptr, part_lse_ptr,
-                          cnt_ptr, scale_log2, b, kvh, split, seq_len, lo, partition_size,
-                          live, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh,
-                          stride_vb, stride_vs, stride_vh, stride_bt, stride_ot, stride_oh,
-                          stride_pb, stride_ph, stride_ps, GROUP, GROUP_PAD, HEAD_DIM, D_PAD,
-                          BLOCK_SIZE, BLOCK_N, SPLIT, FUSED_REDUCE, SPLITS_PAD, FP8_CVT,
-                          window, softcap_log2, WINDOW, SOFTCAP)
-
-
-@triton.jit
-def _decode_partition(
-    q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, part_out_ptr, part_lse_ptr, cnt_ptr, scale_log2,
-    b, kvh, split, seq_len, lo, partition_size, live,
-    stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    stride_bt, stride_ot, stride_oh, stride_pb, stride_ph, stride_ps,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    FUSED_REDUCE: tl.constexpr, SPLITS_PAD: tl.constexpr, FP8_CVT: tl.constexpr,
-    window, softcap_log2, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
-):
-    """One live program of ``_paged_decode_kernel``: the G heads of kv head ``kvh`` over
-    context split ``split`` of ``live``; writes the output itself when it is the only live
-    one (or the launch has no split), else its partial, and sums the partials when it is the
-    last live program to finish (FUSED_REDUCE)."""
+    partition_size = context_partition(seq_len - lo, tl.num_programs(2), BLOCK_N)
     start = lo + split * partition_size
     end = tl.minimum(seq_len, start + partition_size)
     offs_g = tl.arange(0, GROUP_PAD)
@@ -174,21 +135,19 @@ def _decode_partition(
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros
     o_mask = g_mask[:, None] & d_mask[None, :]
-    o_ptrs = out_ptr + b * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
     if not SPLIT:
-        tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
-    elif live == 1:  # the only live program: no partials to sum
-        tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
+        tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=o_mask)
     else:
         base = b * stride_pb + heads * stride_ph + split * stride_ps  # (G_PAD,)
         tl.store(part_out_ptr + base[:, None] * HEAD_DIM + offs_d[None, :], out, mask=o_mask)
         tl.store(part_lse_ptr + base, m_i + tl.log2(l_i), mask=g_mask)
         if FUSED_REDUCE:
             tile = b * tl.num_programs(1) + kvh
-            if last_of_tile(cnt_ptr, tile, live):
+            if last_of_tile(cnt_ptr, tile, tl.num_programs(2)):
                 _sum_splits(part_out_ptr, part_lse_ptr, out_ptr, b, heads, g_mask, offs_d,
-                            o_mask, live, stride_ps, stride_pb, stride_ph, stride_ot, stride_oh,
-                            HEAD_DIM, SPLITS_PAD)
+                            o_mask, tl.cdiv(seq_len - lo, partition_size), stride_ps, stride_pb,
+                            stride_ph, stride_ot, stride_oh, HEAD_DIM, SPLITS_PAD)
                 release_tile(cnt_ptr, tile)
 
 
@@ -227,27 +186,25 @@ def _paged_decode_reduce_kernel(
     part_out_ptr, part_lse_ptr, seq_lens_ptr, out_ptr,
     stride_pb, stride_ph, stride_ps, stride_ot, stride_oh,
     num_splits, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr, MIN_PARTITION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
     PDL: tl.constexpr = False,
     window=0, WINDOW: tl.constexpr = False,
 ):
-    """out[b, h] = sum_s w_s * part[b, h, s] with w_s = 2^lse_s / sum 2^lse (valid splits),
-    where there are two or more (one live split wrote ``out`` itself)."""
+    """out[b, h] = sum_s w_s * part[b, h, s] with w_s = 2^lse_s / sum 2^lse (valid splits)."""
     pdl_enter(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + b)
     if WINDOW:  # the splits cover the window's tiles only (as in _paged_decode_kernel)
         seq_len = seq_len - window_floor(seq_len - 1, window, BLOCK_N)
-    num_valid = tl.cdiv(seq_len, decode_partition(seq_len, num_splits, BLOCK_N, MIN_PARTITION))
-    if num_valid > 1:
-        offs_s = tl.arange(0, SPLITS_PAD)
-        offs_d = tl.arange(0, D_PAD)
-        s_mask = (offs_s < num_valid) & (offs_s < num_splits)
-        base = b * stride_pb + h * stride_ph + offs_s * stride_ps  # (S_PAD,)
-        out = merge_partials(part_out_ptr, part_lse_ptr, base, s_mask, offs_d, HEAD_DIM)
-        tl.store(out_ptr + b * stride_ot + h * stride_oh + offs_d,
-                 out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    num_valid = tl.cdiv(seq_len, context_partition(seq_len, num_splits, BLOCK_N))
+    offs_s = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, D_PAD)
+    s_mask = (offs_s < num_valid) & (offs_s < num_splits)
+    base = b * stride_pb + h * stride_ph + offs_s * stride_ps  # (S_PAD,)
+    out = merge_partials(part_out_ptr, part_lse_ptr, base, s_mask, offs_d, HEAD_DIM)
+    tl.store(out_ptr + b * stride_ot + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
+             mask=offs_d < HEAD_DIM)
 
 
 MAX_FUSED_SPLITS = 16
@@ -259,9 +216,7 @@ PREFETCH_TILES = 1
 class DecodeConfig:
     """Decode launch knobs; num_splits 0 = choose from the GPU size and the longest context;
     fused_reduce: the last program of each (sequence, kv head) sums the splits (when there
-    are at most ``max_fused_splits`` of them); min_partition: the fewest context tokens a
-    split takes (rounded up to block_n), so a context up to that long is one program's,
-    with no partials to sum; max_registers: see below."""
+    are at most ``max_fused_splits`` of them); max_registers: see below."""
 
     block_n: int = 64
     num_splits: int = 0
@@ -269,7 +224,6 @@ class DecodeConfig:
     num_stages: int = 3
     fused_reduce: bool = True
     max_fused_splits: int = MAX_FUSED_SPLITS
-    min_partition: int = 256
     # a per-thread register cap for the launches that sum their splits in the kernel (ptxas
     # .maxnreg; None: ptxas decides). Triton 3.6 on sm_90 gives that kernel far more registers
     # than without the sum (the atomic counter alone does it): 3 programs per multiprocessor
@@ -323,7 +277,6 @@ def paged_decode(
     splits, _ = decode_split_plan(b * hkv, max_ctx, num_sms(q.device), cfg.block_n,
                                   cfg.num_splits)
     d_pad = next_pow2(d)
-    min_part = cdiv(max(cfg.min_partition, 1), cfg.block_n) * cfg.block_n
     part_out = part_lse = out  # placeholders, unused without a split
     cnt = None
     if splits > 1:
@@ -347,7 +300,6 @@ def paged_decode(
         FUSED_REDUCE=cnt is not None,
         SPLITS_PAD=next_pow2(splits) if cnt is not None else 1,
         FP8_CVT=fp8_cvt(k_cache), PREFETCH=prefetch, LINE=kv_line(k_cache, d_pad),
-        MIN_PARTITION=min_part,
         window=window or 0, softcap_log2=(softcap or 0.0) * LOG2E, WINDOW=window is not None,
         SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         maxnreg=cfg.max_registers if cnt is not None else None, **pdl)
@@ -355,7 +307,6 @@ def paged_decode(
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,
             out.stride(0), out.stride(1), splits, HEAD_DIM=d, D_PAD=d_pad,
-            SPLITS_PAD=next_pow2(splits), BLOCK_N=cfg.block_n, MIN_PARTITION=min_part,
-            num_warps=4,
+            SPLITS_PAD=next_pow2(splits), BLOCK_N=cfg.block_n, num_warps=4,
             window=window or 0, WINDOW=window is not None, **pdl_kwargs(out.device))
     return out

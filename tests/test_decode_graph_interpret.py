@@ -71,15 +71,14 @@ def case_empty_partitions():
 
     from edge_llm.kernels.paged_attention import DecodeConfig, decode_split_plan
 
-    cfg = DecodeConfig(min_partition=1, block_n=16, num_splits=8)
+    cfg = DecodeConfig(block_n=16, num_splits=8)
     splits, part = decode_split_plan(4 * 2, 512, 8, cfg.block_n, cfg.num_splits)
     assert splits == 8 and part == 64, (splits, part)
     _decode_vs_ref([1, 17, 40, 70], 4, 2, 32, 8, torch.float32, 512, cfg)
     # GQA 4, fp16, block 16: a sequence ending exactly on a partition boundary (64)
     _decode_vs_ref([64, 3, 65], 8, 2, 16, 16, torch.float16, 512, cfg)
     # the automatic split (8 "multiprocessors" in the interpreter) for a long max_model_len
-    _decode_vs_ref([5, 33], 6, 3, 16, 16, torch.float32, 2048,
-                   DecodeConfig(min_partition=1, block_n=16))
+    _decode_vs_ref([5, 33], 6, 3, 16, 16, torch.float32, 2048, DecodeConfig(block_n=16))
 
 
 def case_padded_graph_batch():
@@ -113,7 +112,7 @@ def case_padded_graph_batch():
     write_kv(k_new, v_new, kc, vc, slots)
     assert torch.equal(kc[0], block0[0]) and torch.equal(vc[0], block0[1]), "padding wrote"
     out = paged_decode(q, kc, vc, table, seq_lens, d ** -0.5, max_model_len,
-                       DecodeConfig(min_partition=1, block_n=16, num_splits=4))
+                       DecodeConfig(block_n=16, num_splits=4))
     assert bool(out.isfinite().all()), "padding rows are not finite"
     qsl = torch.arange(b + 1, dtype=torch.int32)
     ref = paged_attention_ref(q[:b], kc, vc, table[:b], qsl, seq_lens[:b], d ** -0.5)

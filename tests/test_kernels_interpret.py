@@ -74,43 +74,18 @@ def case_decode_gqa_ratios():
     from edge_llm.kernels.paged_attention import DecodeConfig
 
     _check_attention([1] * 3, [1, 17, 40], 3, 3, 32, 8, torch.float32)  # GQA 1, odd heads
-
-    def split(**kw):  # splits of one tile at least (min_partition rounds up to block_n)
-        return DecodeConfig(min_partition=1, **kw)
-
-    # GQA 2: splits summed in-kernel; by a 2nd launch
     _check_attention([1] * 2, [70, 33], 6, 3, 16, 16, torch.float32,
-                     split(block_n=16, num_splits=3))
+                     DecodeConfig(block_n=16, num_splits=3))  # GQA 2, splits summed in-kernel
     _check_attention([1] * 2, [70, 33], 6, 3, 16, 16, torch.float32,
-                     split(block_n=16, num_splits=3, fused_reduce=False))
-    # 6 splits: by a 2nd launch; summed in-kernel
+                     DecodeConfig(block_n=16, num_splits=3, fused_reduce=False))  # 2nd launch
     _check_attention([1] * 2, [100, 40], 6, 3, 16, 16, torch.float32,
-                     split(block_n=16, num_splits=6, max_fused_splits=4))
+                     DecodeConfig(block_n=16, num_splits=6, max_fused_splits=4))  # 2nd launch
     _check_attention([1] * 3, [100, 40, 3], 6, 3, 16, 16, torch.float16,
-                     split(block_n=16, num_splits=6, max_fused_splits=16))
-    # GQA 4, head_dim 24 padded; GQA 8
+                     DecodeConfig(block_n=16, num_splits=6, max_fused_splits=16))  # 6 summed
     _check_attention([1] * 3, [33, 64, 5], 12, 3, 24, 16, torch.float16,
-                     split(block_n=16, num_splits=2))
+                     DecodeConfig(block_n=16, num_splits=2))  # GQA 4, head_dim 24 padded
     _check_attention([1] * 2, [100, 7], 8, 1, 32, 32, torch.float32,
-                     split(block_n=32, num_splits=0))
-
-
-def case_decode_min_partition():
-    """Splits of at least min_partition tokens: a context that short is one program's (it
-    writes the output, the other splits exit), a longer one in a batch beside it is split
-    and summed (in the kernel and by a 2nd launch), a sliding window over a long context
-    included."""
-    import torch
-
-    from edge_llm.kernels.paged_attention import DecodeConfig
-
-    for fused in (True, False):
-        for mp in (40, 64):  # 40 rounds up to 48 (block_n 16)
-            cfg = DecodeConfig(block_n=16, num_splits=4, min_partition=mp, fused_reduce=fused)
-            _check_attention([1] * 4, [1, 48, 49, 200], 4, 2, 32, 16, torch.float32, cfg)
-            _check_attention([1] * 2, [64, 65], 6, 3, 16, 8, torch.float16, cfg)
-    cfg = DecodeConfig(block_n=16, num_splits=4, min_partition=32)
-    _check_attention([1] * 2, [150, 20], 4, 2, 32, 16, torch.float32, cfg, window=40)
+                     DecodeConfig(block_n=32, num_splits=0))  # GQA 8
 
 
 def case_prefill_chunked_and_mixed():
@@ -278,7 +253,7 @@ def case_stale_slots_never_reach_the_outputs():
             vc[last, n - (len(blocks) - 1) * bs:] = float("nan")
         if all(x == 1 for x in nq):
             out = paged_decode(q, kc, vc, table, sl, 0.2, max(ctx),
-                               DecodeConfig(min_partition=1, block_n=block_n, num_splits=splits))
+                               DecodeConfig(block_n=block_n, num_splits=splits))
         else:
             out = paged_prefill(q, kc, vc, table, qsl, sl, 0.2,
                                 PrefillConfig(block_n=block_n, num_splits=splits))
@@ -297,9 +272,8 @@ def case_sliding_window_and_softcap():
 
     from edge_llm.kernels.paged_attention import DecodeConfig, PrefillConfig
 
-    dcfgs = (DecodeConfig(min_partition=1, block_n=16, num_splits=1),
-             DecodeConfig(min_partition=1, block_n=16, num_splits=3),
-             DecodeConfig(min_partition=1, block_n=16, num_splits=3, fused_reduce=False))
+    dcfgs = (DecodeConfig(block_n=16, num_splits=1), DecodeConfig(block_n=16, num_splits=3),
+             DecodeConfig(block_n=16, num_splits=3, fused_reduce=False))
     cases = ((5, None), (16, 2.0), (1, None), (300, 0.7))
     for i, (window, cap) in enumerate(cases):
         _check_attention([1] * 3, [45, 9, 60], 4, 2, 16, 8, torch.float32,
@@ -331,8 +305,7 @@ def case_head_dim_256():
     for dtype in (torch.float32, torch.float16):
         for splits in (1, 2):
             _check_attention([1, 1], [40, 7], 4, 2, 256, 16, dtype,
-                             decode_cfg=DecodeConfig(min_partition=1, block_n=16,
-                                                     num_splits=splits),
+                             decode_cfg=DecodeConfig(block_n=16, num_splits=splits),
                              window=24, softcap=1.5)
         _check_attention([6, 1], [40, 20], 4, 2, 256, 16, dtype, window=24, softcap=1.5)
         _check_attention([3], [3], 2, 1, 256, 16, dtype)
@@ -370,29 +343,24 @@ def case_decode_prefetch_tokens():
     globals()["_prefetch_tokens"] = _prefetch_tokens  # a jit function's names are global
 
     @triton.jit
-    def probe(lens_ptr, out_ptr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr,
-              MIN_PARTITION: tl.constexpr):
+    def probe(lens_ptr, out_ptr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
         b, split = tl.program_id(0), tl.program_id(1)
         tok = _prefetch_tokens(tl.load(lens_ptr + b), split, tl.num_programs(1), BLOCK_N,
-                               PREFETCH, MIN_PARTITION)
+                               PREFETCH)
         p = b * tl.num_programs(1) + split
         tl.store(out_ptr + p * PREFETCH * BLOCK_N + tl.arange(0, PREFETCH * BLOCK_N), tok)
 
     lens = torch.tensor([0, 1, 63, 64, 65, 300, 1000, 4096], dtype=torch.int32)
-    for block_n, prefetch, splits, min_part in ((64, 1, 8, 64), (64, 2, 3, 64), (32, 4, 1, 32),
-                                                (16, 1, 16, 16), (64, 1, 8, 256),
-                                                (16, 2, 4, 128)):
+    for block_n, prefetch, splits in ((64, 1, 8), (64, 2, 3), (32, 4, 1), (16, 1, 16)):
         width = prefetch * block_n
         out = torch.full((len(lens), splits, width), -7, dtype=torch.int32)
-        probe[(len(lens), splits)](lens, out, BLOCK_N=block_n, PREFETCH=prefetch,
-                                   MIN_PARTITION=min_part)
+        probe[(len(lens), splits)](lens, out, BLOCK_N=block_n, PREFETCH=prefetch)
         for i, n in enumerate(lens.tolist()):
-            per_split = (n + splits - 1) // splits  # as decode_partition
-            part = max((per_split + block_n - 1) // block_n * block_n, block_n, min_part)
+            per_split = (n + splits - 1) // splits  # as context_partition
+            part = max((per_split + block_n - 1) // block_n, 1) * block_n
             for sp in range(splits):
                 got = set(out[i, sp].tolist())
-                label = f"seq_len={n} split {sp}/{splits} BLOCK_N={block_n} x{prefetch} " \
-                    f"min {min_part}"
+                label = f"seq_len={n} split {sp}/{splits} BLOCK_N={block_n} x{prefetch}"
                 assert got and all(0 <= t < max(n, 1) for t in got), (label, sorted(got))
                 start, end = sp * part, min(n, sp * part + part)
                 want = set(range(start, min(end, start + width)))

@@ -131,7 +131,7 @@ def case_attention_over_fp8_cache():
         ref = paged_attention_ref(q, kc, vc, table, qsl, sl, d ** -0.5)
         if all(n == 1 for n in nq):
             out = paged_decode(q, kc, vc, table, sl, d ** -0.5, max(ctx),
-                               DecodeConfig(min_partition=1, block_n=16, num_splits=2))
+                               DecodeConfig(block_n=16, num_splits=2))
         else:
             out = paged_prefill(q, kc, vc, table, qsl, sl, d ** -0.5)
         err = float((out.float() - ref.float()).norm() / ref.float().norm())
@@ -167,7 +167,7 @@ def case_attention_over_blocks_and_tiles():
         ref = paged_attention_ref(q, kc, vc, table, qsl, sl, d ** -0.5)
         if all(n == 1 for n in nq):
             out = paged_decode(q, kc, vc, table, sl, d ** -0.5, max(ctx),
-                               DecodeConfig(min_partition=1, block_n=block_n, num_splits=splits))
+                               DecodeConfig(block_n=block_n, num_splits=splits))
         else:
             out = paged_prefill(q, kc, vc, table, qsl, sl, d ** -0.5,
                                 config=PrefillConfig(block_n=block_n, num_splits=splits))

@@ -40,11 +40,9 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> 
         (4, 8192, 32, 8, 128, 16, 8192), (64, 1024, 28, 4, 128, 16, 1024),
         (1, 128, 32, 32, 128, 16, 4096), (1, 512, 32, 32, 128, 16, 4096),
         (1, 2048, 32, 32, 128, 16, 4096), (1, 512, 32, 8, 128, 16, 8192)]
-    # the default first; then the splits summed by a second launch, fixed split counts, and
-    # the fewest tokens a split takes
+    # the default first; then the splits summed by a second launch, and fixed split counts
     quick_set = [DecodeConfig(), DecodeConfig(fused_reduce=False), DecodeConfig(num_splits=2),
-                 DecodeConfig(num_splits=4), *(DecodeConfig(min_partition=mp)
-                                               for mp in (1, 128, 512, 1024))]
+                 DecodeConfig(num_splits=4)]
     variants = [DecodeConfig()] if smoke else quick_set if quick else quick_set + [
         DecodeConfig(bn, sp, w, st) for bn, sp, w, st in (
             (64, 0, 4, 3), (64, 1, 4, 3), (32, 0, 4, 3), (128, 0, 4, 3), (128, 0, 8, 3),
