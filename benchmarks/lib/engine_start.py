@@ -18,8 +18,8 @@ from typing import Any
 def worker(model: str, device: str, profile: Path | None = None, prep: bool = True) -> None:
     """The engine alone in this fresh process, phase by phase (stamps are time.time()), with
     the device preparation `edge-llm serve` starts beside its imports (``prep``; off: what
-    it buys). ``profile``: where the engine construction's cProfile listing goes (the 40
-    costliest calls, cumulative). Prints one JSON line."""
+    it buys). ``profile``: where the engine construction's cProfile listing goes
+    (``write_profile``). Prints one JSON line."""
     stamps: dict[str, float] = {}
     from edge_llm.engine.device_prep import start_device_prep
 
@@ -76,11 +76,14 @@ def worker(model: str, device: str, profile: Path | None = None, prep: bool = Tr
 
 
 def write_profile(profiler: Any, path: Path) -> None:
-    """The 40 costliest calls of ``profiler``, cumulative, as pstats prints them."""
+    """The 40 costliest calls of ``profiler``, cumulative, then the 25 with the most time of
+    their own, as pstats prints them."""
     import pstats
 
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(25)
     path.write_text(text.getvalue())
 
 
