@@ -319,10 +319,10 @@ class DecodeGraphs:
         self.block_tables[:bs].zero_()
 
     @torch.inference_mode()
-    def capture(self, eager_max: int | None = None) -> GraphStats:
-        """Capture every size (largest first, one shared pool), or with ``eager_max`` only the
-        sizes up to it: the larger ones are then captured on their first use (a wake-up that
-        must be quick). Raises on a forward that is not capturable."""
+    def capture(self, eager_max: int | None = None, largest: bool = False) -> GraphStats:
+        """Capture the sizes ``captured_now`` picks (largest first, one shared pool); the
+        others are captured on their first use. Raises on a forward that is not
+        capturable."""
         if self.device.type != "cuda":
             raise RuntimeError(f"CUDA graphs need a CUDA device, not {self.device}.")
         dev = self.device
@@ -333,7 +333,7 @@ class DecodeGraphs:
         free_before = torch.cuda.mem_get_info(dev)[0]
         self._pad_all()
         pool = torch.cuda.graph_pool_handle()
-        now = [bs for bs in self.sizes if eager_max is None or bs <= eager_max]
+        now = captured_now(self.sizes, eager_max, largest)
         self._lazy = set(self.sizes) - set(now)
         for bs in reversed(now):
             self._capture_one(bs, pool)
@@ -344,6 +344,14 @@ class DecodeGraphs:
     def release(self) -> None:
         """Drop every graph (their pool memory returns on the next ``empty_cache``)."""
         release_graphs(self.graphs, self._lazy)
+
+
+def captured_now(sizes: list[int], eager_max: int | None, largest: bool) -> list[int]:
+    """The decode graph sizes to capture before serving: every one (``eager_max`` None), or
+    those up to ``eager_max`` and, with ``largest``, the largest too; ascending."""
+    if eager_max is None:
+        return list(sizes)
+    return [bs for bs in sizes if bs <= eager_max or (largest and bs == sizes[-1])]
 
 
 def describe_sizes(sizes: tuple[int, ...] | list[int]) -> str:
