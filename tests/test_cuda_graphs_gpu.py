@@ -172,7 +172,7 @@ def test_kv_plan_sets_the_graphs_memory_aside(model_dir):
     runner = llm.engine.runner
     aside = runner.graph_memory_estimate
     held = runner.graph_stats.memory_bytes + runner.prefill_graph_stats.memory_bytes
-    assert runner.graph_stats.sizes == [1, 2, 4, 8, 256]  # the others on first use
+    assert list(runner.graph_stats.sizes) == [1, 2, 4, 8, 256]  # the others on first use
     assert 0 < held <= aside and runner.plan.graph_bytes == aside
     torch.cuda.reset_peak_memory_stats()
     for n in (256, 40):  # the 48-row graph, captured on first use, fits the same budget
