@@ -279,6 +279,37 @@ def test_mixed_traffic_equals_enforce_eager(model_dir):
     llm.engine.check_integrity()
 
 
+def test_graphs_captured_on_first_use_compile_nothing(tmp_path):
+    """Start-up loads the kernel variants of every graph it defers: a 24-row decode graph
+    (its attention sums 6 context splits; the sizes captured at start sum 32 or 3) and the
+    short-step graphs, captured on first use, load or compile no Triton kernel while
+    serving."""
+    from triton import knobs
+
+    path = word_model(tmp_path, vocab=VOCAB, logit_scale=20.0, hidden=128, heads=4, kv_heads=2,
+                      layers=2, max_pos=8192)
+    llm = make_llm(path, max_model_len=8192, max_num_seqs=64)
+    graphs = llm.engine.runner.graphs
+    assert 24 in graphs._lazy and 24 not in graphs.graphs
+    seen = []
+
+    def first_seen(**kw):  # Triton's in-process cache missed: a load or a compile follows
+        seen.append(kw.get("repr"))
+        return False  # a true value would skip the kernel
+
+    assert hasattr(knobs.runtime, "jit_cache_hook"), "this Triton has no cache hook"
+    knobs.runtime.jit_cache_hook = first_seen
+    try:
+        prompts = [{"prompt_token_ids": p} for p in random_prompts(20, VOCAB, 5, 40, seed=5)]
+        llm.generate(prompts, SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=16),
+                     use_tqdm=False)
+    finally:
+        knobs.runtime.jit_cache_hook = None
+    assert 24 in graphs.graphs and graphs.replays[24] > 0
+    assert llm.engine.runner.prefill_graphs.graphs, "no short-step graph was captured"
+    assert not seen, f"loaded or compiled while serving: {seen}"
+
+
 @pytest.mark.parametrize("level", [1, 2])
 def test_sleep_drops_graphs_and_wake_captures_again(fp16_dir, level):
     llm = make_llm(fp16_dir)

@@ -47,10 +47,11 @@ from .startup_probes import (
 logger = logging.getLogger(__name__)
 
 # Decode graphs captured before serving: batch sizes up to this, and at start-up the largest
-# as well (its memory is what the KV plan set aside for the shared pool, and it loads the kernel
-# variants only large batches launch); each other size is captured on its first use, as is
-# every short-step graph (about 40 ms a graph on a 7B, once). Capturing all 13 sizes and 7
-# short-step graphs took 0.7 s of a 7 s start (H100, 2026-12-06).
+# as well (its memory is what the KV plan set aside for the shared pool); each other size is
+# captured on its first use, as is every short-step graph (about 40 ms a graph on a 7B, once),
+# with their kernel variants loaded at start-up (graph_capture.warm_kernels: nothing compiles
+# while serving). Capturing all 13 sizes and 7 short-step graphs took 0.59-0.66 s of a 6-7 s
+# start, these 5 0.21 s (H100, 2026-12-06).
 EAGER_CAPTURE_MAX = 8
 
 
@@ -130,7 +131,7 @@ class ModelRunner:
         graphs = DecodeGraphs(self.model, self.kv.layers, self.graph_sizes,
                               self.scheduler_config.max_model_len, self.block_size, self.device)
         stats = capture_or_release(
-            graphs, lambda: graphs.capture(EAGER_CAPTURE_MAX, largest=at_start), "decode runs")
+            graphs, lambda: graphs.capture(EAGER_CAPTURE_MAX, start=at_start), "decode runs")
         if stats is None:
             return
         self.graphs, self.graph_stats = graphs, stats
@@ -139,7 +140,7 @@ class ModelRunner:
                     "%.0f MiB%s", len(stats.sizes), describe_sizes(stats.sizes), stats.seconds,
                     stats.memory_bytes / (1 << 20),
                     f"; {deferred} more on first use" if deferred else "")
-        self._capture_prefill_graphs(graphs.pool)
+        self._capture_prefill_graphs(graphs.pool, warm=at_start)
         held = self.graph_stats.memory_bytes + self.prefill_graph_stats.memory_bytes
         if (at_start and self.plan.graph_bytes
                 and held > self.plan.graph_bytes * 1.1 + (64 << 20)):
@@ -147,15 +148,15 @@ class ModelRunner:
                            "cache plan set aside for them", held / (1 << 20),
                            self.plan.graph_bytes / (1 << 20))
 
-    def _capture_prefill_graphs(self, pool) -> None:
+    def _capture_prefill_graphs(self, pool, warm: bool) -> None:
         """Short-step graphs (engine/prefill_graphs.py) into the decode graphs' pool, writing
-        their logits buffer, each captured on its first use. A failure logs a warning and
-        leaves prefill and mixed steps eager."""
+        their logits buffer, each captured on its first use (``warm``: their kernel variants
+        loaded now). A failure logs a warning and leaves prefill and mixed steps eager."""
         sc = self.scheduler_config
         graphs = PrefillGraphs(self.model, self.kv.layers, sc.max_model_len, self.block_size,
                                self.device, prefill_sizes(sc.max_num_batched_tokens),
                                max_seqs=sc.max_num_seqs, logits=self.graphs.logits)
-        stats = capture_or_release(graphs, lambda: graphs.capture(pool, lazy=True),
+        stats = capture_or_release(graphs, lambda: graphs.capture(pool, lazy=True, warm=warm),
                                    "prefills run")
         if stats is None:
             return
