@@ -95,8 +95,8 @@ def bench_decode(dev, smoke: bool, copy_bw: float, log, quick: bool = False) -> 
         f8 = row["fp8"]
         vs = "-" if f8["vs_fp16"] is None else f"x{f8['vs_fp16']:.2f}"
         log(f"decode B={b} ctx={ctx}/{max_ctx} G={g}: fp8 KV (default config) {f8['us']:.1f}us "
-            f"err "
-            f"{f8['err']:.1e} bw {f8['bw_frac']:.2f} (of its fp8 bytes), vs the fp16 cache {vs}")
+            f"err {f8['err']:.1e} bw {f8['bw_frac']:.2f} (of its fp8 bytes), vs the fp16 cache "
+            f"{vs}")
     return rows
 
 

@@ -31,8 +31,7 @@ def print_table(res: dict, ms: list[int]) -> None:
     for r in res.get("decode", []):
         d, b = r.get("default") or {}, r.get("best") or {}
         print(f"B={r['b']:3d} ctx={r['ctx']:5d}/{r.get('max_ctx', r['ctx']):5d} H={r['h']} "
-              f"Hkv={r['hkv']}: sdpa "
-              f"{r['sdpa_us']:.1f}us | default {d.get('us', 0):.1f}us bw "
+              f"Hkv={r['hkv']}: sdpa {r['sdpa_us']:.1f}us | default {d.get('us', 0):.1f}us bw "
               f"{d.get('bw_frac', 0):.2f} x{d.get('vs_sdpa', 0):.2f} sdpa err "
               f"{d.get('err', 0):.1e} | best {b.get('us', 0):.1f}us bw {b.get('bw_frac', 0):.2f} "
               f"x{b.get('vs_sdpa', 0):.2f} {b.get('cfg')}")
