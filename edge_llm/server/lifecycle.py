@@ -102,8 +102,6 @@ class EngineHolder:
         """Begin loading in the background; returns at once (call inside the event loop)."""
         self._done = asyncio.Event()
         self._sleep_lock = asyncio.Lock()
-        if self.freeze_gc:
-            gc.disable()  # until ready (LifecycleConfig.freeze_gc); _load turns it back on
         self._task = asyncio.create_task(self._load(), name="edge-llm-load")
         self._notice_task = asyncio.create_task(self._loading_notices(),
                                                 name="edge-llm-loading-notice")
@@ -114,6 +112,8 @@ class EngineHolder:
         assert self._done is not None
         start = time.perf_counter()
         engine = None
+        if self.freeze_gc:
+            gc.disable()  # until ready (LifecycleConfig.freeze_gc); back on in the finally
         try:
             engine = await _run_in_daemon_thread(self._factory)
             imported = self.phases.seconds.get("import", 0.0)  # the factory's own import time
