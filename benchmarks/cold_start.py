@@ -246,7 +246,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "(profile<i>.txt under --out: where kv_allocation and the kernel "
                          "warm-up spend their time; the phases then run slower)")
     ap.add_argument("--device-prep", action=argparse.BooleanOptionalAction, default=True,
-                    help="with --engine-only: the CUDA context and Triton's hash on a thread "
+                    help="with --engine-only: the CUDA context and Triton's key on a thread "
                          "beside the imports, as serve does (--no-device-prep: without, to "
                          "see what that overlap buys)")
     ap.add_argument("--bake", action="store_true",

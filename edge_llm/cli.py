@@ -206,7 +206,7 @@ def prepare_serve(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         envs.check_all()  # every declared variable's value, before anything loads
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    # the CUDA context and Triton's hash, then the checkpoint into the page cache, on their
+    # the CUDA context and Triton's key, then the checkpoint into the page cache, on their
     # own threads while the server and torch are imported
     start_device_prep(engine_cfg.model.device)
     start_prefetch(args.model, engine_cfg.model.revision,

@@ -1,17 +1,20 @@
 """The start-up's device preparation (edge_llm/engine/device_prep.py): which ``--device``
-values it prepares, the driver calls that create the primary context, Triton's hash computed
-beside them, nothing at all for a CPU, and the ``cuda_context`` / ``kernel_warmup`` phases it
-and the runner give the start-up log. A fake driver stands in for libcuda (no GPU here)."""
+values it prepares, the driver calls that create the primary context, Triton's key computed
+beside them or read back from the cache folder (edge_llm/engine/triton_key.py), nothing at all
+for a CPU, and the ``cuda_context`` / ``kernel_warmup`` phases it and the runner give the
+start-up log. A fake driver stands in for libcuda (no GPU here)."""
 
 from __future__ import annotations
 
 import ctypes
+import json
+import os
 import sys
 from types import SimpleNamespace
 
 import pytest
 
-from edge_llm.engine import device_prep
+from edge_llm.engine import device_prep, triton_key
 from edge_llm.server.hooks import StartupPhases
 
 
@@ -44,9 +47,11 @@ class FakeDriver:
 
 
 @pytest.fixture
-def fresh(monkeypatch):
-    """No preparation started yet in this process; Triton's hash is a stub that counts."""
+def fresh(monkeypatch, tmp_path):
+    """No preparation started yet in this process; Triton's hash is a stub that counts; an
+    empty cache folder."""
     monkeypatch.setattr(device_prep, "_prep", None)
+    monkeypatch.setenv("EDGE_LLM_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(device_prep, "torch_built_with_cuda", lambda: True)
     hashed = []
     fake_cache = SimpleNamespace(triton_key=lambda: hashed.append(1) or "key")
@@ -93,6 +98,77 @@ def test_a_cuda_device_gets_its_primary_context_and_triton_hash(fresh, monkeypat
     # once per process: a second start (the app's factory after `edge-llm serve`) reuses it
     assert device_prep.start_device_prep("cuda:0") is prep and device_prep.device_prep() is prep
     assert len(driver.calls) == 4
+
+
+def test_a_second_start_reads_tritons_key_instead_of_hashing(fresh, monkeypatch, tmp_path,
+                                                              caplog):
+    with_driver(monkeypatch, FakeDriver(devices=1))
+    cache = sys.modules["triton.runtime.cache"]
+    original = cache.triton_key
+    first = device_prep.start_device_prep("cuda").join(timeout=10)
+    assert fresh == [1] and first.triton_key_stored is False
+    assert json.loads((tmp_path / "triton_key.json").read_text())["triton_key"] == "key"
+    monkeypatch.setattr(device_prep, "_prep", None)  # the next process
+    second = device_prep.start_device_prep("cuda").join(timeout=10)
+    assert fresh == [1] and second.triton_key_stored is True  # not hashed again
+    assert cache.triton_key is not original and cache.triton_key() == "key"
+    with caplog.at_level("INFO", logger="edge_llm.server"):
+        StartupPhases().record_device_prep(second)
+    assert "Triton's key read from the cache folder in" in caplog.text
+
+
+def test_tritons_key_is_hashed_again_when_its_files_change(fresh, monkeypatch, tmp_path):
+    """A different fingerprint (Triton upgraded), an unreadable file or another value in it:
+    hashed again and stored over it."""
+    with_driver(monkeypatch, FakeDriver(devices=1))
+    stored = tmp_path / "triton_key.json"
+    cache = sys.modules["triton.runtime.cache"]
+    original = cache.triton_key
+
+    def start() -> bool | None:
+        monkeypatch.setattr(device_prep, "_prep", None)
+        cache.triton_key = original
+        return device_prep.start_device_prep("cuda").join(timeout=10).triton_key_stored
+
+    assert start() is False and start() is True and fresh == [1]
+    monkeypatch.setattr(triton_key, "fingerprint", lambda root: "another Triton")
+    assert start() is False and fresh == [1, 1]
+    assert json.loads(stored.read_text())["fingerprint"] == "another Triton"
+    for text in ("{not json", '["a list"]', '{"fingerprint": "another Triton"}'):
+        stored.write_text(text)
+        assert start() is False
+    assert len(fresh) == 5 and start() is True
+
+
+def test_the_fingerprint_sees_any_file_of_the_package_change(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "__pycache__").mkdir(parents=True)
+    (root / "lib.so").write_bytes(b"x" * 10)
+    (root / "a.py").write_text("A = 1\n")
+    before = triton_key.fingerprint(root)
+    (root / "__pycache__" / "a.cpython.pyc").write_bytes(b"cache")  # bytecode: ignored
+    assert triton_key.fingerprint(root) == before
+    (root / "lib.so").write_bytes(b"y" * 11)  # the library rebuilt
+    changed = triton_key.fingerprint(root)
+    assert changed != before
+    os.utime(root / "a.py", ns=(0, 12345))  # a source touched, same size
+    assert triton_key.fingerprint(root) not in (before, changed)
+
+
+def test_the_real_tritons_key_round_trips(tmp_path, monkeypatch):
+    """With the installed Triton: computed and stored, then read back as the same value in
+    every module that holds the function (``triton.runtime.cache`` names its kernels by it)."""
+    cache = pytest.importorskip("triton.runtime.cache")
+    original = cache.triton_key
+    holders = [m for name, m in list(sys.modules.items())
+               if name.startswith("triton") and getattr(m, "triton_key", None) is original]
+    for module in holders:  # put back after the test
+        monkeypatch.setattr(module, "triton_key", original)
+    assert triton_key.prime_triton_key(tmp_path) is False
+    assert cache.triton_key is original
+    assert triton_key.prime_triton_key(tmp_path) is True
+    assert all(m.triton_key is not original for m in holders)
+    assert all(m.triton_key() == original() for m in holders)
 
 
 def test_a_cpu_touches_no_driver(fresh, monkeypatch):
@@ -143,7 +219,7 @@ def test_phases_name_the_context_and_the_kernel_warmup(fresh, monkeypatch, caplo
     assert phases.seconds["kv_allocation"] == pytest.approx(5.0 - 2.0 - 1.25 - 0.75)
     assert "cuda_context" in phases.seconds
     assert caplog.text.count("startup phase cuda_context") == 1  # none for a CPU
-    assert "on a thread beside the imports; Triton's hash" in caplog.text
+    assert "on a thread beside the imports; Triton's key hashed in" in caplog.text
     assert "startup phase kernel_warmup: 1.25 s" in caplog.text
 
 

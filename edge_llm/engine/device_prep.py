@@ -5,8 +5,9 @@ beside the imports of torch, litestar and the engine (which hold the GIL nearly 
   (ctypes releases the GIL around each call). The CUDA runtime under torch adopts that same
   primary context, so the loader's first allocation finds it ready instead of creating it.
 * Triton's ``triton_key()``: a SHA-256 of its compiler sources and of ``libtriton.so`` (about
-  500 MB) that Triton computes at its first kernel lookup in a process, warm cache or not.
-  hashlib releases the GIL while it hashes; Triton keeps the result (``functools.lru_cache``).
+  500 MB) that Triton computes at its first kernel lookup in a process, warm cache or not:
+  read from ``EDGE_LLM_CACHE_DIR`` where an earlier start stored it for this Triton, else
+  computed and stored (triton_key.py says why and how).
 
 Nothing else is touched before torch: in particular not ``triton.runtime.driver.active``,
 which binds to torch's streams only when torch is imported first.
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 
 from edge_llm import envs
 
+from .triton_key import prime_triton_key
+
 logger = logging.getLogger(__name__)
 
 _CUDA_SUCCESS = 0
@@ -40,6 +43,7 @@ class PrepResult:
     device: str
     context_seconds: float | None = None
     triton_key_seconds: float | None = None
+    triton_key_stored: bool | None = None  # the key read from the cache folder
     skipped: str = ""
 
 
@@ -77,8 +81,7 @@ class DevicePrep:
             if envs.KERNELS.get() == "torch" or envs.TRITON_INTERPRET.get():
                 return  # no compiled Triton kernels in this process
             began = time.perf_counter()
-            for key in _triton_key_functions():
-                key()
+            self.result.triton_key_stored = prime_triton_key(envs.CACHE_DIR.get())
             self.result.triton_key_seconds = time.perf_counter() - began
         except Exception as exc:  # noqa: BLE001 - an optimisation only: the normal path reports
             self.result.skipped = f"{type(exc).__name__}: {exc}"
@@ -102,22 +105,6 @@ class DevicePrep:
         if cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device) != _CUDA_SUCCESS:
             return "the primary context could not be created"
         return ""
-
-
-def _triton_key_functions() -> list:
-    """Triton's ``triton_key``: in ``triton.runtime.cache`` (3.2 and later), in
-    ``triton.compiler.compiler`` before; each distinct one found (compile uses its own)."""
-    import importlib
-
-    found: list = []
-    for name in ("triton.runtime.cache", "triton.compiler.compiler"):
-        try:
-            func = getattr(importlib.import_module(name), "triton_key", None)
-        except ImportError:
-            continue
-        if callable(func) and func not in found:
-            found.append(func)
-    return found
 
 
 def torch_built_with_cuda() -> bool:

@@ -155,7 +155,7 @@ def _default_factory(config: EngineConfig, phases: StartupPhases
                      ) -> Callable[[], ServingEngine]:
     def load() -> ServingEngine:
         began = time.perf_counter()
-        # the CUDA context and Triton's hash beside the imports (`edge-llm serve` began it
+        # the CUDA context and Triton's key beside the imports (`edge-llm serve` began it
         # earlier: this call then returns the running one)
         prep = start_device_prep(config.model.device)
         from edge_llm.engine.async_engine import AsyncEngine  # torch loads here, off the loop

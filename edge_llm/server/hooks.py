@@ -297,7 +297,8 @@ class StartupPhases:
         """The CUDA context made beside the imports (a ``device_prep.PrepResult``), when it
         was: ``cuda_context``, which overlaps ``import``."""
         if result.context_seconds is not None:
-            key = (f"; Triton's hash {result.triton_key_seconds:.2f} s"
+            how = "read from the cache folder" if result.triton_key_stored else "hashed"
+            key = (f"; Triton's key {how} in {result.triton_key_seconds:.2f} s"
                    if result.triton_key_seconds is not None else "")
             self.record("cuda_context", result.context_seconds,
                         f"on a thread beside the imports{key}")

@@ -1,0 +1,125 @@
+"""Triton's source key kept on disk, so that a start does not hash Triton again.
+
+Triton names every kernel in its cache by ``triton_key()``: a SHA-256 of its compiler and
+language sources and of ``libtriton.so`` (about 500 MB), computed once per process at the first
+kernel lookup, warm cache or not. Computed on the device-prep thread beside the imports
+(device_prep.py), it took 2.48 s of a 2.55 s import phase on an H100 host: it reads the library
+in 1 MB chunks and, while torch imports on the main thread, waits for the GIL after each one
+(the 5 ms switch interval, ~480 times). BENCHMARKS.md, "Cold start", has the start with it cached.
+
+The value depends only on the bytes of those files. It is stored in
+``EDGE_LLM_CACHE_DIR/triton_key.json`` with a fingerprint of every file of the installed Triton
+package: its path, size and modification time, the way Python checks its own bytecode caches.
+A later start with the same fingerprint installs the stored value as ``triton_key`` in the Triton
+modules that hold the function. Triton's own compile-warmup workers install a known key the same
+way (``triton/_compile_warmup_pool.py``). A different fingerprint, or a missing or unreadable
+file, computes the key and stores it again. A cache folder that cannot be written costs only
+the hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+FILE_NAME = "triton_key.json"
+
+
+def key_functions() -> list[Callable[[], str]]:
+    """Triton's ``triton_key``: in ``triton.runtime.cache`` (3.2 and later), in
+    ``triton.compiler.compiler`` before; each distinct one found (compile uses its own)."""
+    found: list = []
+    for name in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            func = getattr(importlib.import_module(name), "triton_key", None)
+        except ImportError:
+            continue
+        if callable(func) and func not in found:
+            found.append(func)
+    return found
+
+
+def triton_root() -> Path | None:
+    """The installed Triton package's folder (nothing imported), or None."""
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def fingerprint(root: Path) -> str:
+    """sha256 over (relative path, size, modification time) of every file under ``root``,
+    bytecode caches aside: any change to an installed package's files changes it."""
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            path = Path(folder, name)
+            stat = path.stat()
+            digest.update(f"{path.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
+                          .encode())
+    return digest.hexdigest()
+
+
+def _stored(path: Path, files: str) -> str | None:
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("fingerprint") != files:
+        return None
+    key = saved.get("triton_key")
+    return key if isinstance(key, str) and key else None
+
+
+def _store(path: Path, files: str, key: str) -> None:
+    """Written whole or not at all (a temporary file renamed over it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".triton_key.")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"fingerprint": files, "triton_key": key}, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        logger.debug("Triton's key not stored in %s: %s", path, exc)
+
+
+def _install(key: str, originals: list[Callable[[], str]]) -> None:
+    """``triton_key`` returns ``key`` in every loaded Triton module that holds the original."""
+
+    def stored_triton_key() -> str:
+        return key
+
+    for name, module in list(sys.modules.items()):
+        if (name == "triton" or name.startswith("triton.")) and module is not None:
+            if getattr(module, "triton_key", None) in originals:
+                module.triton_key = stored_triton_key
+
+
+def prime_triton_key(cache_root: Path) -> bool | None:
+    """Make Triton's key ready for this process: stored in ``cache_root`` for this Triton
+    (True), else computed and stored (False); None where no Triton is installed."""
+    originals = key_functions()
+    if not originals:
+        return None
+    root = triton_root()
+    files = fingerprint(root) if root is not None else ""
+    path = Path(cache_root) / FILE_NAME
+    key = _stored(path, files) if files else None
+    if key is not None:
+        _install(key, originals)
+        return True
+    keys = {func() for func in originals}
+    if len(keys) == 1 and files:  # one value to keep (two functions: keep neither)
+        _store(path, files, keys.pop())
+    return False
