@@ -140,19 +140,38 @@ def test_tritons_key_is_hashed_again_when_its_files_change(fresh, monkeypatch, t
     assert len(fresh) == 5 and start() is True
 
 
-def test_the_fingerprint_sees_any_file_of_the_package_change(tmp_path):
-    root = tmp_path / "pkg"
-    (root / "__pycache__").mkdir(parents=True)
-    (root / "lib.so").write_bytes(b"x" * 10)
-    (root / "a.py").write_text("A = 1\n")
+def test_the_fingerprint_sees_every_file_tritons_key_reads(tmp_path):
+    """The native library, runtime/cache.py and the modules of the compiler, backends and
+    language packages (subpackages included); not headers, tools or bytecode caches."""
+    root = tmp_path / "triton"
+    files = {"_C/libtriton.so": b"x" * 10, "runtime/cache.py": b"def triton_key(): ...",
+             "__init__.py": b"__version__ = '3.6.0'", "compiler/__init__.py": b"",
+             "compiler/compiler.py": b"A = 1", "backends/__init__.py": b"",
+             "backends/nvidia/__init__.py": b"", "backends/nvidia/driver.py": b"B = 2",
+             "backends/nvidia/include/cuda.h": b"/* a header */", "tools/disasm.py": b"",
+             "compiler/__pycache__/compiler.cpython-312.pyc": b"bytecode"}
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    read = {str(p.relative_to(root)) for p in triton_key.hashed_files(root)}
+    assert read == {"_C/libtriton.so", "runtime/cache.py", "__init__.py", "compiler/__init__.py",
+                    "compiler/compiler.py", "backends/__init__.py", "backends/nvidia/__init__.py",
+                    "backends/nvidia/driver.py"}
     before = triton_key.fingerprint(root)
-    (root / "__pycache__" / "a.cpython.pyc").write_bytes(b"cache")  # bytecode: ignored
+    for ignored in ("backends/nvidia/include/cuda.h", "tools/disasm.py",
+                    "compiler/__pycache__/compiler.cpython-312.pyc"):
+        (root / ignored).write_bytes(b"changed, and longer than before")
     assert triton_key.fingerprint(root) == before
-    (root / "lib.so").write_bytes(b"y" * 11)  # the library rebuilt
-    changed = triton_key.fingerprint(root)
-    assert changed != before
-    os.utime(root / "a.py", ns=(0, 12345))  # a source touched, same size
-    assert triton_key.fingerprint(root) not in (before, changed)
+    seen = {before}
+    (root / "_C/libtriton.so").write_bytes(b"y" * 11)  # the library rebuilt
+    seen.add(triton_key.fingerprint(root))
+    os.utime(root / "backends/nvidia/driver.py", ns=(0, 12345))  # touched, same size
+    seen.add(triton_key.fingerprint(root))
+    (root / "language/extra").mkdir(parents=True)  # a new subpackage
+    (root / "language/__init__.py").write_bytes(b"")
+    (root / "language/extra/__init__.py").write_bytes(b"")
+    seen.add(triton_key.fingerprint(root))
+    assert len(seen) == 4
 
 
 def test_the_real_tritons_key_round_trips(tmp_path, monkeypatch):

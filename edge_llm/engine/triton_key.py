@@ -8,8 +8,8 @@ in 1 MB chunks and, while torch imports on the main thread, waits for the GIL af
 (the 5 ms switch interval, ~480 times). BENCHMARKS.md, "Cold start", has the start with it cached.
 
 The value depends only on the bytes of those files. It is stored in
-``EDGE_LLM_CACHE_DIR/triton_key.json`` with a fingerprint of every file of the installed Triton
-package: its path, size and modification time, the way Python checks its own bytecode caches.
+``EDGE_LLM_CACHE_DIR/triton_key.json`` with a fingerprint of those files: each one's path, size
+and modification time, the way Python checks its own bytecode caches.
 A later start with the same fingerprint installs the stored value as ``triton_key`` in the Triton
 modules that hold the function. Triton's own compile-warmup workers install a known key the same
 way (``triton/_compile_warmup_pool.py``). A different fingerprint, or a missing or unreadable
@@ -57,17 +57,36 @@ def triton_root() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+# the packages whose modules triton_key hashes, beside runtime/cache.py and _C/libtriton
+HASHED_PACKAGES = ("compiler", "backends", "language")
+
+
+def hashed_files(root: Path) -> list[Path]:
+    """The files under Triton's folder ``root`` that its key is computed from (``triton_key``
+    in runtime/cache.py): that module, the native library, the package's ``__init__`` (its
+    version) and the modules of the compiler, backends and language packages, descending into
+    subpackages only, as ``pkgutil.walk_packages`` does (not the headers and tools beside
+    them: the fewer files, the fewer waits for the GIL while torch imports)."""
+    files = [root / "__init__.py", root / "runtime" / "cache.py",
+             *sorted((root / "_C").glob("libtriton*"))]
+    for package in HASHED_PACKAGES:
+        for folder, dirs, names in os.walk(root / package):
+            dirs[:] = sorted(d for d in dirs if Path(folder, d, "__init__.py").is_file())
+            files += [Path(folder, n) for n in sorted(names) if n.endswith((".py", ".so"))]
+    return files
+
+
 def fingerprint(root: Path) -> str:
-    """sha256 over (relative path, size, modification time) of every file under ``root``,
-    bytecode caches aside: any change to an installed package's files changes it."""
+    """sha256 over (relative path, size, modification time) of ``hashed_files(root)``: any
+    change to the files Triton's key reads changes it."""
     digest = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            path = Path(folder, name)
+    for path in hashed_files(root):
+        try:
             stat = path.stat()
-            digest.update(f"{path.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
-                          .encode())
+        except OSError:
+            continue  # absent in this version (the list names what may be there)
+        digest.update(f"{path.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
+                      .encode())
     return digest.hexdigest()
 
 
