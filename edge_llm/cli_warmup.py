@@ -3,7 +3,8 @@
 It takes every serve flag (and ``EDGE_LLM_*`` variable), builds the same engine and runs the
 same start-up: memory probes, kernel warm-up, CUDA graph capture, the warm-up requests. What
 that compiles and measures stays under ``EDGE_LLM_CACHE_DIR``: Triton's kernels (``triton/``),
-the probe results (``probes/``), the demo model when it was built. Run on a machine with the
+the probe results (``probes/``), Triton's key (``triton_key.json``), the demo model when it was
+built. Run on a machine with the
 target GPU type (kernels and probes are specific to it; the probes also to the settings and
 the model), it is the build step that bakes those caches into an image
 (recipes/warm-cache), so that no container compiles or profiles at start. No port is opened.
