@@ -389,16 +389,3 @@ def test_warm_ups_run_one_layer_of_each_kind(arch, layers):
     assert n == layers
     kinds = {parsed.layer_window(i) is None for i in range(parsed.num_layers)}
     assert {parsed.layer_window(i) is None for i in range(n)} == kinds
-
-
-def test_graphs_captured_before_serving():
-    """Start-up captures the sizes up to 8 and the largest, a wake-up only those up to 8,
-    without a bound every size; the others wait for their first use."""
-    from edge_llm.engine.cuda_graphs import captured_now
-
-    ladder = [1, 2, 4, 8, 16, 32, 64, 256]
-    assert captured_now(ladder, 8, largest=True) == [1, 2, 4, 8, 256]
-    assert captured_now(ladder, 8, largest=False) == [1, 2, 4, 8]
-    assert captured_now(ladder, None, largest=False) == ladder
-    assert captured_now([1, 2, 4], 8, largest=True) == [1, 2, 4]
-    assert captured_now([16, 32], 8, largest=True) == [32]

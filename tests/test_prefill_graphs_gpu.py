@@ -55,13 +55,10 @@ def free_memory():
 def test_capture_is_reported_and_off_switches(fp16_dir):
     llm = make_llm(fp16_dir)
     pg = llm.engine.runner.prefill_graphs
-    assert pg is not None and pg.graphs == {}  # each size is captured on its first use
-    assert sorted(pg._lazy) == list(PREFILL_SIZES)
+    assert pg is not None and sorted(pg.graphs) == list(PREFILL_SIZES)
     st = llm.engine.stats()
+    assert st["num_prefill_cuda_graphs"] == len(PREFILL_SIZES)
     assert st["num_cuda_graphs"] == 5 and st["cuda_graph_memory_bytes"] > 0
-    prompts = [{"prompt_token_ids": p} for p in random_prompts(1, VOCAB, 20, 20, seed=3)]
-    llm.generate(prompts, GREEDY, use_tqdm=False)
-    assert sorted(pg.graphs) == [32] and pg.replays[32] == 1
     del llm, pg
     gc.collect()
     for kw in ({"enforce_eager": True}, {"dtype": "float32"}):

@@ -43,7 +43,7 @@ import torch
 from edge_llm.config import MAX_CUDA_GRAPH_SIZE
 from edge_llm.model.attention_metadata import AttentionMetadata
 
-from .graph_capture import capture_graph, warm_kernels
+from .graph_capture import capture_graph
 from .scheduler_output import ScheduledSeq
 
 logger = logging.getLogger(__name__)
@@ -319,11 +319,10 @@ class DecodeGraphs:
         self.block_tables[:bs].zero_()
 
     @torch.inference_mode()
-    def capture(self, eager_max: int | None = None, at_start: bool = False) -> GraphStats:
-        """Capture the sizes ``captured_now`` picks (largest first, one shared pool; with
-        ``at_start`` the largest as well); the others are captured on their first use, and
-        with ``at_start`` their kernel variants are loaded now (``warm_kernels``). Raises on a
-        forward that is not capturable."""
+    def capture(self, eager_max: int | None = None) -> GraphStats:
+        """Capture every size (largest first, one shared pool), or with ``eager_max`` only the
+        sizes up to it: the larger ones are then captured on their first use (a wake-up that
+        must be quick). Raises on a forward that is not capturable."""
         if self.device.type != "cuda":
             raise RuntimeError(f"CUDA graphs need a CUDA device, not {self.device}.")
         dev = self.device
@@ -334,13 +333,10 @@ class DecodeGraphs:
         free_before = torch.cuda.mem_get_info(dev)[0]
         self._pad_all()
         pool = torch.cuda.graph_pool_handle()
-        now = captured_now(self.sizes, eager_max, at_start)
+        now = [bs for bs in self.sizes if eager_max is None or bs <= eager_max]
         self._lazy = set(self.sizes) - set(now)
         for bs in reversed(now):
             self._capture_one(bs, pool)
-        if at_start:  # every row is padding (_pad_all; each capture restored them)
-            for bs in sorted(self._lazy):
-                warm_kernels(lambda bs=bs: self._forward(bs), dev, self.model)
         return capture_stats(self.graphs, start, free_before, dev, (
             self.input_ids, self.positions, self.slot_mapping, self.seq_lens,
             self.block_tables, self.logits))
@@ -348,14 +344,6 @@ class DecodeGraphs:
     def release(self) -> None:
         """Drop every graph (their pool memory returns on the next ``empty_cache``)."""
         release_graphs(self.graphs, self._lazy)
-
-
-def captured_now(sizes: list[int], eager_max: int | None, largest: bool) -> list[int]:
-    """The decode graph sizes to capture before serving: every one (``eager_max`` None), or
-    those up to ``eager_max`` and, with ``largest``, the largest too; ascending."""
-    if eager_max is None:
-        return list(sizes)
-    return [bs for bs in sizes if bs <= eager_max or (largest and bs == sizes[-1])]
 
 
 def describe_sizes(sizes: tuple[int, ...] | list[int]) -> str:

@@ -46,20 +46,6 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
     return stream
 
 
-def warm_kernels(forward, device: torch.device, model=None) -> None:
-    """``capture_graph``'s eager run alone, for a graph captured later, on its first use:
-    ``forward()`` once on ``capture_stream`` (through ``model``'s first layers), which loads
-    or compiles every kernel variant the graph will launch. Run at start-up, it keeps
-    compiles out of serving, and ``edge-llm warmup`` stores those variants too."""
-    stream = capture_stream(device)
-    current = torch.cuda.current_stream(device)
-    stream.wait_stream(current)
-    with torch.cuda.stream(stream):
-        with contextlib.nullcontext() if model is None else warmup_forward(model):
-            forward()
-    current.wait_stream(stream)
-
-
 def capture_graph(forward, pool, device: torch.device, model=None) -> torch.cuda.CUDAGraph:
     """Run ``forward()`` once eagerly (compiles kernels; cuBLAS allocates the stream's
     workspace outside any pool), then capture it into ``pool``, both on ``capture_stream``.

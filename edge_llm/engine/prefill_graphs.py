@@ -75,7 +75,7 @@ from .cuda_graphs import (
     release_graphs,
     wants_prompt_logprobs,
 )
-from .graph_capture import capture_graph, warm_kernels
+from .graph_capture import capture_graph
 from .scheduler_output import ScheduledSeq
 
 PREFILL_SIZES = (8, 16, 32, 64, 128, 256, 512)  # padded new-token counts, one graph each
@@ -290,11 +290,10 @@ class PrefillGraphs:
         return graph
 
     @torch.inference_mode()
-    def capture(self, pool=None, lazy: bool = False, warm: bool = False) -> GraphStats:
+    def capture(self, pool=None, lazy: bool = False) -> GraphStats:
         """Capture every size, largest first, into ``pool`` (the decode graphs'; a new one if
-        None), or with ``lazy`` none now: each size is then captured on its first use, and
-        with ``warm`` its kernel variants are loaded now (``warm_kernels``). Raises on a
-        forward that is not capturable."""
+        None), or with ``lazy`` none now: each size is then captured on its first use.
+        Raises on a forward that is not capturable."""
         if self.device.type != "cuda":
             raise RuntimeError(f"CUDA graphs need a CUDA device, not {self.device}.")
         dev = self.device
@@ -306,10 +305,6 @@ class PrefillGraphs:
         if not lazy:
             for t in reversed(self.sizes):
                 self._capture_one(t, self._pool)
-        elif warm:
-            for t in self.sizes:
-                self._pad_all(t)
-                warm_kernels(lambda t=t: self._forward(t), dev, self.model)
         buffers = [self.input_ids, self.positions, self.slot_mapping, self.query_start_loc,
                    self.seq_lens, self.block_tables, self.last_rows]
         if self._own_logits:

@@ -46,13 +46,8 @@ from .startup_probes import (
 
 logger = logging.getLogger(__name__)
 
-# Decode graphs captured before serving: batch sizes up to this, and at start-up the largest
-# as well (its memory is what the KV plan set aside for the shared pool); each other size is
-# captured on its first use, as is every short-step graph (tens of ms a graph, once), with
-# their kernel variants loaded at start-up (graph_capture.warm_kernels: nothing compiles
-# while serving). The reason: the capture of every size was a tenth of a warm start
-# (BENCHMARKS.md, "Cold start").
-EAGER_CAPTURE_MAX = 8
+# decode graphs captured during a wake-up; larger batch sizes are captured on first use
+WAKE_CAPTURE_MAX = 8
 
 
 class ModelRunner:
@@ -110,7 +105,7 @@ class ModelRunner:
             self.model, self.block_size, self.dtype, self.device,
             min(scheduler_config.max_num_batched_tokens, scheduler_config.max_model_len),
             kv_dtype=self.kv_dtype)
-        self._capture_graphs(at_start=True)
+        self._capture_graphs()
 
     # ---- CUDA graphs -----------------------------------------------------------------------
     @property
@@ -119,10 +114,9 @@ class ModelRunner:
         return (not self.enforce_eager and self.device.type == "cuda"
                 and triton_enabled(self.device, self.dtype))
 
-    def _capture_graphs(self, at_start: bool) -> None:
-        """Capture the decode graphs over the current KV cache and weights: sizes up to
-        ``EAGER_CAPTURE_MAX`` now, and at start-up the largest (not on a wake: it must be
-        quick); the others, and the short-step graphs, on first use."""
+    def _capture_graphs(self, eager_max: int | None = None) -> None:
+        """Capture the decode graphs over the current KV cache and weights (start-up: all
+        sizes; wake: sizes up to ``eager_max`` now, the others on first use)."""
         if not self.wants_cuda_graphs:
             if not self.enforce_eager and self.device.type == "cuda":
                 logger.info("CUDA graphs off: the %s forward runs the torch reference kernels",
@@ -130,40 +124,37 @@ class ModelRunner:
             return
         graphs = DecodeGraphs(self.model, self.kv.layers, self.graph_sizes,
                               self.scheduler_config.max_model_len, self.block_size, self.device)
-        stats = capture_or_release(
-            graphs, lambda: graphs.capture(EAGER_CAPTURE_MAX, at_start=at_start), "decode runs")
+        stats = capture_or_release(graphs, lambda: graphs.capture(eager_max), "decode runs")
         if stats is None:
             return
         self.graphs, self.graph_stats = graphs, stats
-        deferred = len(self.graph_sizes) - len(stats.sizes)
         logger.info("CUDA graphs: %d decode graphs (batch sizes %s) captured in %.2f s, "
-                    "%.0f MiB%s", len(stats.sizes), describe_sizes(stats.sizes), stats.seconds,
-                    stats.memory_bytes / (1 << 20),
-                    f"; {deferred} more on first use" if deferred else "")
-        self._capture_prefill_graphs(graphs.pool, warm=at_start)
+                    "%.0f MiB", len(stats.sizes), describe_sizes(stats.sizes), stats.seconds,
+                    stats.memory_bytes / (1 << 20))
+        self._capture_prefill_graphs(graphs.pool, lazy=eager_max is not None)
         held = self.graph_stats.memory_bytes + self.prefill_graph_stats.memory_bytes
-        if (at_start and self.plan.graph_bytes
+        if (eager_max is None and self.plan.graph_bytes
                 and held > self.plan.graph_bytes * 1.1 + (64 << 20)):
             logger.warning("The CUDA graphs hold %.0f MiB, more than the %.0f MiB the KV "
                            "cache plan set aside for them", held / (1 << 20),
                            self.plan.graph_bytes / (1 << 20))
 
-    def _capture_prefill_graphs(self, pool, warm: bool) -> None:
+    def _capture_prefill_graphs(self, pool, lazy: bool) -> None:
         """Short-step graphs (engine/prefill_graphs.py) into the decode graphs' pool, writing
-        their logits buffer, each captured on its first use (``warm``: their kernel variants
-        loaded now). A failure logs a warning and leaves prefill and mixed steps eager."""
+        their logits buffer (start-up: every size now; wake: each on first use). A failure
+        logs a warning and leaves prefill and mixed steps eager."""
         sc = self.scheduler_config
         graphs = PrefillGraphs(self.model, self.kv.layers, sc.max_model_len, self.block_size,
                                self.device, prefill_sizes(sc.max_num_batched_tokens),
                                max_seqs=sc.max_num_seqs, logits=self.graphs.logits)
-        stats = capture_or_release(graphs, lambda: graphs.capture(pool, lazy=True, warm=warm),
+        stats = capture_or_release(graphs, lambda: graphs.capture(pool, lazy=lazy),
                                    "prefills run")
         if stats is None:
             return
         self.prefill_graphs, self.prefill_graph_stats = graphs, stats
         logger.info("CUDA graphs: %d prefill graphs (new tokens %s%s) in %.2f s, %.0f MiB",
                     len(graphs.sizes), describe_sizes(graphs.sizes),
-                    ", captured on first use" if not stats.sizes else "", stats.seconds,
+                    ", captured on first use" if lazy else "", stats.seconds,
                     stats.memory_bytes / (1 << 20))
 
     def short_step_tokens(self) -> int | None:
@@ -212,7 +203,7 @@ class ModelRunner:
                           self.device, host=self._host_swap)
         acquire_dequant_scratch(self._scratch_sizes)
         self._scratch_sizes = []
-        self._capture_graphs(at_start=False)
+        self._capture_graphs(eager_max=WAKE_CAPTURE_MAX)
 
     def _memory_probes(self) -> dict[str, int]:
         """The KV plan's measurements, or an earlier start's (startup_probes.memory_probes)."""
