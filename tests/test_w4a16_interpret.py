@@ -320,6 +320,21 @@ def case_w4a16_silu_epilogue():
         assert ic.rel_err(y, (act * u).to(dtype)) < tol, label
 
 
+def case_w4a16_one_row_sweep_candidates():
+    """Every launch choice ``kernels_bench.py sweep --planes`` times at 1-2 rows computes the
+    product (benchmarks/lib/w4a16_variants.py): a candidate that is wrong is no candidate."""
+    import pathlib
+
+    import torch
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    from lib.w4a16_variants import sweep_variants_planes
+
+    for m in (1, 2):
+        for cfg in sweep_variants_planes(m).values():
+            _check_w4(m, 512, 256, 128, torch.float16, cfg, integer_zeros=True, planes=True)
+
+
 CASES = ic.list_cases(globals())
 
 

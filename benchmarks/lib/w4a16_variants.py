@@ -130,11 +130,21 @@ def sweep_variants(m: int, n: int) -> dict[str, W4A16Config]:
 
 
 def sweep_variants_planes(m: int) -> dict[str, W4A16Config]:
-    """Plane-packed words (``--planes``): the plane dots reading x as it is
-    against the joined swap tile fed x permuted to match (a copy), or with its columns in
-    plane order (``plane_major``: no copy), at 3-64 rows."""
+    """Plane-packed words (``--planes``): at 1-2 rows the one-row GEMV's launch choices; at
+    3-64 rows the plane dots reading x as it is against the joined swap tile fed x permuted
+    to match (a copy), or with its columns in plane order (``plane_major``: no copy)."""
     out: dict[str, W4A16Config] = {}
-    if m <= 2:  # the one-row GEMV: "auto" only
+    if m <= 2:  # the one-row GEMV's tile, pipeline depth, warps and waves around the dispatched
+        # one (64 x 128, 4 stages, 4 warps, 2.5 waves): which shapes gain from another?
+        for bn, bk, pipe, warps, waves in ((32, 128, 4, 4, 2.5), (128, 128, 4, 4, 2.5),
+                                           (128, 128, 4, 8, 2.5), (64, 256, 3, 4, 2.5),
+                                           (32, 256, 4, 4, 2.5), (64, 128, 3, 4, 2.5),
+                                           (64, 128, 6, 4, 2.5), (64, 128, 4, 2, 2.5),
+                                           (64, 128, 4, 8, 2.5), (32, 128, 6, 2, 4),
+                                           (64, 128, 4, 4, 4), (32, 128, 4, 4, 6)):
+            out[f"g16 bn{bn} bk{bk} p{pipe} w{warps} v{waves}"] = Gemv16(
+                block_n=bn, block_k=bk, pipe_stages=pipe, num_warps=warps, waves=waves,
+                fold_zero=True, flat_scales=True, min_k_tiles=1)
         return out
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     for tile in sorted({16 if m <= 16 else 32 if m <= 32 else 64, bm}):
