@@ -4,11 +4,10 @@ It takes every serve flag (and ``EDGE_LLM_*`` variable), builds the same engine 
 same start-up: memory probes, kernel warm-up, CUDA graph capture, the warm-up requests. What
 that compiles and measures stays under ``EDGE_LLM_CACHE_DIR``: Triton's kernels (``triton/``),
 the probe results (``probes/``), Triton's key (``triton_key.json``), the demo model when it was
-built. Run on a machine with the
-target GPU type (kernels and probes are specific to it; the probes also to the settings and
-the model), it is the build step that bakes those caches into an image
-(recipes/warm-cache), so that no container compiles or profiles at start. No port is opened.
-Exit codes as for ``serve``: 0 ready, 1 the model failed to load, 2 bad flags.
+built. Run on a machine with the target GPU type (kernels and probes are specific to it; the
+probes also to the settings and the model), it is the build step that bakes those caches into
+an image (recipes/warm-cache), so that no container compiles or profiles at start. No port is
+opened. Exit codes as for ``serve``: 0 ready, 1 the model failed to load, 2 bad flags.
 """
 
 from __future__ import annotations

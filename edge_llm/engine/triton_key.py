@@ -3,9 +3,10 @@
 Triton names every kernel in its cache by ``triton_key()``: a SHA-256 of its compiler and
 language sources and of ``libtriton.so`` (about 500 MB), computed once per process at the first
 kernel lookup, warm cache or not. Computed on the device-prep thread beside the imports
-(device_prep.py), it took 2.48 s of a 2.55 s import phase on an H100 host: it reads the library
-in 1 MB chunks and, while torch imports on the main thread, waits for the GIL after each one
-(the 5 ms switch interval, ~480 times). BENCHMARKS.md, "Cold start", has the start with it cached.
+(device_prep.py), it took 2.48 s of a 2.55 s import phase on one H100 host and 2.95-3.89 s on
+others, against about 0.4 s alone: it reads the library in 1 MB chunks and, while torch imports
+on the main thread, waits for the GIL after each one (up to the 5 ms switch interval, ~480
+times). Stored, it takes 0.3-0.9 s there (BENCHMARKS.md, "Cold start").
 
 The value depends only on the bytes of those files. It is stored in
 ``EDGE_LLM_CACHE_DIR/triton_key.json`` with a fingerprint of those files: each one's path, size
