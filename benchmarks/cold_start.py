@@ -244,7 +244,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--profile", action="store_true",
                     help="with --engine-only: each start's engine construction under cProfile "
                          "(profile<i>.txt under --out: where kv_allocation and the kernel "
-                         "warm-up spend their time; the phases then run slower)")
+                         "warm-up spend their time; the phases then run slower). From Python "
+                         "3.12 cProfile records every thread, so the listing mixes the loader's "
+                         "and device prep's threads in")
     ap.add_argument("--device-prep", action=argparse.BooleanOptionalAction, default=True,
                     help="with --engine-only: the CUDA context and Triton's key on a thread "
                          "beside the imports, as serve does (--no-device-prep: without, to "
