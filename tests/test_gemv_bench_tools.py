@@ -1,5 +1,6 @@
 """The GEMV benchmark tools, the parts that run without a GPU: ``kernels_bench.py graphs``'
-best sweep variant read from a sweep's JSON and the engine's 1-2 row dispatch patched to it."""
+best sweep variant (or each problem's) read from a sweep's JSON and the engine's 1-2 row
+dispatch patched to it."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_patch_gemv_routes_one_and_two_rows_only(monkeypatch):
 
     monkeypatch.setattr(w4a16, "lookup", w4a16.lookup)  # undone after the test
     before = w4a16.lookup("wgmma", "fp16", 16, 4096, 4096, 128)
-    with pytest.raises(KeyError):
+    with pytest.raises(SystemExit, match="no sweep candidate"):
         w4a16_variants.patch_gemv("no such variant")
     w4a16_variants.patch_gemv("g16 p4 reduce launch")
     for m in (1, 2):
@@ -56,3 +57,25 @@ def test_patch_gemv_routes_one_and_two_rows_only(monkeypatch):
     qw = torch.zeros(512, 4096, dtype=torch.int32)
     s = torch.ones(32, 4096, dtype=torch.float16)
     assert not w4a16.prepare(x, qw, s, s, 128)[1].fused_reduce
+
+
+def test_per_shape_patch_takes_each_problems_winner_on_plane_packed_words(monkeypatch):
+    from edge_llm.kernels import w4a16
+
+    monkeypatch.setattr(w4a16, "lookup", w4a16.lookup)
+    rows = [dict(_row(1, "o", {"auto": (2.0, 0), "g16 bn32 bk128 p4 w4 v2.5": (2.5, 1e-3),
+                               "g16 bn128 bk128 p4 w8 v2.5": (3.0, 0.5)}), n=4096, k=4096),
+            dict(_row(1, "qkv", {"auto": (2.0, 0), "g16 bn32 bk128 p4 w4 v2.5": (1.5, 1e-3)}),
+                 n=12288, k=4096)]
+    best = w4a16_variants.best_per_shape(rows)
+    # the wrong one (err 0.5) is not taken; where the dispatched choice won it stays
+    assert best == {(1, 4096, 4096): "g16 bn32 bk128 p4 w4 v2.5", (1, 12288, 4096): "auto"}
+    dispatched = {n: w4a16.lookup("wgmma", "fp16", 1, n, 4096, 128, True) for n in (4096, 12288)}
+    two_rows = w4a16.lookup("wgmma", "fp16", 2, 4096, 4096, 128, True)
+    w4a16_variants.patch_gemv(best)
+    o = w4a16.lookup("wgmma", "fp16", 1, 4096, 4096, 128, True)
+    assert (o.block_n, o.block_k, o.pipe_stages, o.num_warps) == (32, 128, 4, 4)
+    assert o != dispatched[4096]
+    assert w4a16.lookup("wgmma", "fp16", 1, 12288, 4096, 128, True) == dispatched[12288]
+    # a problem the sweep did not measure (M=2 here) keeps the dispatched choice
+    assert w4a16.lookup("wgmma", "fp16", 2, 4096, 4096, 128, True) == two_rows

@@ -7,7 +7,8 @@
 
 ``--variant NAME``: a 1-2 row W4A16 launch variant of the sweep (``w4a16_variants``, its name,
 e.g. "g16 p4 fused"; ``--variant best:SWEEP_JSON`` takes the best geometric mean at one row
-from a sweep's JSON) runs against the dispatched choice, interleaved ``--rounds`` times (graphs
+from a sweep's JSON; ``--variant per-shape:SWEEP_JSON`` each problem's best in that sweep, the
+dispatched choice where it won) runs against the dispatched choice, interleaved ``--rounds`` times (graphs
 only): the engine with the table's ``lookup`` patched at M <= 2, nothing else changed.
 
 Each mode runs in its own process. Decode rate at batch B: the same B prompts (128 tokens)
@@ -53,9 +54,11 @@ def worker(ckpt: str, mode: str, n1: int, n2: int, reps: int) -> dict:
     from edge_llm import LLM, SamplingParams
 
     if mode.startswith("graphs:"):
-        from .w4a16_variants import patch_gemv
+        from .w4a16_variants import best_per_shape, patch_gemv
 
-        patch_gemv(mode.split(":", 1)[1])
+        name = mode.split(":", 1)[1]
+        patch_gemv(best_per_shape(json.loads(Path(name[10:]).read_text())["rows"])
+                   if name.startswith("per-shape:") else name)
 
     llm = LLM(ckpt, device="cuda", dtype="float16", max_model_len=1024, max_num_seqs=16,
               max_num_batched_tokens=2048, kv_cache_memory=4 << 30, swap_space=0.0,
@@ -97,6 +100,12 @@ def run(ckpt: Path, mode: str, n1: int, n2: int, reps: int) -> dict:
 
 def compare_variant(a, name: str) -> None:
     """The dispatched choice and ``name`` in alternating processes; one table of rates."""
+    if name.startswith("per-shape:"):
+        from .w4a16_variants import best_per_shape
+
+        for (m, n, k), v in sorted(best_per_shape(
+                json.loads(Path(name[10:]).read_text())["rows"]).items()):
+            print(f"M={m} N={n} K={k}: {v}")
     runs = []
     for _ in range(a.rounds):
         for mode in ("graphs", f"graphs:{name}"):
@@ -127,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--graphs-only", action="store_true", help="skip the eager engine")
-    ap.add_argument("--variant", help="a sweep variant name, or best:SWEEP_JSON")
+    ap.add_argument("--variant", help="a sweep variant name, best:SWEEP_JSON or "
+                                      "per-shape:SWEEP_JSON")
     ap.add_argument("--rounds", type=int, default=2, help="--variant: interleaved rounds")
     a = ap.parse_args(argv)
     if a.n2 <= a.n1 or a.n1 < 1:

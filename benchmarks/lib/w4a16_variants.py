@@ -9,8 +9,9 @@ module is what the benchmarks need adapted.
   fp16-planes dot tiles.
 - ``sweep_variants(m, n)``, ``sweep_variants_planes(m)``, ``sweep_variants_pm(m)``: the
   candidates of ``kernels_bench.py sweep`` (standard words; ``--planes``; ``--planes --pm``).
-- ``patch_gemv(name)``: the engine's 1-2 row dispatch routed to a sweep candidate
-  (``kernels_bench.py graphs --variant``).
+- ``patch_gemv(name or {(m, n, k): name})``: the engine's 1-2 row dispatch routed to sweep
+  candidates (``kernels_bench.py graphs --variant``); ``best_per_shape(rows)``: a sweep's
+  winner per problem.
 """
 
 from __future__ import annotations
@@ -180,18 +181,41 @@ def sweep_variants_pm(m: int) -> dict[str, W4A16Config]:
     return out
 
 
-def patch_gemv(variant: str) -> None:
-    """Route fp16 matmuls of 1-2 rows to the sweep's ``variant`` (this process only): the
-    table's ``lookup`` as ``w4a16.prepare`` (every launch) consults it, patched at M <= 2."""
+def patch_gemv(variant: str | dict[tuple[int, int, int], str]) -> None:
+    """Route fp16 matmuls of 1-2 rows to a sweep candidate (this process only): the table's
+    ``lookup`` as ``w4a16.prepare`` (every launch) consults it, patched at M <= 2. ``variant``:
+    one candidate's name for every shape, or per (m, n, k) (``best_per_shape``; "auto" or a
+    problem it does not name keeps the dispatched choice). The name is looked up among the
+    candidates of the words the engine holds (``sweep_variants_planes`` for plane-packed
+    words, the default; ``sweep_variants`` otherwise)."""
     from edge_llm.kernels import w4a16
 
     dispatched = w4a16.lookup
 
+    def candidate(name: str, m: int, n: int, packed: bool) -> W4A16Config:
+        return (sweep_variants_planes(m) if packed else sweep_variants(m, n))[name]
+
     def pick(family: str, act: str, m: int, n: int, k: int, group_size: int,
              packed: bool = False) -> W4A16Config:
         if act == "fp16" and m <= 2:
-            return sweep_variants(m, n)[variant]
+            name = variant.get((m, n, k), "auto") if isinstance(variant, dict) else variant
+            if name != "auto":
+                return candidate(name, m, n, packed)
         return dispatched(family, act, m, n, k, group_size, packed)
 
-    sweep_variants(1, 4096)[variant]  # an unknown name fails here, before the engine loads
+    for m, name in ([(1, variant)] if isinstance(variant, str)
+                    else [(key[0], v) for key, v in variant.items()]):
+        if name != "auto" and name not in {**sweep_variants_planes(m), **sweep_variants(m, 4096)}:
+            raise SystemExit(f"no sweep candidate named {name!r} at M={m}")  # before the load
     w4a16.lookup = pick
+
+
+def best_per_shape(rows: list[dict]) -> dict[tuple[int, int, int], str]:
+    """Per (m, n, k) of a sweep's rows (its JSON "rows"), the candidate with the best speed-up
+    whose relative error is under 1e-2, "auto" (the dispatched choice) included."""
+    out = {}
+    for r in rows:
+        ok = {v: x["speedup"] for v, x in r["res"].items() if x["err"] < 1e-2}
+        if ok:
+            out[(r["m"], r["n"], r["k"])] = max(ok, key=ok.get)
+    return out
