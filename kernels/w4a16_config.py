@@ -44,8 +44,7 @@ class Gemv16(_SplitK):
     1-2 rows. ``flat_scales``: 1-D scale rows and 16-byte x loads (FLAT/EVEN).
     ``pipe_stages`` > 0: tile loads staged through shared memory by cp.async (PIPE); 0:
     register double buffering. ``fused_reduce``: split K summed by the last program of a
-    tile, else by a second launch. ``early_tiles`` (0-2, with ``pipe_stages``): that many
-    K tiles of weights loaded before the PDL wait."""
+    tile, else by a second launch."""
 
     block_n: int
     block_k: int
@@ -54,7 +53,6 @@ class Gemv16(_SplitK):
     flat_scales: bool = False
     pipe_stages: int = 0
     fused_reduce: bool = True
-    early_tiles: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

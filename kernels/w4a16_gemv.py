@@ -216,9 +216,11 @@ def _w4a16_gemv16_kernel(
     projection of 2 N columns and ``out`` gets silu(gate) * up, N columns: each program
     reads BLOCK_N / 2 gate columns and the same up columns (N further on), and its epilogue
     stores their product (``_store_silu_row``): no [M, 2 N] intermediate, no second kernel.
-    EARLY (1 or 2, PIPE > 0): the split's first EARLY K tiles of words, scales and zeros are
-    loaded into registers before the PDL wait (no kernel of a forward writes weights), so
-    their reads overlap the previous kernel's tail; the pipelined loop takes the rest.
+    EARLY (PIPE > 0): the split's first K tile of words, scales and zeros is loaded into
+    registers before the PDL wait (no kernel of a forward writes weights), so its reads
+    overlap the previous kernel's tail; the pipelined loop takes the rest. Set at one
+    activation row, where it measured faster (BENCHMARKS.md, "Kernels"); at two rows the
+    kernel alone was 2-5% slower with it.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -237,17 +239,11 @@ def _w4a16_gemv16_kernel(
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
     r_end = k_hi // 8
-    if EARLY >= 1:  # weights only: x is read after the wait
-        rows_e0 = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
-        w_e0, s_e0, z_e0 = tile_loads(qw_ptr, s_ptr, z_ptr, rows_e0, r_end, offs_n, n_mask,
-                                      n_load, k_lo, group_size, stride_qk, stride_sg,
-                                      stride_zg, ONE_GROUP, FLAT, EVEN)
-    if EARLY >= 2:  # a split of one tile reads that tile again (never past K), unused
-        k_e1 = tl.maximum(tl.minimum(k_lo + BLOCK_K, k_hi - BLOCK_K), k_lo)
-        rows_e1 = k_e1 // 8 + tl.arange(0, BLOCK_K // 8)
-        w_e1, s_e1, z_e1 = tile_loads(qw_ptr, s_ptr, z_ptr, rows_e1, r_end, offs_n, n_mask,
-                                      n_load, k_e1, group_size, stride_qk, stride_sg,
-                                      stride_zg, ONE_GROUP, FLAT, EVEN)
+    if EARLY:  # weights only: x is read after the wait
+        rows_e = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
+        w_e, s_e, z_e = tile_loads(qw_ptr, s_ptr, z_ptr, rows_e, r_end, offs_n, n_mask, n_load,
+                                   k_lo, group_size, stride_qk, stride_sg, stride_zg,
+                                   ONE_GROUP, FLAT, EVEN)
     pdl_enter(PDL)
     acc0 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
@@ -259,18 +255,11 @@ def _w4a16_gemv16_kernel(
         m1, m2, m3 = tl.minimum(m1, M - 1), tl.minimum(m2, M - 1), tl.minimum(m3, M - 1)
     if PIPE > 0:
         k_start = k_lo
-        if EARLY >= 1:
+        if EARLY:  # the split's first tile (splits are never empty: splitk.plan)
             acc0, acc1, acc2, acc3 = _tile_update(
-                acc0, acc1, acc2, acc3, w_e0, s_e0, z_e0, rows_e0, r_end, k_lo, x_ptr, xi_ptr,
+                acc0, acc1, acc2, acc3, w_e, s_e, z_e, rows_e, r_end, k_lo, x_ptr, xi_ptr,
                 m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT,
                 EVEN, PLANES)
-            k_start += BLOCK_K
-        if EARLY >= 2:
-            if k_start < k_hi:
-                acc0, acc1, acc2, acc3 = _tile_update(
-                    acc0, acc1, acc2, acc3, w_e1, s_e1, z_e1, rows_e1, r_end, k_e1, x_ptr,
-                    xi_ptr, m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16,
-                    FOLD, FLAT, EVEN, PLANES)
             k_start += BLOCK_K
         # the tile loads inside the loop, staged through shared memory by cp.async PIPE
         # tiles ahead (tl.range pipelines loads that feed no tl.dot; plain range does not)
@@ -372,6 +361,6 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
         FOLD=cfg.fold_zero and integer_zeros and one_group and rows <= 2,
         FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
         PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
-        PLANES=planes, SILU=silu, EARLY=cfg.early_tiles if cfg.pipe_stages else 0,
+        PLANES=planes, SILU=silu, EARLY=cfg.pipe_stages > 0 and rows == 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
     return splitk.finish(target, out, counters)

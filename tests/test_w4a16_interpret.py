@@ -335,22 +335,22 @@ def case_w4a16_one_row_sweep_candidates():
             _check_w4(m, 512, 256, 128, torch.float16, cfg, integer_zeros=True, planes=True)
 
 
-def case_w4a16_gemv16_early_tiles():
-    """The first one or two K tiles of weights loaded before the PDL wait (EARLY): splits of
-    one tile (the second early tile unused), a K that is no multiple of the tile (the last
-    split short), masked columns, groups smaller than the tile, one and two rows."""
+def case_w4a16_gemv16_early_tile():
+    """The pipelined GEMV at one row loads its split's first K tile of weights before the
+    PDL wait (EARLY), and the loop starts at the second: splits of one tile, a K that is no
+    multiple of the tile (the last split short), masked columns, groups smaller than the
+    tile; two rows take the loop alone."""
     import torch
 
     from edge_llm.kernels import w4a16_config as wc
 
-    for early in (1, 2):
-        for split in (1, 2, 3):
-            pipe = wc.Gemv16(block_n=64, block_k=128, pipe_stages=3, split_k=split,
-                             early_tiles=early, fold_zero=True, flat_scales=True,
-                             min_k_tiles=1)
-            _check_w4(1, 384, 128, 128, torch.float16, pipe, integer_zeros=True)
-            _check_w4(2, 384, 96, 128, torch.float16, pipe, integer_zeros=True, planes=True)
-            _check_w4(1, 320, 80, 64, torch.float16, pipe)  # K 2.5 tiles, groups of 64
+    for split in (1, 2, 3):
+        pipe = wc.Gemv16(block_n=64, block_k=128, pipe_stages=3, split_k=split, fold_zero=True,
+                         flat_scales=True, min_k_tiles=1)
+        _check_w4(1, 384, 128, 128, torch.float16, pipe, integer_zeros=True)
+        _check_w4(1, 384, 96, 128, torch.float16, pipe, integer_zeros=True, planes=True)
+        _check_w4(1, 320, 80, 64, torch.float16, pipe)  # K 2.5 tiles, groups of 64
+        _check_w4(2, 384, 96, 128, torch.float16, pipe, integer_zeros=True, planes=True)
 
 
 CASES = ic.list_cases(globals())

@@ -8,8 +8,10 @@
 ``--variant NAME``: a 1-2 row W4A16 launch variant of the sweep (``w4a16_variants``, its name,
 e.g. "g16 p4 fused"; ``--variant best:SWEEP_JSON`` takes the best geometric mean at one row
 from a sweep's JSON; ``--variant per-shape:SWEEP_JSON`` each problem's best in that sweep, the
-dispatched choice where it won) runs against the dispatched choice, interleaved ``--rounds`` times (graphs
-only): the engine with the table's ``lookup`` patched at M <= 2, nothing else changed.
+dispatched choice where it won) runs against the dispatched choice, interleaved ``--rounds``
+times (graphs only): the engine with the table's ``lookup`` patched at M <= 2, nothing else
+changed. The kernel sweep times each launch alone and without PDL; only this tells what a
+candidate does in a decode step (the per-shape winners of one sweep: 0.914x at batch 1).
 
 Each mode runs in its own process. Decode rate at batch B: the same B prompts (128 tokens)
 generated to N1 and to N2 tokens, rate = B * (N2 - N1) / (t(N2) - t(N1)), so prefill and

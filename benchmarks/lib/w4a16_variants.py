@@ -146,10 +146,6 @@ def sweep_variants_planes(m: int) -> dict[str, W4A16Config]:
             out[f"g16 bn{bn} bk{bk} p{pipe} w{warps} v{waves}"] = Gemv16(
                 block_n=bn, block_k=bk, pipe_stages=pipe, num_warps=warps, waves=waves,
                 fold_zero=True, flat_scales=True, min_k_tiles=1)
-        for early in (1, 2):  # the dispatched launch, its first tiles read before the PDL wait
-            out[f"g16 bn64 bk128 p4 w4 v2.5 e{early}"] = Gemv16(
-                block_n=64, block_k=128, pipe_stages=4, waves=2.5, fold_zero=True,
-                flat_scales=True, min_k_tiles=1, early_tiles=early)
         return out
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     for tile in sorted({16 if m <= 16 else 32 if m <= 32 else 64, bm}):
