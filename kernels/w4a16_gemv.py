@@ -51,6 +51,7 @@ from .w4a16_gemv_tile import tile_loads
 from .w4a16_gemv_x import bits_half, fp16x2_pair, x_pairs
 from .w4a16_ref import PLANE_TILE, unplane_order
 
+
 # the pipelined GEMV of this many activation rows per program (and fewer) reads its first
 # weight tile before the PDL wait (EARLY); measured at one row (BENCHMARKS.md, "Kernels")
 EARLY_ROWS = 1
