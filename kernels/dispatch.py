@@ -18,9 +18,7 @@ from .fused import add_rms_norm_ref, gelu_tanh_and_mul_ref, rms_norm_ref, silu_a
 from .gather import gather_columns_ref
 from .paged_attention import paged_attention_ref, write_kv_ref
 from .rotary import rotary_ref
-from .splitk import Partials
 from .w4a16 import dequantize_w4a16_ref, pack_planes_ref, pack_w4_ref, w4a16_matmul_ref
-from .w4a16_config import Gemv16
 from .w4a16_dequant import acquire_dequant_scratch, release_dequant_scratch
 
 __all__ = [
@@ -124,23 +122,17 @@ def w4a16_matmul(
     group_size: int,
     integer_zeros: bool = False,
     planes_packed: bool = False,
-    partials: bool = False,
-) -> torch.Tensor | Partials:
+) -> torch.Tensor:
     """y = x @ W for the runtime 4-bit layout (kernels/w4a16.py), (..., N) in x's dtype.
     ``integer_zeros``: the caller vouches that every zero point is an integer.
     ``planes_packed``: qweight in the plane-packed word order (``pack_planes_ref``).
-    On CUDA: the table's kernel for the problem (kernels/w4a16_config.py), launched here.
-    ``partials`` (x [M, K]): where the one-row GEMV splits K, its split sums unsummed
-    (``Partials``), for ``add_rms_norm`` to add as it reads them."""
+    On CUDA: the table's kernel for the problem (kernels/w4a16_config.py), launched here."""
     if not (x.is_cuda and x.dtype in _HALF and _triton()):
         return w4a16_matmul_ref(x, qweight, scales, zeros, group_size,
                                 planes_packed=planes_packed)
     x2, cfg = _w4.prepare(x, qweight, scales, zeros, group_size, planes_packed)
     if x2.shape[0] == 0:
         return x.new_empty((*x.shape[:-1], qweight.shape[1]))
-    if partials and x.dim() == 2 and isinstance(cfg, Gemv16):
-        return _w4.launch_gemv16(cfg, x2, qweight, scales, zeros, group_size, integer_zeros,
-                                 planes_packed, partials=True)
     y = _w4.LAUNCH[type(cfg)](cfg, x2, qweight, scales, zeros, group_size, integer_zeros,
                               planes_packed)  # (M, N)
     return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -193,16 +185,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
 
 
 def add_rms_norm(
-    x: torch.Tensor | Partials, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
     perm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(residual + x), residual + x), the sum in the activation dtype; ``perm``
-    permutes the columns of the first only. x may be a matmul's split sums (``Partials``,
-    from ``w4a16_matmul(partials=True)``): the kernel adds them as it reads them."""
-    if isinstance(x, Partials):
-        if _fused_ok(residual, weight) and x.dtype == residual.dtype:
-            return _fused.add_rms_norm(x, residual, weight, eps, perm)
-        x = x.total()
+    permutes the columns of the first only."""
     if _fused_ok(x, residual, weight):
         return _fused.add_rms_norm(x, residual, weight, eps, perm)
     return add_rms_norm_ref(x, residual, weight, eps, perm)

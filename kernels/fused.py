@@ -27,7 +27,6 @@ import triton.language as tl
 
 from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
-from .splitk import Partials
 
 __all__ = [
     "add_rms_norm", "add_rms_norm_ref", "gelu_tanh_and_mul", "gelu_tanh_and_mul_ref", "rms_norm",
@@ -91,20 +90,11 @@ def _split_gate_up(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @triton.jit
-def _residual_sum(x_ptr, res_ptr, res_out_ptr, offs_x, offs_r, offs_ro, mask, n_parts,
-                  stride_xp, HAS_RESIDUAL: tl.constexpr, STORE: tl.constexpr,
-                  PARTS: tl.constexpr):
+def _residual_sum(x_ptr, res_ptr, res_out_ptr, offs_x, offs_r, offs_ro, mask,
+                  HAS_RESIDUAL: tl.constexpr, STORE: tl.constexpr):
     """The rows to normalise, rounded to the activation dtype, as fp32: x, or x + residual
-    (stored to ``res_out`` when STORE). PARTS (with a residual): x is ``n_parts`` fp32
-    partial sums ``stride_xp`` apart (splitk.Partials), added in order and rounded to the
-    residual's dtype first."""
-    if PARTS:
-        s = tl.load(x_ptr + offs_x, mask=mask, other=0.0)
-        for p in range(1, n_parts):
-            s += tl.load(x_ptr + p * stride_xp + offs_x, mask=mask, other=0.0)
-        s = s.to(res_ptr.dtype.element_ty)
-    else:
-        s = tl.load(x_ptr + offs_x, mask=mask, other=0.0)
+    (stored to ``res_out`` when STORE)."""
+    s = tl.load(x_ptr + offs_x, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + offs_r, mask=mask, other=0.0)
         s = (r.to(tl.float32) + s.to(tl.float32)).to(s.dtype)
@@ -118,10 +108,10 @@ def _residual_sum(x_ptr, res_ptr, res_out_ptr, offs_x, offs_r, offs_ro, mask, n_
 @triton.jit(do_not_specialize=["n_rows"])
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, perm_ptr,
-    n_rows, n_cols, stride_x, stride_xi, stride_r, stride_o, stride_ro, eps, n_parts,
-    stride_xp, HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    n_rows, n_cols, stride_x, stride_xi, stride_r, stride_o, stride_ro, eps,
+    HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_CHUNKS: tl.constexpr, INNER_ROWS: tl.constexpr, PERM: tl.constexpr,
-    PARTS: tl.constexpr = False, PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """ROWS rows per program. One chunk: the rows stay in registers between the sum of
     squares and the scaling. Several chunks: pass 1 sums (and stores the new residual), pass 2
@@ -133,9 +123,7 @@ def _rms_norm_kernel(
     PERM: output column j is column perm[j]; the scaling pass reads its inputs (and weight) at
     the permuted columns and recomputes the same rounded sum, as the chunked pass 2 does (one
     chunk: the permutation is loaded with the first inputs, not after the sum). tl.gather of
-    the row in registers hangs on Hopper (Triton 3.6).
-
-    PARTS: x is the fp32 split sums of the matmul before it (``_residual_sum``)."""
+    the row in registers hangs on Hopper (Triton 3.6)."""
     pdl_enter(PDL)
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     row_ok = rows < n_rows
@@ -150,17 +138,16 @@ def _rms_norm_kernel(
             src = tl.load(perm_ptr + cols, mask=cols < n_cols, other=0)
         s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + cols[None, :],
                           rows[:, None] * stride_r + cols[None, :],
-                          rows[:, None] * stride_ro + cols[None, :], mask, n_parts, stride_xp,
-                          HAS_RESIDUAL, True, PARTS)
+                          rows[:, None] * stride_ro + cols[None, :], mask, HAS_RESIDUAL, True)
         inv = tl.math.rsqrt(tl.sum(s * s, axis=1) / n_cols + eps)  # (ROWS,)
         if PERM:
             s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + src[None, :],
                               rows[:, None] * stride_r + src[None, :], rows[:, None], mask,
-                              n_parts, stride_xp, HAS_RESIDUAL, False, PARTS)
+                              HAS_RESIDUAL, False)
             w = tl.load(w_ptr + src, mask=cols < n_cols, other=0.0).to(tl.float32)
         else:
             w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        normed = (s * inv[:, None]).to(out_ptr.dtype.element_ty).to(tl.float32)
+        normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
         tl.store(out_ptr + rows[:, None] * stride_o + cols[None, :],
                  (normed * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
     else:
@@ -170,8 +157,7 @@ def _rms_norm_kernel(
             mask = row_ok[:, None] & (cc[None, :] < n_cols)
             s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + cc[None, :],
                               rows[:, None] * stride_r + cc[None, :],
-                              rows[:, None] * stride_ro + cc[None, :], mask, n_parts,
-                              stride_xp, HAS_RESIDUAL, True, PARTS)
+                              rows[:, None] * stride_ro + cc[None, :], mask, HAS_RESIDUAL, True)
             acc += s * s
         inv = tl.math.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
         for c in range(NUM_CHUNKS):
@@ -182,9 +168,9 @@ def _rms_norm_kernel(
                 src = tl.load(perm_ptr + cc, mask=cc < n_cols, other=0)
             s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + src[None, :],
                               rows[:, None] * stride_r + src[None, :],
-                              rows[:, None] * stride_ro + src[None, :], mask, n_parts, stride_xp,
-                              HAS_RESIDUAL, False, PARTS)
-            normed = (s * inv[:, None]).to(out_ptr.dtype.element_ty).to(tl.float32)
+                              rows[:, None] * stride_ro + src[None, :], mask, HAS_RESIDUAL,
+                              False)
+            normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
             w = tl.load(w_ptr + src, mask=cc < n_cols, other=0.0).to(tl.float32)
             tl.store(out_ptr + rows[:, None] * stride_o + cc[None, :],
                      (normed * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
@@ -237,8 +223,6 @@ def _row_launch(n_cols: int) -> tuple[int, int, int, int]:
 
 
 def _norm(x, residual, weight, eps, perm=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    if isinstance(x, Partials):
-        return _norm_partials(x, residual, weight, eps, perm)
     n = x.shape[-1] if x.dim() else 0
     if weight.shape != (n,):
         raise ValueError(f"weight: expected shape ({n},) for rows of {n}, got "
@@ -269,43 +253,10 @@ def _norm(x, residual, weight, eps, perm=None) -> tuple[torch.Tensor, torch.Tens
     _rms_norm_kernel[(cdiv(m, rows),)](
         x2, r2, weight.contiguous(), o2, ro2, o2 if perm is None else perm.contiguous(), m, n,
         stride_x, stride_xi, r2.stride(0) if residual is not None else 0,
-        o2.stride(0), ro2.stride(0), float(eps), 1, 0, HAS_RESIDUAL=residual is not None,
-        ROWS=rows,
+        o2.stride(0), ro2.stride(0), float(eps), HAS_RESIDUAL=residual is not None, ROWS=rows,
         BLOCK_N=block_n, NUM_CHUNKS=chunks, INNER_ROWS=inner, PERM=perm is not None,
         num_warps=warps, **pdl_kwargs(o2.device))
     return out, (res_out if residual is not None else None)
-
-
-def _norm_partials(x: Partials, residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                   perm: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``add_rms_norm`` of a matmul's split sums (``splitk.Partials`` [S, M, N]) and the
-    residual [M, N]: the kernel adds the S partials as it reads them."""
-    parts = x.parts
-    if (parts.dim() != 3 or parts.dtype != torch.float32 or parts.stride(-1) != 1
-            or residual.shape != x.shape or residual.dtype != x.dtype):
-        raise ValueError(f"partials: expected fp32 [S, M, N] with a residual of [M, N] in "
-                         f"their dtype, got {parts.dtype} {tuple(parts.shape)} and "
-                         f"{residual.dtype} {tuple(residual.shape)} ({x.dtype})")
-    m, n = x.shape
-    if weight.shape != (n,) or weight.dtype != x.dtype:
-        raise ValueError(f"weight: expected {x.dtype} ({n},), got {weight.dtype} "
-                         f"{tuple(weight.shape)}")
-    if perm is not None and (perm.shape != (n,) or perm.dtype != torch.int64):
-        raise ValueError(f"perm: expected int64 of shape ({n},), got {perm.dtype} "
-                         f"{tuple(perm.shape)}")
-    r2 = _rows(residual, "residual")
-    out = torch.empty((m, n), dtype=x.dtype, device=parts.device)
-    res_out = torch.empty_like(out)
-    if m == 0 or n == 0:
-        return out, res_out
-    rows, block_n, chunks, warps = _row_launch(n)
-    _rms_norm_kernel[(cdiv(m, rows),)](
-        parts, r2, weight.contiguous(), out, res_out, out if perm is None else perm.contiguous(),
-        m, n, parts.stride(1), 0, r2.stride(0), out.stride(0), res_out.stride(0), float(eps),
-        parts.shape[0], parts.stride(0), HAS_RESIDUAL=True, ROWS=rows, BLOCK_N=block_n,
-        NUM_CHUNKS=chunks, INNER_ROWS=1, PERM=perm is not None, PARTS=True, num_warps=warps,
-        **pdl_kwargs(out.device))
-    return out, res_out
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -316,12 +267,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
 
 
 def add_rms_norm(
-    x: torch.Tensor | Partials, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
     perm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``add_rms_norm_ref``: one pass reads x and residual, writes (normed, new
-    residual), both new tensors shaped like x. x may be a matmul's unsummed split sums
-    (``splitk.Partials``; [M, N]): they are added as they are read."""
+    residual), both new tensors shaped like x."""
     out, res_out = _norm(x, residual, weight, eps, perm)
     assert res_out is not None
     return out, res_out

@@ -37,30 +37,6 @@ MAX_TILES = 1 << 16
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
-@dataclass(frozen=True)
-class Partials:
-    """A matmul result [M, N] left as its K splits' fp32 partial sums ``parts`` [SPLIT, M, N]
-    for its reader to add: the residual add + RMSNorm after the one-row GEMV sums them while
-    it reads its input (kernels/fused.py), so the GEMV's last program per tile no longer
-    sums them at the end of the matmul (the tail of a short kernel, measured in BENCHMARKS.md,
-    "Kernels"). The sum runs in split order in fp32 and is rounded once to ``dtype``: the value
-    the matmul's own sum stores."""
-
-    parts: torch.Tensor
-    dtype: torch.dtype
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.parts.shape[1:]
-
-    def total(self) -> torch.Tensor:
-        """The sum as a [M, N] tensor of ``dtype`` (for a reader without the fused read)."""
-        acc = self.parts[0].clone()
-        for part in self.parts[1:]:
-            acc += part
-        return acc.to(self.dtype)
-
-
 def counters(device: torch.device, tiles: int) -> torch.Tensor | None:
     """The device's zeroed int32 tile counters (MAX_TILES of them), or None (see module)."""
     if tiles > MAX_TILES:

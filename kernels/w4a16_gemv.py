@@ -52,11 +52,6 @@ from .w4a16_gemv_x import bits_half, fp16x2_pair, x_pairs
 from .w4a16_ref import PLANE_TILE, unplane_order
 
 
-# the pipelined GEMV of this many activation rows per program (and fewer) reads its first
-# weight tile before the PDL wait (EARLY); measured at one row (BENCHMARKS.md, "Kernels")
-EARLY_ROWS = 1
-
-
 @triton.jit
 def _dot8_emulated(w, zf, xa, xb, xc, xd):
     """Plain-Triton twin of one row of the PTX (fp32 throughout, z as fp32)."""
@@ -323,8 +318,7 @@ def _w4a16_gemv16_kernel(
 
 def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
                   zeros: torch.Tensor, group_size: int, integer_zeros: bool = False,
-                  planes_packed: bool = False, silu: bool = False,
-                  partials: bool = False) -> torch.Tensor | splitk.Partials:
+                  planes_packed: bool = False, silu: bool = False) -> torch.Tensor:
     """x2 [M, K] @ W, [M, N] (x2's dtype), by the fp16x2 GEMV in ``cfg``'s configuration.
 
     ``integer_zeros``: the caller vouches that every zero point is an integer, so
@@ -334,8 +328,7 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
     ``silu``: W is a merged [gate | up] projection and the result is silu(gate) * up,
     [M, N / 2], computed in the epilogue (SILU) where the launch has one split and N is a
     multiple of the column tile (``fuses_silu``); otherwise the plain [M, N] comes back
-    (the caller applies ``silu_and_mul``). ``partials``: where the launch splits K (and no
-    ``silu``), the split sums are left to the reader: a ``splitk.Partials`` comes back."""
+    (the caller applies ``silu_and_mul``)."""
     m, k = x2.shape
     n = qweight.shape[1]
     qweight, scales, zeros = qweight.contiguous(), scales.contiguous(), zeros.contiguous()
@@ -344,20 +337,14 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
     tiles = cdiv(m, rows) * cdiv(n, block_n)
     split, k_per_split = splitk.plan(tiles, k, block_k, cfg.split_k, cfg.waves,
                                      cfg.min_k_tiles, num_sms(x2.device))
-    partials = partials and split > 1 and not silu  # a SiLU caller sums nothing itself
     silu = silu and split == 1 and n % block_n == 0
     planes = planes_packed and block_k % PLANE_TILE == 0 and x2.dtype == torch.float16
     if planes_packed and not planes:
         x2 = unplane_order(x2)  # x in the words' order (a copy)
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
-    if partials:
-        out = None
-        target = torch.empty((split, m, n), device=x2.device, dtype=torch.float32)
-        final, counters = target, None
-    else:
-        out = torch.empty((m, n // 2 if silu else n), device=x2.device, dtype=x2.dtype)
-        target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
+    out = torch.empty((m, n // 2 if silu else n), device=x2.device, dtype=x2.dtype)
+    target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
     fp16 = x2.dtype == torch.float16
     xi = x2.view(torch.int32) if fp16 else x2  # (M, K/2) words of two fp16
     one_group = group_size % block_k == 0 and k_per_split % block_k == 0
@@ -374,8 +361,6 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
         FOLD=cfg.fold_zero and integer_zeros and one_group and rows <= 2,
         FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
         PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
-        PLANES=planes, SILU=silu, EARLY=cfg.pipe_stages > 0 and rows <= EARLY_ROWS,
+        PLANES=planes, SILU=silu, EARLY=cfg.pipe_stages > 0 and rows == 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
-    if out is None:
-        return splitk.Partials(target, x2.dtype)
     return splitk.finish(target, out, counters)

@@ -355,20 +355,6 @@ class QuantLinear(nn.Module):
                        self.group_size, integer_zeros=True, planes_packed=self.planes_packed)
         return self._kernel_output(y, x, self.out_features // 2)
 
-    def forward_partials(self, x: torch.Tensor) -> object | None:
-        """``forward`` for x (M, K) whose reader is the residual add + RMSNorm: on CUDA the
-        kernels package's result with ``partials`` (the one-row GEMV's split sums left
-        unsummed, ``edge_llm.kernels.splitk.Partials``, where the launch splits K; else the
-        (M, N) output). None where that path does not apply (not CUDA, x not 2-D, a general
-        g_idx, a bias, no kernels package): the caller then takes ``forward``."""
-        kernels = (_cuda_kernels(x) if self.g_idx is None and self.bias is None
-                   and x.dim() == 2 else None)
-        if kernels is None:
-            return None
-        return kernels[0](self._kernel_input(x), self.qweight, self.scales, self.zeros,
-                          self.group_size, integer_zeros=True, planes_packed=self.planes_packed,
-                          partials=True)
-
     def _weight_for_input(self) -> torch.Tensor:
         """W (K, N) fp32 with rows in the order x arrives: stored (sorted) order when
         ``input_permuted``, else the original order."""

@@ -113,36 +113,6 @@ def case_add_rms_norm():
             _check(got, want, f"add-norm 3-D {dtype}")
 
 
-def case_add_rms_norm_of_split_sums():
-    """x as a matmul's fp32 split sums (splitk.Partials, what the one-row GEMV leaves for
-    its reader): the kernel's sum in split order rounded once is bit-equal to
-    ``Partials.total()``, so both results equal add_rms_norm of that total; one chunk and
-    two, 1-5 splits, a permuted output; bad partials are refused."""
-    import torch
-
-    from edge_llm.kernels.fused import add_rms_norm
-    from edge_llm.kernels.splitk import Partials
-
-    for dtype in (torch.float16, torch.bfloat16):
-        for n, m, splits in ((4096, 1, 5), (4096, 2, 2), (9000, 1, 3), (576, 3, 1)):
-            x = Partials(torch.randn(splits, m, n) * 2, dtype)
-            r = (torch.randn(m, n) * 4).to(dtype)
-            w = (torch.rand(n) + 0.5).to(dtype)
-            perm = torch.randperm(n) if n == 576 else None
-            out, res = add_rms_norm(x, r, w, 1e-6, perm)
-            want_out, want_res = add_rms_norm(x.total(), r, w, 1e-6, perm)
-            _check(res, want_res, f"split residual n={n} m={m} S={splits} {dtype}", exact=True)
-            _check(out, want_out, f"split add-norm n={n} m={m} S={splits} {dtype}", exact=True)
-    bad = ((Partials(torch.randn(2, 1, 64).half(), torch.float16), "fp32"),  # not fp32
-           (Partials(torch.randn(2, 1, 64), torch.bfloat16), "dtype"))  # residual is fp16
-    for parts, what in bad:
-        try:
-            add_rms_norm(parts, torch.randn(1, 64).half(), torch.ones(64).half(), 1e-6)
-        except ValueError:
-            continue
-        raise AssertionError(f"partials with a wrong {what} accepted")
-
-
 def case_gather_columns():
     """kernels/gather.py: x[..., perm] for ragged widths (a partial last block), leading
     dims and a strided view; bad permutations are refused."""

@@ -91,32 +91,6 @@ def test_forward_silu_mul_only_where_the_kernel_path_applies(monkeypatch):
     assert y.shape == (2, 3, n // 2) and calls == [((6, k), True)]
 
 
-def test_forward_partials_only_where_the_kernel_path_applies(monkeypatch):
-    """``forward_partials`` (the o / down projections, read by the residual add + RMSNorm):
-    None on the CPU, for x of more than two axes and with a bias; on CUDA the kernel seam
-    gets ``partials=True`` and its result (a Partials or the plain output) comes back."""
-    gen = torch.Generator().manual_seed(7)
-    k, n, gs = 128, 32, 32
-    w = _rand_weight(k, n, gs, gen)
-    lin = QuantLinear(k, n, False, QuantSpec("gptq", group_size=gs, sym=False), torch.float32)
-    lin.load_checkpoint_tensors(pack_gptq(w), "cpu")
-    x = torch.randn(3, k, generator=gen)
-    assert lin.forward_partials(x) is None  # CPU
-    calls = []
-
-    def fake_kernel(x2, qweight, scales, zeros, group_size, integer_zeros=False,
-                    planes_packed=False, partials=False):
-        calls.append((x2.shape, partials))
-        return x2 @ dequantize_runtime(qweight, scales, zeros, group_size)
-
-    _through(monkeypatch, fake_kernel)
-    torch.testing.assert_close(lin.forward_partials(x), x @ w.dequantize())
-    assert calls == [((3, k), True)]
-    assert lin.forward_partials(x[None]) is None  # (1, 3, K): not 2-D
-    lin.bias = torch.zeros(n)
-    assert lin.forward_partials(x) is None and len(calls) == 1
-
-
 @pytest.mark.parametrize("kind,fields", [c for c in FORMAT_CASES if c[0] != "ct"])
 def test_plane_packed_words_compute_the_same_function(kind, fields, monkeypatch):
     """pack_planes repacks the words (the kernels' oracle agrees on the order); forward,

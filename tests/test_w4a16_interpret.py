@@ -320,38 +320,6 @@ def case_w4a16_silu_epilogue():
         assert ic.rel_err(y, (act * u).to(dtype)) < tol, label
 
 
-def case_w4a16_gemv16_split_sums_for_the_reader():
-    """``partials``: a launch that splits K returns its fp32 split sums unsummed
-    (splitk.Partials, one per split, adding up to the product); one split, or the SiLU
-    epilogue, returns the plain product."""
-    import torch
-
-    from edge_llm.kernels import w4a16_config as wc
-    from edge_llm.kernels.splitk import Partials
-    from edge_llm.kernels.w4a16 import w4a16_matmul_ref
-    from edge_llm.kernels.w4a16_gemv import launch_gemv16
-
-    for m, split in ((1, 3), (2, 2), (1, 1)):
-        x, qw, s, z = _w4_problem(m, 384, 128, 128, torch.float16, integer_zeros=True)
-        cfg = wc.Gemv16(block_n=64, block_k=128, pipe_stages=3, split_k=split,
-                        fold_zero=True, flat_scales=True, min_k_tiles=1)
-        y = launch_gemv16(cfg, x, qw, s, z, 128, integer_zeros=True, partials=True)
-        ref = w4a16_matmul_ref(x, qw, s, z, 128)
-        if split == 1:
-            assert isinstance(y, torch.Tensor) and y.shape == (m, 128), type(y)
-            got = y
-        else:
-            assert isinstance(y, Partials) and y.parts.shape == (split, m, 128), y
-            assert y.parts.dtype == torch.float32 and y.dtype == torch.float16
-            got = y.total()
-        assert ic.rel_err(got, ref) < ic.tolerance(torch.float16), (m, split)
-    x, qw, s, z = _w4_problem(1, 256, 128, 128, torch.float16, integer_zeros=True)
-    cfg = wc.Gemv16(block_n=64, block_k=128, pipe_stages=3, split_k=2, fold_zero=True,
-                    flat_scales=True, min_k_tiles=1)
-    y = launch_gemv16(cfg, x, qw, s, z, 128, integer_zeros=True, silu=True, partials=True)
-    assert isinstance(y, torch.Tensor) and y.shape == (1, 128)  # two splits: no epilogue
-
-
 def case_w4a16_one_row_sweep_candidates():
     """Every launch choice ``kernels_bench.py sweep --planes`` times at 1-2 rows computes the
     product (benchmarks/lib/w4a16_variants.py): a candidate that is wrong is no candidate."""

@@ -59,11 +59,8 @@ class Attention(nn.Module):
         self._rotary = [rotary]  # shared, kept out of this module's state dict
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, kv: KVCache, meta: AttentionMetadata,
-        partials: bool = False,
+        self, x: torch.Tensor, positions: torch.Tensor, kv: KVCache, meta: AttentionMetadata
     ) -> torch.Tensor:
-        """The attention branch's output (T, hidden); with ``partials`` it may come as the
-        o projection's split sums (``project``), for the residual add + RMSNorm to sum."""
         t = x.shape[0]
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         if self.qkv_proj is not None:
@@ -85,7 +82,7 @@ class Attention(nn.Module):
             self.scale, meta.max_query_len, meta.max_seq_len, meta.scratch,
             window=self.window, softcap=self.softcap,
         )
-        return project(self.o_proj, o.reshape(t, self.num_heads * self.head_dim), partials)
+        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -106,29 +103,14 @@ class MLP(nn.Module):
     def _act(self, gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
         return gelu_tanh_and_mul(gate, up) if self.gelu else silu_and_mul(gate, up)
 
-    def forward(self, x: torch.Tensor, partials: bool = False) -> torch.Tensor:
-        """The MLP's output (T, hidden); with ``partials`` it may come as the down
-        projection's split sums (``project``), for the residual add + RMSNorm to sum."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_proj is not None:
             fused = None if self.gelu else getattr(self.gate_up_proj, "forward_silu_mul", None)
             h = fused(x) if fused is not None else None  # maybe in the GEMV's epilogue
             if h is None:
                 h = self._act(self.gate_up_proj(x))  # (T, 2I) -> (T, I)
-            return project(self.down_proj, h, partials)
-        return project(self.down_proj, self._act(self.gate_proj(x), self.up_proj(x)), partials)
-
-
-def project(linear: nn.Module, x: torch.Tensor, partials: bool) -> torch.Tensor:
-    """``linear(x)``; with ``partials`` (the caller's reader is the residual add + RMSNorm,
-    which takes them) a quantized linear may return its one-row GEMV's split sums unsummed
-    (``QuantLinear.forward_partials``; kernels/splitk.py ``Partials``): the sum then runs in
-    the norm's read instead of at the end of the GEMV (BENCHMARKS.md, "Kernels")."""
-    if partials:
-        split = getattr(linear, "forward_partials", None)
-        y = split(x) if split is not None else None
-        if y is not None:
-            return y
-    return linear(x)
+            return self.down_proj(h)
+        return self.down_proj(self._act(self.gate_proj(x), self.up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -174,13 +156,11 @@ class DecoderLayer(nn.Module):
             h = self.input_layernorm(x)
         else:
             h, residual = self.input_layernorm.add_forward(x, residual)
-        # a branch's output goes to add_forward as it is, or through a plain norm (sandwich),
-        # which takes no split sums
-        h = self.self_attn(h, positions, kv, meta, partials=not self.sandwich)
+        h = self.self_attn(h, positions, kv, meta)
         if self.sandwich:
             h = self.post_attention_layernorm(h)
         h, residual = self.mlp_input_norm.add_forward(h, residual)
-        h = self.mlp(h, partials=not self.sandwich)
+        h = self.mlp(h)
         if self.sandwich:
             h = self.post_feedforward_layernorm(h)
         return h, residual
