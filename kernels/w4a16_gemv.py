@@ -51,6 +51,10 @@ from .w4a16_gemv_tile import tile_loads
 from .w4a16_gemv_x import bits_half, fp16x2_pair, x_pairs
 from .w4a16_ref import PLANE_TILE, unplane_order
 
+# the pipelined GEMV of this many activation rows per program (and fewer) reads its first
+# weight tile before the PDL wait (EARLY); measured at one row (BENCHMARKS.md, "Kernels")
+EARLY_ROWS = 1
+
 
 @triton.jit
 def _dot8_emulated(w, zf, xa, xb, xc, xd):
@@ -361,6 +365,6 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
         FOLD=cfg.fold_zero and integer_zeros and one_group and rows <= 2,
         FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
         PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
-        PLANES=planes, SILU=silu, EARLY=cfg.pipe_stages > 0 and rows == 1,
+        PLANES=planes, SILU=silu, EARLY=cfg.pipe_stages > 0 and rows <= EARLY_ROWS,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
     return splitk.finish(target, out, counters)

@@ -1,6 +1,7 @@
-"""Decode attention's L2 prefetch before the PDL wait (kernels/pdl.py ``prefetch_l2``),
-compiled for sm_90 without a GPU (tests/test_kernels_compile.py's ``compile_only``): where it
-lands in the PTX, what else runs before the wait, and that the kernel's loop is unchanged."""
+"""What runs before the PDL wait, compiled for sm_90 without a GPU (tests/test_kernels_compile.py's
+``compile_only``): decode attention's L2 prefetch (kernels/pdl.py ``prefetch_l2``: where it
+lands in the PTX, what else runs before the wait, the kernel's loop unchanged) and the
+one-row GEMV's first weight tile (no store, and nothing read through the activations)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,59 @@ def test_decode_prefetch_comes_before_the_wait(fp8, monkeypatch):
     # loads are pure inline asm: two of the same address merge across the wait, which is why
     # only inputs no kernel of the forward writes may be read before it)
     assert early.count("ld.global") - ptx[True, 0].count("ld.global") in (1, 2)
+
+
+def _derived_from(ptx: str, params: tuple[int, ...]) -> set[str]:
+    """The registers of ``ptx`` computed from the given kernel parameters (a forward pass over
+    the instructions: a destination is derived when any source is)."""
+    derived: set[str] = set()
+    for line in ptx.splitlines():
+        line = line.split("//")[0].strip().rstrip(";")
+        m = re.match(r"(?:@%\w+\s+)?[\w.]+\s+(.*)", line)
+        if not m or "%" not in line:
+            continue
+        operands = re.findall(r"%\w+|\[[^\]]*\]", m.group(1))
+        if not operands:
+            continue
+        sources = " ".join(operands[1:])
+        param = re.search(r"_param_(\d+)\]", line)
+        if (param and int(param.group(1)) in params) or any(
+                r in derived for r in re.findall(r"%\w+", sources)):
+            derived.update(re.findall(r"%\w+", operands[0]))
+    return derived
+
+
+def test_gemv_early_weight_tile_comes_before_the_wait(monkeypatch):
+    """The one-row GEMV (``EARLY_ROWS``) with PDL on (sm_90): it loads its first weight tile
+    before ``griddepcontrol.wait``; nothing before the wait stores, and no load there
+    reads through the activations (x and its int32 view: the first two parameters), which
+    the previous kernel writes; two rows wait first as every kernel does."""
+    pdl = importlib.import_module("edge_llm.kernels.pdl")
+    gemv = importlib.import_module("edge_llm.kernels.w4a16_gemv")
+    w4 = importlib.import_module("edge_llm.kernels.w4a16")
+    monkeypatch.setattr(pdl, "pdl_on", lambda device: True)
+    k, n, gs = 4096, 4096, 128
+    qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
+    s = torch.rand(k // gs, n).half()
+    ptx = {}
+    for m, early_rows in ((1, gemv.EARLY_ROWS), (1, 0), (2, gemv.EARLY_ROWS)):
+        monkeypatch.setattr(gemv, "EARLY_ROWS", early_rows)
+        with compile_only(90) as records:
+            w4.w4a16_matmul(torch.randn(m, k).half(), qw, s, s.clone(), gs, integer_zeros=True,
+                            planes_packed=True)
+        assert [(name, kw["EARLY"]) for name, kw, _ in records] == [
+            ("_w4a16_gemv16_kernel", m <= early_rows)]
+        ptx[m, early_rows] = records[0][2].asm["ptx"]
+    early = ptx[1, gemv.EARLY_ROWS]
+    wait = early.index("griddepcontrol.wait")
+    before = re.findall(r"\b(ld|st|cp\.async|atom|red)\.global", early[:wait])
+    assert before and set(before) == {"ld"}, before
+    x_regs = _derived_from(early[:wait], (0, 1))
+    for addr in re.findall(r"ld\.global[\w.]*\s+[^\[]*\[\s*(%\w+)", early[:wait]):
+        assert addr not in x_regs, f"{addr} is read before the wait and comes from x"
+    assert _derived_from("ld.param.u64 %rd1, [k_param_0];\nadd.s64 %rd2, %rd1, %rd9;",
+                         (0,)) == {"%rd1", "%rd2"}  # the helper itself
+    for late in (ptx[1, 0], ptx[2, gemv.EARLY_ROWS]):
+        first = re.search(r"\b(ld|st|cp\.async|atom|red)\.(global|shared)", late)
+        assert first and late.index("griddepcontrol.wait") < first.start()
+    assert early.count("griddepcontrol.wait") == 1
