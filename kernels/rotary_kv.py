@@ -17,6 +17,9 @@ from .paged_attention import check_kv_write, copy_heads
 from .pdl import pdl_enter, pdl_kwargs
 from .rotary import check_rotary, cos_sin, rotate_heads
 
+# the slot, position and cos / sin rows read before the PDL wait (_rotary_write_kv_kernel)
+EARLY_TABLES = True
+
 
 @triton.jit
 def _rotary_write_kv_kernel(
@@ -27,16 +30,23 @@ def _rotary_write_kv_kernel(
     NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, EARLY_TABLES: tl.constexpr = False,
 ):
     """One program per token: q rotated into qo; k rotated and v copied into cache slot
-    slot_mapping[t] (slot < 0: padding, nothing stored)."""
-    pdl_enter(PDL)
+    slot_mapping[t] (slot < 0: padding, nothing stored). With EARLY_TABLES the slot, the
+    position and its cos / sin rows are read before the PDL wait: the engine fills slots and
+    positions by copies before a forward, and the tables are built at load, so no kernel of
+    a forward writes them (kernels/pdl.py); q, k and v are read after it."""
     t = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_ptr + t).to(tl.int64)
     offs = tl.arange(0, HALF_PAD)
     d_ok = offs < HALF
-    cos, sin = cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
+    if EARLY_TABLES:
+        slot = tl.load(slot_ptr + t).to(tl.int64)
+        cos, sin = cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
+    pdl_enter(PDL)
+    if not EARLY_TABLES:
+        slot = tl.load(slot_ptr + t).to(tl.int64)
+        cos, sin = cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
     rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
                   cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
     blk = tl.maximum(slot, 0) // BLOCK_SIZE
@@ -83,7 +93,7 @@ def rotary_write_kv(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         NUM_Q_HEADS=h, NUM_KV_HEADS=hkv, HALF=d // 2, HALF_PAD=half_pad, HQ_PAD=hq_pad,
         HK_PAD=hk_pad, HEAD_DIM=d, D_PAD=next_pow2(d),
-        BLOCK_SIZE=k_cache.shape[1],
+        BLOCK_SIZE=k_cache.shape[1], EARLY_TABLES=EARLY_TABLES,
         num_warps=max(1, min(8, hq_pad * half_pad // 512)),
         **pdl_kwargs(q.device))
     return q_out

@@ -347,14 +347,16 @@ def test_pdl_every_kernel_waits_before_it_reads(on, monkeypatch):
     (``griddepcontrol.wait``) and lets the next one launch; off, neither appears. A kernel
     launched early without the wait would read its inputs before they are written. (Decode
     attention's L2 prefetch, on by default, reads before its wait what no kernel writes:
-    tests/test_prefetch_compile.py checks that; it is off here, and so is the one-row GEMV's
-    weight tile read before its wait, checked there too.)"""
+    tests/test_prefetch_compile.py checks that; it is off here, and so are the one-row GEMV's
+    weight tile and the rotary kernel's tables read before their waits, checked there too.)"""
     pdl = importlib.import_module("edge_llm.kernels.pdl")
     monkeypatch.setattr(pdl, "pdl_on", lambda device: on)
     monkeypatch.setattr(importlib.import_module("edge_llm.kernels.paged_decode"),
                         "PREFETCH_TILES", 0)
     monkeypatch.setattr(importlib.import_module("edge_llm.kernels.w4a16_gemv"),
                         "EARLY_ROWS", 0)
+    monkeypatch.setattr(importlib.import_module("edge_llm.kernels.rotary_kv"),
+                        "EARLY_TABLES", False)
     with compile_only(90) as records:
         _launch_every_kernel(monkeypatch)
     assert {name for name, _, _ in records} == ALL_KERNELS

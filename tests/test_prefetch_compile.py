@@ -112,3 +112,35 @@ def test_gemv_early_weight_tile_comes_before_the_wait(monkeypatch):
         first = re.search(r"\b(ld|st|cp\.async|atom|red)\.(global|shared)", late)
         assert first and late.index("griddepcontrol.wait") < first.start()
     assert early.count("griddepcontrol.wait") == 1
+
+
+def test_rotary_tables_come_before_the_wait(monkeypatch):
+    """The rotary + K/V write kernel (``EARLY_TABLES``) with PDL on (sm_90): the slot, the
+    position and its cos / sin rows are read before ``griddepcontrol.wait``, nothing before it
+    stores, and no load there reads through q, k or v (the first three parameters), which
+    the qkv projection writes; with ``EARLY_TABLES`` off every read follows the wait."""
+    pdl = importlib.import_module("edge_llm.kernels.pdl")
+    rkv = importlib.import_module("edge_llm.kernels.rotary_kv")
+    monkeypatch.setattr(pdl, "pdl_on", lambda device: True)
+    d, h, hkv = 128, 32, 8
+    kv = torch.randn(64, 16, hkv, d).half()
+    cos = torch.randn(4096, d // 2)
+    ptx = {}
+    for early in (True, False):
+        monkeypatch.setattr(rkv, "EARLY_TABLES", early)
+        with compile_only(90) as records:
+            rkv.rotary_write_kv(torch.randn(5, h, d).half(), torch.randn(5, hkv, d).half(),
+                                torch.randn(5, hkv, d).half(), cos, cos.clone(),
+                                torch.arange(5), kv, kv.clone(), torch.arange(5))
+        assert [(name, kw["EARLY_TABLES"]) for name, kw, _ in records] == [
+            ("_rotary_write_kv_kernel", early)]
+        ptx[early] = records[0][2].asm["ptx"]
+    early = ptx[True]
+    wait = early.index("griddepcontrol.wait")
+    before = re.findall(r"\b(ld|st|cp\.async|atom|red)\.global", early[:wait])
+    assert len(before) >= 4 and set(before) == {"ld"}, before  # slot, position, cos, sin
+    qkv = _derived_from(early[:wait], (0, 1, 2))
+    for addr in re.findall(r"ld\.global[\w.]*\s+[^\[]*\[\s*(%\w+)", early[:wait]):
+        assert addr not in qkv, f"{addr} is read before the wait and comes from q, k or v"
+    first = re.search(r"\b(ld|st|cp\.async|atom|red)\.(global|shared)", ptx[False])
+    assert first and ptx[False].index("griddepcontrol.wait") < first.start()
