@@ -197,7 +197,7 @@ def _w4a16_gemv16_kernel(
     PLANES: tl.constexpr = False,
     SILU: tl.constexpr = False,
     PDL: tl.constexpr = False,
-    EARLY: tl.constexpr = 0,
+    EARLY: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
