@@ -6,19 +6,20 @@ step, by kernel, at several batch sizes, against the step time of CUDA-graph rep
 
 For each batch B (B prompts of ``--prompt`` tokens): an eager engine (``enforce_eager``)
 prefills them all, then runs ``steps`` decode steps of B rows under ``torch.profiler``: the
-kernel tally per step. A second engine with CUDA graphs times ``steps`` such steps by the
-wall clock (host work included). The gap between the two is what the GPU does not spend in
-kernels during a replayed step (launch gaps, host work, host waits). Prints one table per
-batch, writes profile_kernels.json under --out.
+kernel tally per step, and at batch 1 the one-row GEMV's time per linear of a layer (qkv, o,
+gate_up, down) as a fraction of the copy bandwidth measured in the run. A second engine with
+CUDA graphs times ``steps`` such steps by the wall clock (host work included). The gap between
+the two is what the GPU does not spend in kernels during a replayed step (launch gaps, host
+work, host waits). Prints one table per batch, writes profile_kernels.json under --out.
 
 That gap is then taken apart on the graph engine: the same kernel tally with CUDA graphs
-(kernels replayed inside a graph can run differently from eager launches: the decode
-attention grid is sized for ``--max-model-len`` there) and the host work of each phase of
+(kernels replayed inside a graph can run differently from eager launches: the decode attention
+grid is sized for ``--max-model-len`` there) and the host work of each phase of
 ``LLMEngine.step`` (``host_phases``): scheduling, the runner's launch work (graph inputs,
-replay, sampler launch), the wait for the GPU, the scheduler update, output processing,
-with the outputs built before the next launch and while the next step runs (async output
-processing, the GPU default). Host work outside the wait is time the GPU idles, except the
-outputs in the async mode.
+replay, sampler launch), the wait for the GPU, the scheduler update, output processing, with
+the outputs built before the next launch and while the next step runs (async output processing,
+the GPU default). Host work outside the wait is time the GPU idles, except the outputs in the
+async mode.
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ def _short(name: str) -> str:
     return name.strip()[:48] or "?"
 
 
-def kernel_tally(fn) -> dict[str, list[float]]:
-    """{kernel: [count, microseconds]} of the CUDA kernels ``fn()`` runs."""
+GEMV = "_w4a16_gemv16_kernel"
+# the W4A16 linears of a decoder layer in launch order, where q/k/v and gate/up are merged
+LAYER_LINEARS = ("qkv", "o", "gate_up", "down")
+
+
+def kernel_launches(fn) -> list[tuple[str, float]]:
+    """(kernel, microseconds) of each CUDA kernel ``fn()`` runs, in launch order."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -48,13 +54,48 @@ def kernel_tally(fn) -> dict[str, list[float]]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
+    events = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA),
+                    key=lambda e: e.time_range.start)
+    return [(_short(e.name), e.time_range.elapsed_us()) for e in events]
+
+
+def kernel_tally(launches: list[tuple[str, float]]) -> dict[str, list[float]]:
+    """{kernel: [count, microseconds]} of ``kernel_launches``' list."""
     tally: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA:
-            t = tally[_short(e.name)]
-            t[0] += 1
-            t[1] += e.time_range.elapsed_us()
+    for name, us in launches:
+        tally[name][0] += 1
+        tally[name][1] += us
     return dict(tally)
+
+
+def by_layer_position(us: list[float], layers: int, steps: int) -> list[float] | None:
+    """Mean microseconds of a kernel per position within a decoder layer: its launches over
+    ``steps`` forwards of ``layers`` layers, taken in order (the i-th launch of a layer is
+    position i). None when the launches do not divide evenly into layers."""
+    per_layer, rest = divmod(len(us), steps * layers)
+    if rest or not per_layer:
+        return None
+    return [sum(us[p::per_layer]) / (steps * layers) for p in range(per_layer)]
+
+
+def layer_linear_bytes(arch, group_size: int) -> list[int]:
+    """Bytes a one-row W4A16 matmul must read per linear of ``LAYER_LINEARS`` (4-bit words,
+    fp16 scales and zero points per group of ``group_size``)."""
+    h, i = arch.hidden_size, arch.intermediate_size
+    q, kv = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
+    shapes = ((h, q + 2 * kv), (q, h), (h, 2 * i), (i, h))  # (K, N)
+    return [k * n // 2 + 2 * 2 * (k // group_size) * n for k, n in shapes]
+
+
+def gemv_table(per_position: list[float], nbytes: list[int] | None, copy_gbs: float) -> str:
+    """The one-row GEMV's time per linear of a layer, and its fraction of copy bandwidth."""
+    lines = ["W4A16 GEMV by its place in the layer (us per launch, fraction of copy bandwidth):"]
+    names = LAYER_LINEARS if len(per_position) == len(LAYER_LINEARS) else None
+    for p, us in enumerate(per_position):
+        frac = (f" {nbytes[p] / (us * 1e-6) / (copy_gbs * 1e9):.2f}"
+                if names and nbytes else "")
+        lines.append(f"  {names[p] if names else p}: {us:.2f}{frac}")
+    return "\n".join(lines)
 
 
 def _prompts(batch: int, length: int) -> list[dict]:
@@ -82,6 +123,17 @@ def _kv_bytes_per_token(ckpt: Path) -> int:
 
     arch = parse_arch_config(json.loads((ckpt / "config.json").read_text()))
     return bytes_per_block(arch, 1, torch.float16)
+
+
+def _gemv_bytes(ckpt: Path) -> list[int] | None:
+    """``layer_linear_bytes`` of the checkpoint's decoder layer (None: not grouped 4-bit)."""
+    from edge_llm.model.arch import parse_arch_config
+
+    cfg = json.loads((ckpt / "config.json").read_text())
+    group = (cfg.get("quantization_config") or {}).get("group_size")
+    if not isinstance(group, int) or group <= 0:
+        return None
+    return layer_linear_bytes(parse_arch_config(cfg), group)
 
 
 def _new_tokens(batch: int, prompt: int, steps: int) -> int:
@@ -120,13 +172,19 @@ def _finish(eng) -> None:
         eng.step()
 
 
-def decode_kernels(llm, batch: int, prompt: int, steps: int) -> dict[str, list[float]]:
+def decode_kernels(llm, batch: int, prompt: int, steps: int
+                   ) -> tuple[dict[str, list[float]], list[float] | None]:
+    """{kernel: [launches, microseconds]} per decode step of ``batch`` rows, and the one-row
+    GEMV's microseconds per launch by its place in the layer (``by_layer_position``)."""
     eng = _decode_phase(llm, batch, prompt, steps, "warm")  # compile and settle
     _finish(eng)
     eng = _decode_phase(llm, batch, prompt, steps, "tally")
-    tally = kernel_tally(lambda: [eng.step() for _ in range(steps)])
+    launches = kernel_launches(lambda: [eng.step() for _ in range(steps)])
     _finish(eng)
-    return {name: [count / steps, us / steps] for name, (count, us) in tally.items()}
+    tally = kernel_tally(launches)
+    gemv = by_layer_position([us for name, us in launches if name == GEMV],
+                             len(llm.engine.runner.model.model.layers), steps)
+    return {name: [count / steps, us / steps] for name, (count, us) in tally.items()}, gemv
 
 
 def graph_step_us(llm, batch: int, prompt: int, steps: int, reps: int = 3) -> float:
@@ -266,8 +324,17 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {max(batches)} x {need_len} tokens need "
                          f"{need / (1 << 30):.1f} GiB of KV cache; raise --kv-gib")
     results: dict = {"ckpt": str(a.ckpt), "prompt": a.prompt, "steps": a.steps, "batches": {}}
+    nbytes, copy_gbs = _gemv_bytes(a.ckpt), 0.0
+    if nbytes is not None:
+        import torch
+
+        from .kernel_timing import copy_bandwidth
+
+        copy_gbs = results["copy_gb_s"] = copy_bandwidth(torch.device("cuda"), False) / 1e9
     eager = _engine(a.ckpt, True, max(batches), max_len, a.kv_gib, a.kv_cache_dtype)
-    kernels = {b: decode_kernels(eager, b, a.prompt, a.steps) for b in batches}
+    kernels, gemv = {}, {}
+    for b in batches:
+        kernels[b], gemv[b] = decode_kernels(eager, b, a.prompt, a.steps)
     del eager
     import gc
 
@@ -278,17 +345,19 @@ def main(argv: list[str] | None = None) -> int:
     graphs = _engine(a.ckpt, False, max(batches), max_len, a.kv_gib, a.kv_cache_dtype)
     eng = graphs.engine
     for b in batches:
-        res = {"kernels": kernels[b]}
+        res = {"kernels": kernels[b], "gemv_us_by_position": gemv[b]}
         for key, on, ahead in (("sync", False, False), ("async", True, False),
                                ("ahead", True, True)):
             eng.set_loop(async_output=on, run_ahead=ahead)
             res[f"graph_step_us_{key}"] = graph_step_us(graphs, b, a.prompt, a.steps)
             res[f"host_phases_us_{key}"] = host_phases(graphs, b, a.prompt, a.steps)
-        res["graph_kernels"] = decode_kernels(graphs, b, a.prompt, a.steps)
+        res["graph_kernels"] = decode_kernels(graphs, b, a.prompt, a.steps)[0]
         results["batches"][b] = res
         sync_us, async_us = res["graph_step_us_sync"], res["graph_step_us_async"]
         ahead_us = res["graph_step_us_ahead"]
         print(table(b, kernels[b], ahead_us, a.top), flush=True)
+        if b == 1 and gemv[b] is not None:
+            print(gemv_table(gemv[b], nbytes, copy_gbs), flush=True)
         print("with CUDA graphs: " + table(b, res["graph_kernels"], ahead_us, a.top), flush=True)
         if sum(us for _, us in res["graph_kernels"].values()) > ahead_us:
             # a kernel launched early by programmatic dependent launch waits inside its
