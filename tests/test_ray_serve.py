@@ -212,6 +212,23 @@ def _conversations(url: str, n: int = 6, turns: int = 4) -> list[list[tuple[int,
     return results
 
 
+def _answering_replicas(url: str, want: int, deadline_s: float = 120) -> set[str]:
+    """The replicas that answer one-token chats of distinct conversations, sent until ``want``
+    of them have. ``serve.run`` returns once the replicas run, but the ingress's router learns
+    of them later (the controller's long poll): a conversation started before then stays
+    where it began only until the router sees the replica its key ranks first."""
+    seen: set[str] = set()
+    end, i = time.monotonic() + deadline_s, 0
+    while len(seen) < want and time.monotonic() < end:
+        r = _chat(url, max_tokens=1, messages=[
+            {"role": "system", "content": f"Warm-up conversation {i}."},
+            {"role": "user", "content": "Hi."}])
+        assert r.status_code == 200, r.text
+        seen.add(r.headers.get(REPLICA, ""))
+        i += 1
+    return seen
+
+
 def _hit_rate(results: list[list[tuple[int, int, str]]]) -> float:
     turns = [t for conv in results for t in conv]
     return sum(c for _, c, _ in turns) / sum(p for p, _, _ in turns)
@@ -225,6 +242,7 @@ def test_conversation_affinity_keeps_the_prefix_cache_hit_rate(ray_url: str,
     serve.run(_app(downscale_delay_s=600, affinity=True, max_ongoing=8), name=APP,
               route_prefix="/")
     assert len(_replicas()) == 2
+    assert len(_answering_replicas(ray_url, 2)) == 2  # the router knows both before a turn
     fleet = _conversations(ray_url)
     for conv in fleet:  # every turn of a conversation on one replica
         assert len({replica for _, _, replica in conv}) == 1, conv
