@@ -1,7 +1,8 @@
 """What runs before the PDL wait, compiled for sm_90 without a GPU (tests/test_kernels_compile.py's
 ``compile_only``): decode attention's L2 prefetch (kernels/pdl.py ``prefetch_l2``: where it
-lands in the PTX, what else runs before the wait, the kernel's loop unchanged) and the
-one-row GEMV's first weight tile (no store, and nothing read through the activations)."""
+lands in the PTX, what else runs before the wait, the kernel's loop unchanged), the one-row
+GEMV's first weight tile and the rotary + K/V write's tables (no store, and nothing read
+through the activations)."""
 
 from __future__ import annotations
 
