@@ -22,6 +22,14 @@ EARLY_TABLES = True
 
 
 @triton.jit
+def _slot_cos_sin(slot_ptr, cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok):
+    """Token t's cache slot and the cos / sin rows at its position."""
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    cos, sin = cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
+    return slot, cos, sin
+
+
+@triton.jit
 def _rotary_write_kv_kernel(
     q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, qo_ptr, kc_ptr, vc_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_qot, stride_qoh,
@@ -41,12 +49,12 @@ def _rotary_write_kv_kernel(
     offs = tl.arange(0, HALF_PAD)
     d_ok = offs < HALF
     if EARLY_TABLES:
-        slot = tl.load(slot_ptr + t).to(tl.int64)
-        cos, sin = cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
+        slot, cos, sin = _slot_cos_sin(slot_ptr, cos_ptr, sin_ptr, pos_ptr, t, stride_cos,
+                                       stride_sin, offs, d_ok)
     pdl_enter(PDL)
     if not EARLY_TABLES:
-        slot = tl.load(slot_ptr + t).to(tl.int64)
-        cos, sin = cos_sin(cos_ptr, sin_ptr, pos_ptr, t, stride_cos, stride_sin, offs, d_ok)
+        slot, cos, sin = _slot_cos_sin(slot_ptr, cos_ptr, sin_ptr, pos_ptr, t, stride_cos,
+                                       stride_sin, offs, d_ok)
     rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh,
                   cos, sin, offs, d_ok, NUM_Q_HEADS, HQ_PAD, HALF)
     blk = tl.maximum(slot, 0) // BLOCK_SIZE

@@ -19,12 +19,13 @@ import functools
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from edge_llm import envs
+
+from .cache_record import read_record, write_record
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +81,8 @@ def probe_key(parts: Mapping[str, Any]) -> str:
 
 def load(key: str, folder: Path | None = None) -> dict[str, int] | None:
     """The stored results for ``key``, or None (none stored, unreadable, or malformed)."""
-    path = (folder or probe_dir()) / f"{key}.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("key") != key:
+    data = read_record((folder or probe_dir()) / f"{key}.json")
+    if data is None or data.get("key") != key:
         return None
     values = {f: data.get(f) for f in FIELDS}
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
@@ -98,20 +95,12 @@ def save(key: str, values: Mapping[str, int], parts: Mapping[str, Any],
          folder: Path | None = None) -> Path | None:
     """Store ``values`` for ``key`` (atomically: a file written aside, then renamed); the
     key's parts go in too, for a person reading it. None if the folder cannot be written."""
-    folder = folder or probe_dir()
-    path = folder / f"{key}.json"
-    tmp = folder / f".{key}.{os.getpid()}.tmp"
+    path = (folder or probe_dir()) / f"{key}.json"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"key": key, **{f: int(values[f]) for f in FIELDS},
-                                   "parts": parts}, indent=1, sort_keys=True, default=str))
-        os.replace(tmp, path)
+        write_record(path, {"key": key, **{f: int(values[f]) for f in FIELDS}, "parts": parts},
+                     indent=1, sort_keys=True, default=str)
     except OSError as exc:
         logger.debug("probe cache not written (%s: %s)", type(exc).__name__, exc)
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         return None
     return path
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import json
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from .cache_record import read_record, write_record
 
 logger = logging.getLogger(__name__)
 
@@ -92,24 +92,17 @@ def fingerprint(root: Path) -> str:
 
 
 def _stored(path: Path, files: str) -> str | None:
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(saved, dict) or saved.get("fingerprint") != files:
+    saved = read_record(path)
+    if saved is None or saved.get("fingerprint") != files:
         return None
     key = saved.get("triton_key")
     return key if isinstance(key, str) and key else None
 
 
 def _store(path: Path, files: str, key: str) -> None:
-    """Written whole or not at all (a temporary file renamed over it)."""
+    """Written whole or not at all (``write_record``)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".triton_key.")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"fingerprint": files, "triton_key": key}, f)
-        os.replace(tmp, path)
+        write_record(path, {"fingerprint": files, "triton_key": key})
     except OSError as exc:
         logger.debug("Triton's key not stored in %s: %s", path, exc)
 
