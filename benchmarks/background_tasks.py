@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -26,6 +25,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from edge_llm import envs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "open_webui"
@@ -93,7 +94,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32, help="tokens of each user reply")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra serve flag")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds to get ready")
-    ap.add_argument("--out", default=os.environ.get("OUT"), help="folder for the JSON")
+    ap.add_argument("--out", default=envs.OUT.get(), help="folder for the JSON")
     args = ap.parse_args()
     proc, url = start_server(args.serve_arg, args.timeout)
     try:

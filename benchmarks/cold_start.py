@@ -59,6 +59,8 @@ from lib.e2e_common import (
 from lib.engine_start import engine_start, worker
 from lib.server_start import bake, one_start, sleep_and_wake
 
+from edge_llm import envs
+
 # issue #37: ready and first token within 7 s with warm caches (page cache and compile
 # caches), within 15 s on a fresh machine whose image carries the compile caches
 TARGETS = {"ready_s": 15.0, "first_token_s": 15.0, "warm_s": 7.0, "load_fraction": 0.5,
@@ -270,7 +272,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.out is None and args.worker is None:
-        args.out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="cold-start-"))
+        args.out = envs.OUT.get() or Path(tempfile.mkdtemp(prefix="cold-start-"))
     if args.starts < 1:
         ap.error("--starts must be >= 1")
     if args.profile and not args.engine_only:

@@ -37,6 +37,8 @@ from lib.kernel_report import print_table  # noqa: E402
 from lib.kernel_timing import copy_bandwidth  # noqa: E402
 from lib.w4a16_bench import MS, bench_w4a16, check_w4a16_bf16  # noqa: E402
 
+from edge_llm import envs  # noqa: E402
+
 SECTIONS = {  # name: (module, what it answers); each takes its own flags (SECTION --help)
     "sweep": ("lib.w4a16_sweep", "every W4A16 launch candidate per shape and row count"),
     "fused": ("lib.fused_bench", "the fused elementwise kernels against the torch ops"),
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             plot_speedup(json.load(f), args.plot[1])
         return 0
     dev = torch.device("cpu" if args.smoke else "cuda")
-    out_dir = os.environ.get("OUT", "/tmp")
+    out_dir = str(envs.OUT.get() or "/tmp")
     lines: list[str] = []
 
     def log(s: str) -> None:

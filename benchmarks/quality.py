@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import tempfile
 from pathlib import Path
 
 from lib import kv_quality, weight_quality
+
+from edge_llm import envs
 
 
 def _smoke_model(root: Path) -> Path:
@@ -49,7 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     kv.add_argument("--greedy", type=int, default=24, help="greedy tokens compared")
     for p in (w, kv):
         p.add_argument("--smoke", action="store_true", help="a tiny random model, few tokens")
-        p.add_argument("--out", type=Path, default=os.environ.get("OUT") or None)
+        p.add_argument("--out", type=Path, default=envs.OUT.get())
     args = ap.parse_args(argv)
     if args.part == "weights" and args.model is None and not args.smoke:
         ap.error("weights: --model SRC is required (an fp16/fp32 transformers checkpoint)")

@@ -223,6 +223,10 @@ SAGEMAKER_BIND_TO_PORT = _declare(
 SM_MODEL_DIR = _declare(
     "SM_MODEL_DIR", _text, None,
     "set by SageMaker: turns on SageMaker mode", FOREIGN, "a folder")
+OUT = _declare(
+    "OUT", parse_path, None,
+    "set by the GPU machine that runs benchmarks/: where a script writes its results when "
+    "--out is not given", FOREIGN, "a folder")
 
 
 def declared(group: str | None = None) -> list[EnvVar]:

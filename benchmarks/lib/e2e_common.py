@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_llm import envs
+
 BENCHMARKS = Path(__file__).resolve().parents[1]  # random_checkpoint.py's folder
 if str(BENCHMARKS) not in sys.path:
     sys.path.insert(0, str(BENCHMARKS))
@@ -382,7 +384,7 @@ if __name__ == "__main__":  # the Prebuilder's process: --build ROOT shape:fmt .
         raise SystemExit("usage: lib/e2e_common.py --build ROOT SHAPE:FORMAT [SHAPE:FORMAT ...]")
     import torch
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "4")))
+    torch.set_num_threads(int(envs.OMP_NUM_THREADS.get() or "4"))
     for job in sys.argv[3:]:
         shape_name, fmt_name = job.split(":")
         ensure_checkpoint(shape_name, fmt_name, Path(sys.argv[2]), device="cpu")

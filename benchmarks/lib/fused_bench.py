@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from edge_llm import envs
+
 from .kernel_timing import copy_bandwidth, rel_err, rotations, time_op
 
 MODELS = [  # (name, hidden, intermediate, heads, kv heads, head dim)
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
     print(info, flush=True)
     rows = bench(dev, dt, args.smoke, lambda s: print(s, flush=True))
-    out_dir = Path(os.environ.get("OUT", "/tmp"))
+    out_dir = envs.OUT.get() or Path("/tmp")
     (out_dir / "fused_bench.json").write_text(json.dumps(dict(info=info, rows=rows), indent=1))
     print_table(rows)
     return 0

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from pathlib import Path
 
 import torch
+
+from edge_llm import envs
 
 from .kernel_timing import checked_time, copy_bandwidth, rotations, time_op
 from .w4a16_bench import SHAPES
@@ -28,7 +29,7 @@ MS = [1, 2, 8, 16, 32, 64, 128, 256]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kernels_bench.py sweep", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--out", default=envs.OUT.get() or ".")
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     ap.add_argument("--only", default="",
                     help="comma-separated name prefixes: time only those variants (and auto)")
