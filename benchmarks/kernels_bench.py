@@ -23,8 +23,10 @@ from __future__ import annotations
 import os
 import sys
 
+from edge_llm import envs  # loads neither torch nor triton
+
 if "--smoke" in sys.argv:  # before anything imports triton
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    envs.set_default(envs.TRITON_INTERPRET, "1")
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
@@ -36,8 +38,6 @@ from lib.attention_bench import bench_decode, check_prefill  # noqa: E402
 from lib.kernel_report import print_table  # noqa: E402
 from lib.kernel_timing import copy_bandwidth  # noqa: E402
 from lib.w4a16_bench import MS, bench_w4a16, check_w4a16_bf16  # noqa: E402
-
-from edge_llm import envs  # noqa: E402
 
 SECTIONS = {  # name: (module, what it answers); each takes its own flags (SECTION --help)
     "sweep": ("lib.w4a16_sweep", "every W4A16 launch candidate per shape and row count"),

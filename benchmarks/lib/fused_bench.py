@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
     args = ap.parse_args(argv)
     if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+        envs.set_default(envs.TRITON_INTERPRET, "1")  # before anything imports triton
     dev = torch.device("cpu" if args.smoke else "cuda")
     dt = torch.float32 if args.smoke else getattr(torch, args.dtype)
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
