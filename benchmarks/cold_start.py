@@ -57,7 +57,7 @@ from lib.e2e_common import (
     synchronize,
 )
 from lib.engine_start import engine_start, worker
-from lib.server_start import bake, one_start, sleep_and_wake
+from lib.server_start import bake, cache_env, one_start, sleep_and_wake
 
 from edge_llm import envs
 
@@ -140,20 +140,18 @@ def server_available() -> str | None:
     return None
 
 
-def one(model: Path, args, cache_dir: Path, use_server: bool,
+def one(model: Path, args, cache_dir: Path, use_server: bool, env: dict[str, str],
         keep_log: Path | None = None, profile: Path | None = None) -> dict[str, Any]:
-    """One start with ``EDGE_LLM_CACHE_DIR`` (and Triton's cache under it) set to cache_dir."""
-    for var in ("TORCHINDUCTOR_CACHE_DIR",):
-        os.environ.pop(var, None)
-    os.environ["EDGE_LLM_CACHE_DIR"] = str(cache_dir)
-    os.environ["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
+    """One start with ``env`` (``--env``'s variables of this start) and ``EDGE_LLM_CACHE_DIR``
+    (and Triton's cache under it) set to cache_dir (``cache_env``)."""
+    start_env = cache_env(cache_dir, env)
     if use_server:
         # the sleep routes are off by default; this run measures them
         extra = ["--device", args.device, "--enable-sleep-endpoints", *args.serve_arg]
         return one_start(str(model), extra, args.timeout, after=sleep_and_wake,
-                         keep_log=keep_log)
+                         keep_log=keep_log, env=start_env)
     return engine_start(Path(__file__), model, args.device, args.timeout, profile,
-                        args.device_prep)
+                        args.device_prep, env=start_env)
 
 
 def phase_table(starts: list[dict[str, Any]]) -> str:
@@ -342,20 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         if state == "cold":
             drop_page_cache()
         env = args.env.get(i, {})
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
         try:
-            r = one(model, args, cache_dir, use_server, keep_log=args.out / f"server{i}.log",
+            r = one(model, args, cache_dir, use_server, env,
+                    keep_log=args.out / f"server{i}.log",
                     profile=args.out / f"profile{i}.txt" if args.profile else None)
         except Exception as exc:  # noqa: BLE001 - recorded, the next start still runs
             results.error(label, f"start {i}", exc, repr(exc)[-3000:])
             continue
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         r["env"] = " ".join(f"{k}={v}" for k, v in env.items())
         r["page_cache"] = state
         r["compile_cache"] = ("baked" if args.bake else "given" if args.cache_dir

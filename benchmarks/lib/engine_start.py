@@ -88,16 +88,18 @@ def write_profile(profiler: Any, path: Path) -> None:
 
 
 def engine_start(script: Path, model: Path, device: str, timeout: float,
-                 profile: Path | None = None, prep: bool = True) -> dict[str, Any]:
+                 profile: Path | None = None, prep: bool = True,
+                 env: dict[str, str] | None = None) -> dict[str, Any]:
     """``worker`` in a fresh process (``script --worker MODEL``, which calls it), its phases
-    and measures in seconds since the launch."""
+    and measures in seconds since the launch. ``env``: the worker's environment (default:
+    this process's)."""
     cmd = [sys.executable, str(script), "--worker", str(model), "--device", device]
     if profile is not None:
         cmd += ["--profile-to", str(profile)]
     if not prep:
         cmd.append("--no-device-prep")
     launched = time.time()
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if res.returncode != 0:
         raise RuntimeError(f"engine worker failed:\n{res.stderr[-3000:]}")
     w = json.loads(res.stdout.strip().splitlines()[-1])

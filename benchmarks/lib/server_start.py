@@ -32,12 +32,14 @@ def free_port() -> int:
 
 
 def one_start(model: str | None, extra: list[str], timeout: float,
-              after: Callable[[str], dict] | None = None, keep_log: Path | None = None) -> dict:
+              after: Callable[[str], dict] | None = None, keep_log: Path | None = None,
+              env: dict[str, str] | None = None) -> dict:
     """Start a server, time it to ready and to the first token, stop it (SIGTERM).
 
     ``after(url)``, if given, runs once the first token and the metrics are in (e.g. a sleep
     and wake measurement); its dict is merged into the result. ``keep_log``: where the
-    server's log goes once it has stopped (else it is deleted)."""
+    server's log goes once it has stopped (else it is deleted). ``env``: the server's
+    environment (default: this process's)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "edge_llm.cli", "serve", "--port", str(port),
@@ -46,7 +48,7 @@ def one_start(model: str | None, extra: list[str], timeout: float,
     began = time.perf_counter()
     # not from the repository root, where ./edge_llm would shadow the installed package
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=tempfile.gettempdir())
+                            cwd=tempfile.gettempdir(), env=env)
     result: dict = {}
     try:
         while "ready" not in result:
@@ -117,14 +119,22 @@ def sleep_and_wake(url: str) -> dict[str, Any]:
             "first_token_after_wake_s": first}
 
 
+def cache_env(cache_dir: Path, overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a start (or bake) from ``cache_dir``: this process's, then
+    ``overrides``, then ``EDGE_LLM_CACHE_DIR`` = cache_dir with Triton's cache under it, and
+    no TORCHINDUCTOR_CACHE_DIR (edge-llm then puts TorchInductor's cache under cache_dir too)."""
+    env = {**os.environ, **(overrides or {}), "EDGE_LLM_CACHE_DIR": str(cache_dir),
+           "TRITON_CACHE_DIR": str(cache_dir / "triton")}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    return env
+
+
 def bake(model: str, extra: list[str], cache_dir: Path, timeout: float) -> dict[str, Any]:
     """The image build step of recipes/warm-cache: ``edge-llm warmup MODEL EXTRA`` (the
     starts' serve flags) fills ``cache_dir`` (``EDGE_LLM_CACHE_DIR``, Triton's cache under
     it), so that the starts from it find every kernel and probe result there. ``summary``:
     warmup's last line (what the folder holds)."""
-    env = {**os.environ, "EDGE_LLM_CACHE_DIR": str(cache_dir),
-           "TRITON_CACHE_DIR": str(cache_dir / "triton")}
-    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    env = cache_env(cache_dir)
     cmd = [sys.executable, "-m", "edge_llm.cli", "warmup", model, *extra]
     began = time.perf_counter()
     # from outside the checkout, as the starts run (the installed package is imported)
