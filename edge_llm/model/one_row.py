@@ -34,10 +34,8 @@ from edge_llm.kernels import triton_enabled
 
 from .attention_metadata import AttentionMetadata
 
-if TYPE_CHECKING:  # llama.py imports this module
+if TYPE_CHECKING:
     from torch import nn
-
-    from .llama import CausalLM, KVCache
 
 
 def one_row_step(x: torch.Tensor) -> bool:
@@ -46,8 +44,9 @@ def one_row_step(x: torch.Tensor) -> bool:
     return x.shape[0] == 1 and x.dtype == torch.float16 and triton_enabled(x.device, x.dtype)
 
 
-def one_row_chain_fits(lm: CausalLM) -> bool:
-    """Whether every decoder layer of ``lm`` has the form the chain serves (module doc)."""
+def one_row_chain_fits(lm: nn.Module) -> bool:
+    """Whether every decoder layer of ``lm`` (a ``CausalLM``) has the form the chain serves
+    (module doc)."""
     from edge_llm.quant.linear import QuantLinear
 
     def fused(linear: nn.Module | None, bias_ok: bool = False) -> bool:
@@ -67,8 +66,8 @@ def one_row_chain_fits(lm: CausalLM) -> bool:
     return lm.model.norm.out_perm is None
 
 
-def one_row_forward(lm: CausalLM, x: torch.Tensor, layers: list[nn.Module],
-                    positions: torch.Tensor, kv_caches: list[KVCache],
+def one_row_forward(lm: nn.Module, x: torch.Tensor, layers: list[nn.Module],
+                    positions: torch.Tensor, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                     meta: AttentionMetadata) -> torch.Tensor:
     """The final hidden state (1, hidden) of the embedded row ``x`` through ``layers`` (the
     module doc's chain); the same contract as ``CausalLM.forward``."""
