@@ -27,8 +27,6 @@ __all__ = [
     "write_kv",
     "w4a16_matmul",
     "w4a16_silu_mul",
-    "w4a16_matmul_normed",
-    "w4a16_matmul_add",
     "rms_norm",
     "add_rms_norm",
     "silu_and_mul",
@@ -160,53 +158,6 @@ def w4a16_silu_mul(
                                 silu_mul=True)
     return silu_and_mul(w4a16_matmul(x, qweight, scales, zeros, group_size,
                                      integer_zeros=integer_zeros, planes_packed=planes_packed))
-
-
-def w4a16_matmul_normed(
-    x: torch.Tensor,  # (..., K): the rows before the RMSNorm
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    group_size: int,
-    norm_weight: torch.Tensor,  # (K,)
-    eps: float,
-    squares: torch.Tensor,  # fp32 parts of each row's sum of squares (w4a16_matmul_add's)
-    integer_zeros: bool = False,
-    planes_packed: bool = False,
-    silu_mul: bool = False,
-) -> torch.Tensor:
-    """``w4a16_matmul`` (``w4a16_silu_mul`` with ``silu_mul``) of ``rms_norm(x, norm_weight,
-    eps)``. On CUDA, for one fp16 row, the GEMV normalises x as it reads it, by the sum of
-    ``squares`` (kernels/w4a16_gemv.py NORM): no norm kernel, no normalised copy of x."""
-    if x.is_cuda and x.dtype in _HALF and _triton():
-        return _w4.w4a16_matmul_normed(x, qweight, scales, zeros, group_size,
-                                       _w4.RowNorm(norm_weight, eps, squares),
-                                       integer_zeros, planes_packed, silu_mul)
-    y = w4a16_matmul_ref(rms_norm(x, norm_weight, eps), qweight, scales, zeros, group_size,
-                         planes_packed=planes_packed)
-    return silu_and_mul(y) if silu_mul else y
-
-
-def w4a16_matmul_add(
-    x: torch.Tensor,  # (..., K)
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    group_size: int,
-    residual: torch.Tensor,  # (..., N)
-    integer_zeros: bool = False,
-    planes_packed: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(residual + ``w4a16_matmul``, in the activation dtype as ``add_rms_norm`` adds, and
-    the fp32 sum of squares of that sum in parts: the ``squares`` of the next
-    ``w4a16_matmul_normed``). On CUDA, for one fp16 row, the GEMV adds in its epilogue and
-    leaves one part a column tile (kernels/w4a16_gemv.py RESIDUAL); elsewhere one part."""
-    if x.is_cuda and x.dtype in _HALF and _triton():
-        return _w4.w4a16_matmul_add(x, qweight, scales, zeros, group_size, residual,
-                                    integer_zeros, planes_packed)
-    new = residual + w4a16_matmul_ref(x, qweight, scales, zeros, group_size,
-                                      planes_packed=planes_packed)
-    return new, new.float().square().sum(-1)
 
 
 def gather_columns(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:

@@ -67,28 +67,18 @@ def release_tile(counter_ptr, tile):
 
 
 @triton.jit
-def load_partial_sums(part_ptr, offs_m, offs_n, mask, split, stride_ps, stride_pm,
-                      SPLIT_P2: tl.constexpr):
-    """The fp32 [BM, BN] sum over s < split of part[s, m, n] for the tile ``offs_m`` x
-    ``offs_n`` (``SPLIT_P2`` >= split, a power of two; masked elements 0). The loop is
-    unrolled so all loads are in flight at once, and adds in s order (as
-    ``_splitk_reduce_kernel``: equal bits). Loads bypass L1 (``.cg``): other programs wrote
-    the partials."""
+def sum_partials(part_ptr, out_ptr, offs_m, offs_n, mask, split, stride_ps, stride_pm,
+                 stride_om, SPLIT_P2: tl.constexpr):
+    """out[m, n] = sum over s < split of part[s, m, n] for the [BM, BN] tile ``offs_m`` x
+    ``offs_n`` (``SPLIT_P2`` >= split, a power of two). The loop is unrolled so all loads are
+    in flight at once, and adds in s order (as ``_splitk_reduce_kernel``: equal bits). Loads
+    bypass L1 (``.cg``): other programs wrote the partials."""
     acc = tl.zeros((offs_m.shape[0], offs_n.shape[0]), dtype=tl.float32)
     ptrs = part_ptr + offs_m[:, None] * stride_pm + offs_n[None, :]
     for s in tl.static_range(SPLIT_P2):
         live = (offs_m * 0 + s) < split  # [BM]: a scalar mask is not accepted everywhere
         acc += tl.load(ptrs + s * stride_ps, mask=mask & live[:, None], other=0.0,
                        cache_modifier=".cg")
-    return acc
-
-
-@triton.jit
-def sum_partials(part_ptr, out_ptr, offs_m, offs_n, mask, split, stride_ps, stride_pm,
-                 stride_om, SPLIT_P2: tl.constexpr):
-    """out[m, n] = ``load_partial_sums`` of the tile, in out's dtype."""
-    acc = load_partial_sums(part_ptr, offs_m, offs_n, mask, split, stride_ps, stride_pm,
-                            SPLIT_P2)
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
              acc.to(out_ptr.dtype.element_ty), mask=mask)
 

@@ -48,11 +48,11 @@ from collections.abc import Callable
 import torch
 
 from .device import dots_from_registers
-from .fused import rms_norm, silu_and_mul
+from .fused import silu_and_mul
 from .w4a16_config import Dequant, Dot, Gemv, Gemv16, Swap, W4A16Config, lookup
 from .w4a16_dequant import dequantize_w4a16, launch_dequant  # noqa: F401 - API
 from .w4a16_dot import launch_dot, launch_gemv
-from .w4a16_gemv import RowNorm, launch_gemv16, launch_gemv16_add
+from .w4a16_gemv import launch_gemv16
 from .w4a16_ref import (  # noqa: F401 - the references are part of this module's API
     PACK,
     PLANE_TILE,
@@ -137,40 +137,3 @@ def w4a16_matmul(
     if silu_mul and y.shape[-1] == n:
         y = silu_and_mul(y)
     return y.reshape(*x.shape[:-1], y.shape[-1])
-
-
-
-def w4a16_matmul_normed(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
-                        zeros: torch.Tensor, group_size: int, norm: RowNorm,
-                        integer_zeros: bool = False, planes_packed: bool = False,
-                        silu_mul: bool = False) -> torch.Tensor:
-    """``w4a16_matmul`` of ``rms_norm(x, norm.weight, norm.eps)`` (``silu_mul`` as there),
-    x the row before the norm: for one fp16 row the GEMV normalises x as it reads it, with
-    the sums of squares in ``norm.squares`` (one kernel); anything else runs the norm kernel
-    first."""
-    x2, cfg = prepare(x, qweight, scales, zeros, group_size, planes_packed)
-    if isinstance(cfg, Gemv16) and x2.shape[0] == 1 and x2.dtype == torch.float16:
-        y = launch_gemv16(cfg, x2, qweight, scales, zeros, group_size, integer_zeros,
-                          planes_packed, silu=silu_mul, norm=norm)
-        if silu_mul and y.shape[-1] == qweight.shape[1]:  # the epilogue did not take it
-            y = silu_and_mul(y)
-        return y.reshape(*x.shape[:-1], y.shape[-1])
-    return w4a16_matmul(rms_norm(x, norm.weight, norm.eps), qweight, scales, zeros, group_size,
-                        cfg, integer_zeros, planes_packed, silu_mul)
-
-
-def w4a16_matmul_add(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
-                     zeros: torch.Tensor, group_size: int, residual: torch.Tensor,
-                     integer_zeros: bool = False, planes_packed: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(residual + ``w4a16_matmul``, in x's dtype, and its fp32 sum of squares in parts along
-    the last axis: the ``squares`` of the next ``RowNorm``). One fp16 row: added in the
-    GEMV's epilogue (one kernel); anything else: the same sum in torch, one part a row."""
-    x2, cfg = prepare(x, qweight, scales, zeros, group_size, planes_packed)
-    if isinstance(cfg, Gemv16) and x2.shape[0] == 1 and x2.dtype == torch.float16:
-        new, squares = launch_gemv16_add(cfg, x2, qweight, scales, zeros, group_size,
-                                         residual.reshape(1, -1), integer_zeros, planes_packed)
-        return new.reshape(residual.shape), squares
-    new = residual + w4a16_matmul(x, qweight, scales, zeros, group_size, cfg, integer_zeros,
-                                  planes_packed)
-    return new, new.float().square().sum(-1)

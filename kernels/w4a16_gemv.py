@@ -21,8 +21,6 @@ tests check the pairing and epilogue logic that way, the GPU tests the PTX.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
@@ -33,7 +31,7 @@ from . import splitk
 from .device import num_sms
 from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
-from .splitk import last_of_tile, load_partial_sums, release_tile, sum_if_last
+from .splitk import sum_if_last
 from .w4a16_config import Gemv16
 from .w4a16_gemv_ptx import (
     ASM1,
@@ -50,7 +48,7 @@ from .w4a16_gemv_ptx import (
     CON4,
 )
 from .w4a16_gemv_tile import tile_loads
-from .w4a16_gemv_x import bits_half, fp16x2_pair, half_bits, x_pairs
+from .w4a16_gemv_x import bits_half, fp16x2_pair, x_pairs
 from .w4a16_ref import PLANE_TILE, unplane_order
 
 # the pipelined GEMV of this many activation rows per program (and fewer) reads its first
@@ -104,39 +102,13 @@ def _store_silu_row(out_ptr, acc, m, M, N, pid_n, stride_om, HALF: tl.constexpr)
 
 
 @triton.jit
-def _normed_pair(xp, wp, inv):
-    """One fp16x2 pair of a residual row as RMSNorm gives it to the next linear:
-    dtype(w * dtype(x * inv)) per half (kernels/fused.py's rounding), ``wp`` the norm
-    weight's pair at the same columns."""
-    lo = (bits_half(xp) * inv).to(tl.float16).to(tl.float32) * bits_half(wp)
-    hi = (bits_half(xp >> 16) * inv).to(tl.float16).to(tl.float32) * bits_half(wp >> 16)
-    return half_bits(lo) | (half_bits(hi) << 16)
-
-
-@triton.jit
-def _add_residual(y, res_ptr, out_ptr, sq_ptr, offs_n, n_mask, pid_n):
-    """The RESIDUAL epilogue of one row's tile: out[n] = dtype(res[n] + dtype(y[n]))
-    (``add_rms_norm``'s sum), and sq[pid_n] = the fp32 sum of squares of the tile's out
-    (the next linear's RMSNorm adds the tiles' sums)."""
-    dt = out_ptr.dtype.element_ty
-    r = tl.load(res_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-    s = (r + y.to(dt).to(tl.float32)).to(dt)
-    tl.store(out_ptr + offs_n, s, mask=n_mask)
-    sf = tl.where(n_mask, s.to(tl.float32), 0.0)
-    tl.store(sq_ptr + pid_n, tl.sum(sf * sf, axis=0))
-
-
-@triton.jit
 def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr,
-                 m0, m1, m2, m3, M, stride_xm, stride_xim, nw_ptr, nwi_ptr, inv,
-                 ROWS: tl.constexpr, USE_ASM: tl.constexpr,
+                 m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS: tl.constexpr,
+                 USE_ASM: tl.constexpr,
                  X_FP16: tl.constexpr, FOLD: tl.constexpr,
-                 FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr,
-                 NORM: tl.constexpr):
+                 FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr):
     """The accumulators after one K tile: words ``w`` [BK8, BN] of word rows ``rows`` with
-    their scales and zeros, times the activation rows m0..m0+ROWS-1 (FOLD: ROWS <= 2).
-    NORM (ROWS == 1): row m0 is RMS-normalised as it is read, by ``inv`` and the norm
-    weight at ``nw_ptr`` (read through the same pairing as x)."""
+    their scales and zeros, times the activation rows m0..m0+ROWS-1 (FOLD: ROWS <= 2)."""
     s = s.to(tl.float32)
     if FOLD:
         zf = z.to(tl.float32)
@@ -146,10 +118,6 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
         z_a = fp16x2_pair(z)  # (z, z) as fp16x2
     xa0, xb0, xc0, xd0 = x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
                                  r_end, X_FP16, EVEN, FLAT, PLANES, k0)
-    if NORM:
-        wa, wb, wc, wd = x_pairs(nw_ptr, nwi_ptr, rows, r_end, X_FP16, EVEN, FLAT, PLANES, k0)
-        xa0, xb0 = _normed_pair(xa0, wa, inv), _normed_pair(xb0, wb, inv)
-        xc0, xd0 = _normed_pair(xc0, wc, inv), _normed_pair(xd0, wd, inv)
     if ROWS >= 2:
         xa1, xb1, xc1, xd1 = x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
                                      rows, r_end * _live(M, m1), X_FP16, EVEN, FLAT,
@@ -220,8 +188,7 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_gemv16_kernel(
     x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
-    nw_ptr, nwi_ptr, sq_in_ptr, res_ptr, sq_out_ptr,
-    M, N, K, k_per_split, group_size, split, n_sq_in, eps,
+    M, N, K, k_per_split, group_size, split,
     stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
@@ -231,9 +198,6 @@ def _w4a16_gemv16_kernel(
     SILU: tl.constexpr = False,
     PDL: tl.constexpr = False,
     EARLY: tl.constexpr = False,
-    NORM: tl.constexpr = False,
-    SQ_IN_P2: tl.constexpr = 1,
-    RESIDUAL: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -261,14 +225,6 @@ def _w4a16_gemv16_kernel(
     overlap the previous kernel's tail; the pipelined loop takes the rest. Set at one
     activation row, where it measured faster (BENCHMARKS.md, "Kernels"); at two rows the
     kernel alone was 2-5% slower with it.
-    NORM (one row): x is a residual row that an RMSNorm would normalise before this linear;
-    the kernel normalises it as it reads it: inv = rsqrt(sum(sq_in[:n_sq_in]) / K + eps), the
-    ``n_sq_in`` fp32 parts of the row's sum of squares that the RESIDUAL launch before left
-    (``SQ_IN_P2`` >= n_sq_in, a power of two), then each x is dtype(w * dtype(x * inv)) with
-    the norm weight w at ``nw_ptr`` (``_normed_pair``). RESIDUAL (one row, no SILU): the
-    result goes out added to the residual row at ``res_ptr`` (``_add_residual``: into
-    ``final``, or ``out`` in one split), and each column tile's sum of squares of that sum
-    to ``sq_out[pid_n]``, the next NORM launch's parts.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -293,12 +249,6 @@ def _w4a16_gemv16_kernel(
                                    k_lo, group_size, stride_qk, stride_sg, stride_zg,
                                    ONE_GROUP, FLAT, EVEN)
     pdl_enter(PDL)
-    if NORM:
-        parts = tl.arange(0, SQ_IN_P2)
-        sq = tl.load(sq_in_ptr + parts, mask=parts < n_sq_in, other=0.0)
-        inv = tl.math.rsqrt(tl.sum(sq, axis=0) / K + eps)
-    else:
-        inv = 1.0
     acc0 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
@@ -312,8 +262,8 @@ def _w4a16_gemv16_kernel(
         if EARLY:  # the split's first tile (splits are never empty: splitk.plan)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w_e, s_e, z_e, rows_e, r_end, k_lo, x_ptr, xi_ptr,
-                m0, m1, m2, m3, M, stride_xm, stride_xim, nw_ptr, nwi_ptr, inv, ROWS, USE_ASM,
-                X_FP16, FOLD, FLAT, EVEN, PLANES, NORM)
+                m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT,
+                EVEN, PLANES)
             k_start += BLOCK_K
         # the tile loads inside the loop, staged through shared memory by cp.async PIPE
         # tiles ahead (tl.range pipelines loads that feed no tl.dot; plain range does not)
@@ -324,8 +274,8 @@ def _w4a16_gemv16_kernel(
                                  FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
-                M, stride_xm, stride_xim, nw_ptr, nwi_ptr, inv, ROWS, USE_ASM, X_FP16, FOLD,
-                FLAT, EVEN, PLANES, NORM)
+                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN,
+                PLANES)
     else:
         rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
         w_n, s_n, z_n = tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, n_load,
@@ -343,8 +293,8 @@ def _w4a16_gemv16_kernel(
                                        stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
             acc0, acc1, acc2, acc3 = _tile_update(
                 acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr, m0, m1, m2, m3,
-                M, stride_xm, stride_xim, nw_ptr, nwi_ptr, inv, ROWS, USE_ASM, X_FP16, FOLD,
-                FLAT, EVEN, PLANES, NORM)
+                M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN,
+                PLANES)
             rows += BLOCK_K // 8
     if SILU:
         _store_silu_row(out_ptr, acc0, m0, M, N, pid_n, stride_om, HALF)
@@ -354,9 +304,6 @@ def _w4a16_gemv16_kernel(
             _store_silu_row(out_ptr, acc2, m0 + 2, M, N, pid_n, stride_om, HALF)
         if ROWS >= 4:
             _store_silu_row(out_ptr, acc3, m0 + 3, M, N, pid_n, stride_om, HALF)
-    elif RESIDUAL and not REDUCE:  # one split: this program holds its tile's whole sum
-        _add_residual(tl.sum(acc0, axis=0), res_ptr, out_ptr, sq_out_ptr, offs_n, n_mask,
-                      pid_n)
     else:
         out = out_ptr + pid_k * stride_os + offs_n
         _store_row(out, acc0, m0, M, N, offs_n, stride_om)
@@ -369,34 +316,13 @@ def _w4a16_gemv16_kernel(
         if REDUCE:
             offs_m = m0 + tl.arange(0, 4)
             mask = ((offs_m < M) & (offs_m < m0 + ROWS))[:, None] & n_mask[None, :]
-            tile = tl.program_id(2) * tl.num_programs(0) + pid_n
-            if RESIDUAL:  # one row: the rows past it are masked to 0 in the sum
-                if last_of_tile(cnt_ptr, tile, split):
-                    acc = load_partial_sums(out_ptr, offs_m, offs_n, mask, split, stride_os,
-                                            stride_om, SPLIT_P2)
-                    _add_residual(tl.sum(acc, axis=0), res_ptr, final_ptr, sq_out_ptr, offs_n,
-                                  n_mask, pid_n)
-                    release_tile(cnt_ptr, tile)
-            else:
-                sum_if_last(cnt_ptr, tile, split, out_ptr, final_ptr, offs_m, offs_n, mask,
-                            stride_os, stride_om, stride_fm, SPLIT_P2)
-
-
-@dataclass(frozen=True)
-class RowNorm:
-    """An RMSNorm left to the linear that reads its output (NORM): ``weight`` (K,) in the
-    activation dtype, ``eps``, and ``squares`` (P,) fp32, parts of the sum of squares of the
-    row to normalise (``launch_gemv16_add``'s second result; any split into parts)."""
-
-    weight: torch.Tensor
-    eps: float
-    squares: torch.Tensor
+            sum_if_last(cnt_ptr, tl.program_id(2) * tl.num_programs(0) + pid_n, split, out_ptr,
+                        final_ptr, offs_m, offs_n, mask, stride_os, stride_om, stride_fm, SPLIT_P2)
 
 
 def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
                   zeros: torch.Tensor, group_size: int, integer_zeros: bool = False,
-                  planes_packed: bool = False, silu: bool = False,
-                  norm: RowNorm | None = None) -> torch.Tensor:
+                  planes_packed: bool = False, silu: bool = False) -> torch.Tensor:
     """x2 [M, K] @ W, [M, N] (x2's dtype), by the fp16x2 GEMV in ``cfg``'s configuration.
 
     ``integer_zeros``: the caller vouches that every zero point is an integer, so
@@ -406,37 +332,7 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
     ``silu``: W is a merged [gate | up] projection and the result is silu(gate) * up,
     [M, N / 2], computed in the epilogue (SILU) where the launch has one split and N is a
     multiple of the column tile (``fuses_silu``); otherwise the plain [M, N] comes back
-    (the caller applies ``silu_and_mul``).
-    ``norm`` (one fp16 row, one row per program): x2 is the row before that RMSNorm, which
-    the kernel applies as it reads x (NORM): the result is ``rms_norm(x2) @ W``."""
-    return _launch(cfg, x2, qweight, scales, zeros, group_size, integer_zeros, planes_packed,
-                   silu, norm, None)[0]
-
-
-def launch_gemv16_add(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor,
-                      scales: torch.Tensor, zeros: torch.Tensor, group_size: int,
-                      residual: torch.Tensor, integer_zeros: bool = False,
-                      planes_packed: bool = False, norm: RowNorm | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(residual + dtype(x2 @ W), its sum of squares in parts) for one fp16 row (RESIDUAL):
-    a new [1, N] row (``add_rms_norm``'s residual sum) and (P,) fp32 that a ``RowNorm`` of
-    the next linear takes. ``norm``: as ``launch_gemv16``."""
-    out, squares = _launch(cfg, x2, qweight, scales, zeros, group_size, integer_zeros,
-                           planes_packed, False, norm, residual)
-    return out, squares
-
-
-def _one_fp16_row(x2: torch.Tensor, rows: int, what: str) -> None:
-    if x2.shape[0] != 1 or rows != 1 or x2.dtype != torch.float16:
-        raise ValueError(f"{what}: one fp16 row, one row a program (got {tuple(x2.shape)} "
-                         f"{x2.dtype}, {rows} rows a program)")
-
-
-def _launch(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
-            zeros: torch.Tensor, group_size: int, integer_zeros: bool, planes_packed: bool,
-            silu: bool, norm: RowNorm | None, residual: torch.Tensor | None
-            ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``launch_gemv16`` (residual None: (out, None)) and ``launch_gemv16_add``."""
+    (the caller applies ``silu_and_mul``)."""
     m, k = x2.shape
     n = qweight.shape[1]
     qweight, scales, zeros = qweight.contiguous(), scales.contiguous(), zeros.contiguous()
@@ -445,25 +341,12 @@ def _launch(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.
     tiles = cdiv(m, rows) * cdiv(n, block_n)
     split, k_per_split = splitk.plan(tiles, k, block_k, cfg.split_k, cfg.waves,
                                      cfg.min_k_tiles, num_sms(x2.device))
-    silu = silu and split == 1 and n % block_n == 0 and residual is None
+    silu = silu and split == 1 and n % block_n == 0
     planes = planes_packed and block_k % PLANE_TILE == 0 and x2.dtype == torch.float16
-    nw = None
-    if norm is not None:
-        _one_fp16_row(x2, rows, "norm")
-        nw = norm.weight.reshape(1, k).to(x2.dtype)
-    if residual is not None:
-        _one_fp16_row(x2, rows, "residual")
-        if residual.shape != (1, n) or residual.dtype != x2.dtype:
-            raise ValueError(f"residual: expected (1, {n}) {x2.dtype}, got "
-                             f"{tuple(residual.shape)} {residual.dtype}")
-        residual = residual.contiguous()
     if planes_packed and not planes:
         x2 = unplane_order(x2)  # x in the words' order (a copy)
-        nw = unplane_order(nw) if nw is not None else None
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
-    if nw is not None:
-        nw = nw.contiguous()
     out = torch.empty((m, n // 2 if silu else n), device=x2.device, dtype=x2.dtype)
     target, final, counters = splitk.buffers(out, split, tiles, cfg.fused_reduce)
     fp16 = x2.dtype == torch.float16
@@ -473,19 +356,9 @@ def _launch(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.
     n_out = n // 2 if silu else n  # the kernel's N: output columns
     tile_n = block_n // 2 if silu else block_n  # output columns per program
     reduce = counters is not None
-    # the residual sum in the epilogue needs the whole tile: one split, or the in-kernel sum
-    add_in_kernel = residual is not None and (split == 1 or reduce)
-    squares = (torch.empty(cdiv(n_out, tile_n), device=x2.device, dtype=torch.float32)
-               if add_in_kernel else None)
-    sq_in = norm.squares if norm is not None else None
     _w4a16_gemv16_kernel[(cdiv(n_out, tile_n), split, cdiv(m, rows))](
         x2, xi, qweight, scales, zeros, target, final, counters if reduce else target,
-        nw if nw is not None else x2, nw.view(torch.int32) if nw is not None else xi,
-        sq_in if sq_in is not None else target, residual if add_in_kernel else target,
-        squares if squares is not None else target,
-        m, n_out, k, k_per_split, group_size, split,
-        sq_in.numel() if sq_in is not None else 1, norm.eps if norm is not None else 0.0,
-        x2.stride(0), xi.stride(0),
+        m, n_out, k, k_per_split, group_size, split, x2.stride(0), xi.stride(0),
         qweight.stride(0), scales.stride(0), zeros.stride(0), target.stride(1),
         target.stride(0), final.stride(-2), ROWS=rows, BLOCK_N=block_n, BLOCK_K=block_k,
         ONE_GROUP=one_group, USE_ASM=not envs.TRITON_INTERPRET.get(), X_FP16=fp16,
@@ -493,13 +366,5 @@ def _launch(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.
         FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
         PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
         PLANES=planes, SILU=silu, EARLY=cfg.pipe_stages > 0 and rows <= EARLY_ROWS,
-        NORM=norm is not None, SQ_IN_P2=next_pow2(sq_in.numel()) if sq_in is not None else 1,
-        RESIDUAL=add_in_kernel,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
-    y = splitk.finish(target, out, counters)
-    if residual is None or add_in_kernel:
-        return y, squares
-    # split partials summed by a second launch (no in-kernel sum for this shape): the same
-    # epilogue in torch, one part
-    y = (residual.float() + y.float()).to(y.dtype)
-    return y, y.float().square().sum(-1)
+    return splitk.finish(target, out, counters)

@@ -44,27 +44,17 @@ _UNSET = object()
 _kernel_fn: object = _UNSET
 _gather_fn: object = None  # edge_llm.kernels.gather_columns, set with _kernel_fn
 _silu_fn: object = None  # edge_llm.kernels.w4a16_silu_mul, set with _kernel_fn
-_normed_fn: object = None  # edge_llm.kernels.w4a16_matmul_normed, set with _kernel_fn
-_add_fn: object = None  # edge_llm.kernels.w4a16_matmul_add, set with _kernel_fn
 
 
 def _w4a16_kernel():
     """``edge_llm.kernels.w4a16_matmul`` when the kernels package provides it, else None."""
-    global _kernel_fn, _gather_fn, _silu_fn, _normed_fn, _add_fn
+    global _kernel_fn, _gather_fn, _silu_fn
     if _kernel_fn is _UNSET:
         try:
-            from edge_llm.kernels import (
-                gather_columns,
-                w4a16_matmul,
-                w4a16_matmul_add,
-                w4a16_matmul_normed,
-                w4a16_silu_mul,
-            )
+            from edge_llm.kernels import gather_columns, w4a16_matmul, w4a16_silu_mul
         except ImportError:
             w4a16_matmul = gather_columns = w4a16_silu_mul = None
-            w4a16_matmul_normed = w4a16_matmul_add = None
         _kernel_fn, _gather_fn, _silu_fn = w4a16_matmul, gather_columns, w4a16_silu_mul
-        _normed_fn, _add_fn = w4a16_matmul_normed, w4a16_matmul_add
     return _kernel_fn
 
 
@@ -364,43 +354,6 @@ class QuantLinear(nn.Module):
         y = kernels[1](self._kernel_input(x), self.qweight, self.scales, self.zeros,
                        self.group_size, integer_zeros=True, planes_packed=self.planes_packed)
         return self._kernel_output(y, x, self.out_features // 2)
-
-    def fuses_norm_and_add(self) -> bool:
-        """Whether ``forward_normed`` and ``forward_add`` serve this linear: words in
-        ``k // group_size`` groups read as they are (no g_idx, no input gather) and the
-        kernels package present (``forward_add`` and ``silu_mul`` also take no bias)."""
-        return self.g_idx is None and self.perm is None and _w4a16_kernel() is not None
-
-    def forward_normed(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                       squares: torch.Tensor, silu_mul: bool = False) -> torch.Tensor:
-        """``self(rms_norm(x, norm_weight, eps))`` (``silu_mul``: ``forward_silu_mul`` of it)
-        with the norm in the linear's kernel where it can be (the kernels package's
-        ``w4a16_matmul_normed``); ``squares``: the fp32 parts of x's sum of squares that
-        ``forward_add`` left. Needs ``fuses_norm_and_add``."""
-        self._check_fuses("forward_normed", bias_ok=not silu_mul)
-        y = _normed_fn(x.reshape(-1, self.in_features), self.qweight, self.scales, self.zeros,
-                       self.group_size, norm_weight, eps, squares, integer_zeros=True,
-                       planes_packed=self.planes_packed, silu_mul=silu_mul)
-        return self._kernel_output(y, x, y.shape[-1])
-
-    def forward_add(self, x: torch.Tensor, residual: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(residual + self(x), its fp32 sum of squares in parts: the next
-        ``forward_normed``'s ``squares``), the add in the linear's kernel where it can be (the
-        kernels package's ``w4a16_matmul_add``). Needs ``fuses_norm_and_add``."""
-        self._check_fuses("forward_add")
-        new, squares = _add_fn(x.reshape(-1, self.in_features), self.qweight, self.scales,
-                               self.zeros, self.group_size,
-                               residual.reshape(-1, self.out_features), integer_zeros=True,
-                               planes_packed=self.planes_packed)
-        return new.reshape(residual.shape), squares
-
-    def _check_fuses(self, what: str, bias_ok: bool = False) -> None:
-        if not self.fuses_norm_and_add():
-            raise ValueError(f"{what}: this linear has a g_idx or an input permutation "
-                             "(fuses_norm_and_add is False)")
-        if self.bias is not None and not bias_ok:
-            raise ValueError(f"{what}: this linear has a bias")
 
     def _weight_for_input(self) -> torch.Tensor:
         """W (K, N) fp32 with rows in the order x arrives: stored (sorted) order when

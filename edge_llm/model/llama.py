@@ -19,7 +19,6 @@ from edge_llm.kernels.pdl import forward_tokens
 from .arch import ArchConfig
 from .attention_metadata import AttentionMetadata
 from .layers import Embedding, RMSNorm, RotaryEmbedding
-from .one_row import one_row_chain_fits, one_row_forward, one_row_step
 
 # (in_features, out_features, bias) -> module with .forward(x)
 LinearFactory = Callable[[int, int, bool], nn.Module]
@@ -65,25 +64,13 @@ class Attention(nn.Module):
         t = x.shape[0]
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         if self.qkv_proj is not None:
-            q, k, v = self.split_qkv(self.qkv_proj(x))
+            qkv = self.qkv_proj(x).view(t, h + 2 * hkv, d)  # (T, H + 2 Hkv, D)
+            # views, row stride (H + 2 Hkv) D: rotary, qk-norm and write_kv take strides
+            q, k, v = qkv.split((h, hkv, hkv), dim=1)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
         else:
             q = self.q_proj(x).view(t, h, d)  # (T, H, D)
             k = self.k_proj(x).view(t, hkv, d)  # (T, Hkv, D)
             v = self.v_proj(x).view(t, hkv, d)
-        return self.o_proj(self.attend(q, k, v, positions, kv, meta))
-
-    def split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The merged projection's (T, (H + 2 Hkv) D) output as q (T, H, D), k and v
-        (T, Hkv, D): views, row stride (H + 2 Hkv) D (rotary, qk-norm and write_kv take
-        strides)."""
-        h, hkv = self.num_heads, self.num_kv_heads
-        return qkv.view(qkv.shape[0], h + 2 * hkv, self.head_dim).split((h, hkv, hkv), dim=1)
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               positions: torch.Tensor, kv: KVCache, meta: AttentionMetadata) -> torch.Tensor:
-        """Attention of the projected q, k, v: qk-norm, rotary, the K/V cache write and paged
-        attention; (T, H D), o_proj's input."""
-        t = q.shape[0]
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         k_cache, v_cache = kv
@@ -95,7 +82,7 @@ class Attention(nn.Module):
             self.scale, meta.max_query_len, meta.max_seq_len, meta.scratch,
             window=self.window, softcap=self.softcap,
         )
-        return o.reshape(t, self.num_heads * self.head_dim)
+        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -208,9 +195,6 @@ class CausalLM(nn.Module):
         # lm_head stays unquantized in every published 4-bit checkpoint
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
         self.num_active_layers: int | None = None  # see first_layers
-        # whether one-row steps take model/one_row.py's chain: decided at the first such
-        # step (the layers' final form: after fusing and packing)
-        self.one_row_fits: bool | None = None
 
     def build_tables(self, device: torch.device | str | None) -> None:
         """The RoPE tables on ``device`` (the loader builds the model on meta)."""
@@ -251,11 +235,6 @@ class CausalLM(nn.Module):
             layers, n = self.model.layers, self.num_active_layers
             if n is not None:  # first_layers
                 layers, kv_caches = layers[:n], kv_caches[:n]
-            if one_row_step(x):
-                if self.one_row_fits is None:
-                    self.one_row_fits = one_row_chain_fits(self)
-                if self.one_row_fits:
-                    return one_row_forward(self, x, layers, positions, kv_caches, meta)
             for layer, kv in zip(layers, kv_caches, strict=True):
                 x, residual = layer(x, residual, positions, kv, meta)
             x, _ = self.model.norm.add_forward(x, residual)
