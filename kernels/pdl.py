@@ -85,7 +85,9 @@ def prefetch_l2(ptrs):
 @triton.jit
 def pdl_enter(PDL: tl.constexpr):
     """A kernel's first statement: with ``PDL``, wait for the previous grid, then let the
-    next one launch."""
+    next one launch. In that order, at most two grids hold multiprocessors at once; letting
+    the next one launch before the wait (more grids, all but one waiting) measured 0.62x at one
+    row (BENCHMARKS.md, "Kernels")."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
