@@ -223,6 +223,14 @@ SAGEMAKER_BIND_TO_PORT = _declare(
 SM_MODEL_DIR = _declare(
     "SM_MODEL_DIR", _text, None,
     "set by SageMaker: turns on SageMaker mode", FOREIGN, "a folder")
+CUDA_VISIBLE_DEVICES = _declare(
+    "CUDA_VISIBLE_DEVICES", _text, None,
+    "the GPUs CUDA shows this process; the benchmarks set it empty for their CPU-only children "
+    "(building a checkpoint beside a GPU measurement)", FOREIGN, "CUDA's syntax")
+PYTHONDONTWRITEBYTECODE = _declare(
+    "PYTHONDONTWRITEBYTECODE", _text, None,
+    "Python writes no .pyc files: tools/mutate.py sets it for mutmut's runs, whose mutants "
+    "share a source file's path", FOREIGN, "any value: on")
 OUT = _declare(
     "OUT", parse_path, None,
     "set by the GPU machine that runs benchmarks/: where a script writes its results when "
@@ -242,6 +250,19 @@ def set_default(var: EnvVar, value: str, environ: MutableMapping[str, str] | Non
         return False
     environ[var.name] = value
     return True
+
+
+def child_environ(values: Mapping[EnvVar, str | None] | None = None,
+                  extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process: this process's, then ``extra`` (names as given,
+    e.g. a benchmark's ``--env NAME=VALUE``), then the declared ``values`` (None: removed)."""
+    env = {**os.environ, **(extra or {})}
+    for var, value in (values or {}).items():
+        if value is None:
+            env.pop(var.name, None)
+        else:
+            env[var.name] = value
+    return env
 
 
 def edge_llm_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -4,6 +4,7 @@ serve flag, and listed by ``edge-llm --help``."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -100,3 +101,14 @@ def test_help_lists_every_variable():
         assert var.name in text
     for title in envs.GROUP_TITLES.values():
         assert title in text
+
+
+def test_a_child_environment_from_the_registry(monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/x")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    env = envs.child_environ({envs.TORCHINDUCTOR_CACHE_DIR: None, envs.CUDA_VISIBLE_DEVICES: ""},
+                             {"OMP_NUM_THREADS": "8", "SOME_TOOL": "1"})
+    assert "TORCHINDUCTOR_CACHE_DIR" not in env and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["OMP_NUM_THREADS"] == "8" and env["SOME_TOOL"] == "1"
+    assert env["PATH"] == os.environ["PATH"]
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/x"  # this process's is left alone

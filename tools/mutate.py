@@ -34,6 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from edge_llm import envs
+
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.txt"
 
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume is None:
             _copy_checkout(work)
             _configure(work, sources, tests)
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        env = envs.child_environ({envs.PYTHONDONTWRITEBYTECODE: "1"})
         run = subprocess.Popen(["nice", "-n", "5"] + _mutmut()
                                + ["run", "--max-children", str(args.max_children)]
                                + args.only,

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from edge_llm import envs
 
 KERNELS_BENCH = Path(__file__).resolve().parents[1] / "kernels_bench.py"
 BATCHES = (1, 4, 16)
@@ -89,7 +90,7 @@ def worker(ckpt: str, mode: str, n1: int, n2: int, reps: int) -> dict:
 
 
 def run(ckpt: Path, mode: str, n1: int, n2: int, reps: int) -> dict:
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    env = envs.child_environ({envs.OMP_WAIT_POLICY: "PASSIVE"})
     cmd = [sys.executable, str(KERNELS_BENCH), "graphs", "--worker", str(ckpt), mode, str(n1),
            str(n2), str(reps)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)

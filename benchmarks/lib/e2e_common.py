@@ -145,7 +145,8 @@ class Prebuilder:
         if todo:
             cmd = [sys.executable, str(Path(__file__).resolve()), "--build", str(root)]
             cmd += [f"{s}:{f}" for s, f in todo]
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""}
+            env = envs.child_environ({envs.OMP_NUM_THREADS: str(threads),
+                                      envs.CUDA_VISIBLE_DEVICES: ""})
             self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, text=True)
             log.info("building %s in the background", todo)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -59,8 +58,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, deadline: float) -> bool:
 class Server:
     """A served model in a subprocess; ``stop()`` sends SIGTERM (then kills)."""
 
-    def __init__(self, model: Path, args: list[str], log_path: Path,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(self, model: Path, args: list[str], log_path: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -71,7 +69,7 @@ class Server:
         # cwd away from the repository root: there ./edge_llm (without quant/ and kernels/,
         # which the install maps in) would shadow the installed package
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})}, cwd=log_path.parent)
+                                     cwd=log_path.parent)
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds from the process start to /health 200; RuntimeError with the log tail."""

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from edge_llm import envs
+
 PHASE = re.compile(r'^edge_llm:startup_phase_seconds\{phase="(\w+)"\} ([0-9.eE+-]+)$', re.M)
 
 
@@ -123,10 +125,9 @@ def cache_env(cache_dir: Path, overrides: dict[str, str] | None = None) -> dict[
     """The environment of a start (or bake) from ``cache_dir``: this process's, then
     ``overrides``, then ``EDGE_LLM_CACHE_DIR`` = cache_dir with Triton's cache under it, and
     no TORCHINDUCTOR_CACHE_DIR (edge-llm then puts TorchInductor's cache under cache_dir too)."""
-    env = {**os.environ, **(overrides or {}), "EDGE_LLM_CACHE_DIR": str(cache_dir),
-           "TRITON_CACHE_DIR": str(cache_dir / "triton")}
-    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    return env
+    return envs.child_environ({envs.CACHE_DIR: str(cache_dir),
+                               envs.TRITON_CACHE_DIR: str(cache_dir / "triton"),
+                               envs.TORCHINDUCTOR_CACHE_DIR: None}, overrides)
 
 
 def bake(model: str, extra: list[str], cache_dir: Path, timeout: float) -> dict[str, Any]:
