@@ -46,14 +46,22 @@ from .w4a16_gemv_ptx import (
     CON2F,
     CON3,
     CON4,
+    FOLD_Z,
+    FOLD_Z_CON,
 )
 from .w4a16_gemv_tile import tile_loads
-from .w4a16_gemv_x import bits_half, fp16x2_pair, x_pairs
+from .w4a16_gemv_x import bits_half, fp16x2_pair, pairs_from_raw, x_pairs, x_raw
 from .w4a16_ref import PLANE_TILE, unplane_order
 
-# the pipelined GEMV of this many activation rows per program (and fewer) reads its first
-# weight tile before the PDL wait (EARLY); measured at one row (BENCHMARKS.md, "Kernels")
+# The pipelined GEMV of this many activation rows per program (and fewer) reads weights
+# before the PDL wait: its split's K tiles cycle through four register buffers, the first
+# four loaded before the wait (RING), where the whole grid is resident at once
+# at the ring's registers (124-128 a thread on sm_89 / sm_90: RING_RESIDENT programs of four
+# warps a multiprocessor); else the staged loop, its first tile read before the wait
+# (EARLY). Both measured at one row (BENCHMARKS.md, "Kernels"); a grid of more programs
+# than fit (Qwen2.5-7B's gate/up, 592) ran 0.89x slower alone with the ring.
 EARLY_ROWS = 1
+RING_RESIDENT = 4
 
 
 @triton.jit
@@ -106,30 +114,39 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
                  m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS: tl.constexpr,
                  USE_ASM: tl.constexpr,
                  X_FP16: tl.constexpr, FOLD: tl.constexpr,
-                 FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr):
+                 FLAT: tl.constexpr, EVEN: tl.constexpr, PLANES: tl.constexpr,
+                 xr0=None, X_LOADED: tl.constexpr = False):
     """The accumulators after one K tile: words ``w`` [BK8, BN] of word rows ``rows`` with
-    their scales and zeros, times the activation rows m0..m0+ROWS-1 (FOLD: ROWS <= 2)."""
+    their scales and zeros, times the activation rows m0..m0+ROWS-1 (FOLD: ROWS <= 2).
+    X_LOADED: row m0's x words come as ``xr0`` (``x_raw``, loaded ahead by the caller)."""
     s = s.to(tl.float32)
-    if FOLD:
+    if FOLD and USE_ASM and z.dtype == tl.float16 and FLAT:
+        # two columns' zeros in one register: one f16x2 add or sub, a byte permute each
+        z_a, z_b = tl.inline_asm_elementwise(FOLD_Z, FOLD_Z_CON, [z], dtype=(tl.int32, tl.int32),
+                                             is_pure=True, pack=2)
+    elif FOLD:
         zf = z.to(tl.float32)
         z_a = fp16x2_pair(zf + 1024.0)  # exact: zero points are integers (quant/linear.py)
         z_b = fp16x2_pair(-64.0 - zf)
     else:
         z_a = fp16x2_pair(z)  # (z, z) as fp16x2
-    xa0, xb0, xc0, xd0 = x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
-                                 r_end, X_FP16, EVEN, FLAT, PLANES, k0)
+    if X_LOADED:
+        xa0, xb0, xc0, xd0 = pairs_from_raw(xr0, rows.shape[0], PLANES, USE_ASM)
+    else:
+        xa0, xb0, xc0, xd0 = x_pairs(x_ptr + m0 * stride_xm, xi_ptr + m0 * stride_xim, rows,
+                                     r_end, X_FP16, EVEN, FLAT, PLANES, k0, USE_ASM)
     if ROWS >= 2:
         xa1, xb1, xc1, xd1 = x_pairs(x_ptr + m1 * stride_xm, xi_ptr + m1 * stride_xim,
                                      rows, r_end * _live(M, m1), X_FP16, EVEN, FLAT,
-                                     PLANES, k0)
+                                     PLANES, k0, USE_ASM)
     if ROWS >= 3:
         xa2, xb2, xc2, xd2 = x_pairs(x_ptr + m2 * stride_xm, xi_ptr + m2 * stride_xim,
                                      rows, r_end * _live(M, m2), X_FP16, EVEN, FLAT,
-                                     PLANES, k0)
+                                     PLANES, k0, USE_ASM)
     if ROWS >= 4:
         xa3, xb3, xc3, xd3 = x_pairs(x_ptr + m3 * stride_xm, xi_ptr + m3 * stride_xim,
                                      rows, r_end * _live(M, m3), X_FP16, EVEN, FLAT,
-                                     PLANES, k0)
+                                     PLANES, k0, USE_ASM)
     if USE_ASM:
         if FOLD and ROWS == 1:
             p0 = _f32(tl.inline_asm_elementwise(
@@ -188,7 +205,7 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_gemv16_kernel(
     x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
-    M, N, K, k_per_split, group_size, split,
+    M, N, K, k_per_split, group_size: tl.constexpr, split,
     stride_xm, stride_xim, stride_qk, stride_sg, stride_zg, stride_om, stride_os, stride_fm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_GROUP: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
@@ -198,6 +215,7 @@ def _w4a16_gemv16_kernel(
     SILU: tl.constexpr = False,
     PDL: tl.constexpr = False,
     EARLY: tl.constexpr = False,
+    RING: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -225,6 +243,14 @@ def _w4a16_gemv16_kernel(
     overlap the previous kernel's tail; the pipelined loop takes the rest. Set at one
     activation row, where it measured faster (BENCHMARKS.md, "Kernels"); at two rows the
     kernel alone was 2-5% slower with it.
+    RING (instead of PIPE and EARLY; fp16 x as PLANES or FLAT words): tile t of the split
+    lives in register buffer t % 4, the first four filled before the PDL wait. The loop is
+    unrolled by four: each buffer, once its tile is computed, loads the tile four further
+    on (the split's last tile again past its end, never computed) and the x words of that
+    tile (``x_raw``, after the wait), so three tiles are in flight while one is computed,
+    and no copy waits on a load (each buffer is reloaded in place).
+    No cp.async staging, shared-memory reads or barriers for the weights; the whole split's
+    first tiles are read while the previous kernel finishes.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -248,6 +274,25 @@ def _w4a16_gemv16_kernel(
         w_e, s_e, z_e = tile_loads(qw_ptr, s_ptr, z_ptr, rows_e, r_end, offs_n, n_mask, n_load,
                                    k_lo, group_size, stride_qk, stride_sg, stride_zg,
                                    ONE_GROUP, FLAT, EVEN)
+    if RING:  # the split's first four tiles of weights, before the wait
+        ar = tl.arange(0, BLOCK_K // 8)
+        last = k_lo + ((k_hi - k_lo - 1) // BLOCK_K) * BLOCK_K  # the split's last tile
+        ka = k_lo
+        kb = tl.minimum(k_lo + BLOCK_K, last)
+        kc = tl.minimum(k_lo + 2 * BLOCK_K, last)
+        kd = tl.minimum(k_lo + 3 * BLOCK_K, last)
+        wa, sa, za = tile_loads(qw_ptr, s_ptr, z_ptr, ka // 8 + ar, r_end, offs_n, n_mask,
+                                n_load, ka, group_size, stride_qk, stride_sg, stride_zg,
+                                ONE_GROUP, FLAT, EVEN)
+        wb, sb, zb = tile_loads(qw_ptr, s_ptr, z_ptr, kb // 8 + ar, r_end, offs_n, n_mask,
+                                n_load, kb, group_size, stride_qk, stride_sg, stride_zg,
+                                ONE_GROUP, FLAT, EVEN)
+        wc, sc, zc = tile_loads(qw_ptr, s_ptr, z_ptr, kc // 8 + ar, r_end, offs_n, n_mask,
+                                n_load, kc, group_size, stride_qk, stride_sg, stride_zg,
+                                ONE_GROUP, FLAT, EVEN)
+        wd, sd, zd = tile_loads(qw_ptr, s_ptr, z_ptr, kd // 8 + ar, r_end, offs_n, n_mask,
+                                n_load, kd, group_size, stride_qk, stride_sg, stride_zg,
+                                ONE_GROUP, FLAT, EVEN)
     pdl_enter(PDL)
     acc0 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
@@ -257,7 +302,58 @@ def _w4a16_gemv16_kernel(
     m1, m2, m3 = m0 + 1, m0 + 2, m0 + 3
     if EVEN:
         m1, m2, m3 = tl.minimum(m1, M - 1), tl.minimum(m2, M - 1), tl.minimum(m3, M - 1)
-    if PIPE > 0:
+    if RING:
+        xi0 = xi_ptr + m0 * stride_xim
+        xra = x_raw(xi0, ka // 8 + ar, r_end, EVEN, PLANES, ka)
+        xrb = x_raw(xi0, kb // 8 + ar, r_end, EVEN, PLANES, kb)
+        xrc = x_raw(xi0, kc // 8 + ar, r_end, EVEN, PLANES, kc)
+        xrd = x_raw(xi0, kd // 8 + ar, r_end, EVEN, PLANES, kd)
+        for k0 in range(k_lo, k_hi, 4 * BLOCK_K):
+            # tile i of this group of four is in buffer i; once computed, the buffer loads
+            # tile i of the next group (the split's last tile again past its end: unused)
+            acc0, acc1, acc2, acc3 = _tile_update(
+                acc0, acc1, acc2, acc3, wa, sa, za, k0 // 8 + ar, r_end, k0, x_ptr, xi_ptr,
+                m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT,
+                EVEN, PLANES, xra, True)
+            ka = tl.minimum(k0 + 4 * BLOCK_K, last)
+            wa, sa, za = tile_loads(qw_ptr, s_ptr, z_ptr, ka // 8 + ar, r_end, offs_n, n_mask,
+                                    n_load, ka, group_size, stride_qk, stride_sg, stride_zg,
+                                    ONE_GROUP, FLAT, EVEN)
+            xra = x_raw(xi0, ka // 8 + ar, r_end, EVEN, PLANES, ka)
+            kt = k0 + BLOCK_K
+            if kt < k_hi:
+                acc0, acc1, acc2, acc3 = _tile_update(
+                    acc0, acc1, acc2, acc3, wb, sb, zb, kt // 8 + ar, r_end, kt, x_ptr, xi_ptr,
+                    m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD,
+                    FLAT, EVEN, PLANES, xrb, True)
+            kb = tl.minimum(kt + 4 * BLOCK_K, last)
+            wb, sb, zb = tile_loads(qw_ptr, s_ptr, z_ptr, kb // 8 + ar, r_end, offs_n, n_mask,
+                                    n_load, kb, group_size, stride_qk, stride_sg, stride_zg,
+                                    ONE_GROUP, FLAT, EVEN)
+            xrb = x_raw(xi0, kb // 8 + ar, r_end, EVEN, PLANES, kb)
+            kt = k0 + 2 * BLOCK_K
+            if kt < k_hi:
+                acc0, acc1, acc2, acc3 = _tile_update(
+                    acc0, acc1, acc2, acc3, wc, sc, zc, kt // 8 + ar, r_end, kt, x_ptr, xi_ptr,
+                    m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD,
+                    FLAT, EVEN, PLANES, xrc, True)
+            kc = tl.minimum(kt + 4 * BLOCK_K, last)
+            wc, sc, zc = tile_loads(qw_ptr, s_ptr, z_ptr, kc // 8 + ar, r_end, offs_n, n_mask,
+                                    n_load, kc, group_size, stride_qk, stride_sg, stride_zg,
+                                    ONE_GROUP, FLAT, EVEN)
+            xrc = x_raw(xi0, kc // 8 + ar, r_end, EVEN, PLANES, kc)
+            kt = k0 + 3 * BLOCK_K
+            if kt < k_hi:
+                acc0, acc1, acc2, acc3 = _tile_update(
+                    acc0, acc1, acc2, acc3, wd, sd, zd, kt // 8 + ar, r_end, kt, x_ptr, xi_ptr,
+                    m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD,
+                    FLAT, EVEN, PLANES, xrd, True)
+            kd = tl.minimum(kt + 4 * BLOCK_K, last)
+            wd, sd, zd = tile_loads(qw_ptr, s_ptr, z_ptr, kd // 8 + ar, r_end, offs_n, n_mask,
+                                    n_load, kd, group_size, stride_qk, stride_sg, stride_zg,
+                                    ONE_GROUP, FLAT, EVEN)
+            xrd = x_raw(xi0, kd // 8 + ar, r_end, EVEN, PLANES, kd)
+    elif PIPE > 0:
         k_start = k_lo
         if EARLY:  # the split's first tile (splits are never empty: splitk.plan)
             acc0, acc1, acc2, acc3 = _tile_update(
@@ -356,7 +452,11 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
     n_out = n // 2 if silu else n  # the kernel's N: output columns
     tile_n = block_n // 2 if silu else block_n  # output columns per program
     reduce = counters is not None
-    _w4a16_gemv16_kernel[(cdiv(n_out, tile_n), split, cdiv(m, rows))](
+    grid = (cdiv(n_out, tile_n), split, cdiv(m, rows))
+    early = cfg.pipe_stages > 0 and rows <= EARLY_ROWS
+    ring = (early and fp16 and (planes or flat)  # x_raw's two layouts
+            and grid[0] * grid[1] * grid[2] <= RING_RESIDENT * num_sms(x2.device))
+    _w4a16_gemv16_kernel[grid](
         x2, xi, qweight, scales, zeros, target, final, counters if reduce else target,
         m, n_out, k, k_per_split, group_size, split, x2.stride(0), xi.stride(0),
         qweight.stride(0), scales.stride(0), zeros.stride(0), target.stride(1),
@@ -365,6 +465,6 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
         FOLD=cfg.fold_zero and integer_zeros and one_group and rows <= 2,
         FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
         PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
-        PLANES=planes, SILU=silu, EARLY=cfg.pipe_stages > 0 and rows <= EARLY_ROWS,
+        PLANES=planes, SILU=silu, EARLY=early and not ring, RING=ring,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
     return splitk.finish(target, out, counters)

@@ -85,3 +85,19 @@ ASM1F = tl.constexpr(asm_text(1, fold=True))
 ASM2F = tl.constexpr(asm_text(2, fold=True))
 CON1F = tl.constexpr(constraints(1, fold=True))
 CON2F = tl.constexpr(constraints(2, fold=True))
+# FOLD's bias constants from two columns' fp16 zero points z0, z1 (one register, pack=2):
+# $0, $1 = (1024 + z, 1024 + z) of each, $2, $3 = (-64 - z, -64 - z); exact for integer z
+FOLD_Z = tl.constexpr("\n".join([
+    "{",
+    ".reg .b32 c, t, u;",
+    "mov.b32 c, 0x64006400;",
+    "add.rn.f16x2 t, $4, c;",
+    "prmt.b32 $0, t, 0, 0x1010;",
+    "prmt.b32 $1, t, 0, 0x3232;",
+    "mov.b32 c, 0xD400D400;",
+    "sub.rn.f16x2 u, c, $4;",
+    "prmt.b32 $2, u, 0, 0x1010;",
+    "prmt.b32 $3, u, 0, 0x3232;",
+    "}",
+]))
+FOLD_Z_CON = tl.constexpr("=r,=r,=r,=r,r")

@@ -39,7 +39,7 @@ def masked_load(ptrs, mask, other, EVEN: tl.constexpr):
 
 @triton.jit
 def x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexpr,
-            VEC: tl.constexpr, PLANES: tl.constexpr, k0=0):
+            VEC: tl.constexpr, PLANES: tl.constexpr, k0=0, USE_ASM: tl.constexpr = False):
     """For word rows ``rows`` of one activation row: the four fp16x2 pairs (x0, x4), (x1, x5),
     (x2, x6), (x3, x7) as int32 [BK8]. fp16 activations are read as int32 words
     (x_{2i}, x_{2i+1}) at ``xi_ptr`` and recombined; others load 8 values and convert.
@@ -52,14 +52,68 @@ def x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexpr
     registers: faster than eight 2-byte loads per word row (not staged) or one [BK8, 8]
     fp16 tile."""
     r_mask = rows < r_lim
+    if PLANES or (X_FP16 and VEC):
+        xa, xb, xc, xd = pairs_from_raw(x_raw(xi_ptr, rows, r_lim, EVEN, PLANES, k0),
+                                        rows.shape[0], PLANES, USE_ASM)
+    elif X_FP16:
+        base = xi_ptr + rows * 4
+        x01 = masked_load(base + 0, r_mask, 0, EVEN)
+        x23 = masked_load(base + 1, r_mask, 0, EVEN)
+        x45 = masked_load(base + 2, r_mask, 0, EVEN)
+        x67 = masked_load(base + 3, r_mask, 0, EVEN)
+        xa = ((x01 & 0xFFFF) | (x45 << 16))[:, None]
+        xb = (((x01 >> 16) & 0xFFFF) | (x45 & -65536))[:, None]
+        xc = ((x23 & 0xFFFF) | (x67 << 16))[:, None]
+        xd = (((x23 >> 16) & 0xFFFF) | (x67 & -65536))[:, None]
+    else:
+        base = x_ptr + rows * 8
+        xa = (half_bits(masked_load(base + 0, r_mask, 0.0, EVEN))
+              | (half_bits(masked_load(base + 4, r_mask, 0.0, EVEN)) << 16))[:, None]
+        xb = (half_bits(masked_load(base + 1, r_mask, 0.0, EVEN))
+              | (half_bits(masked_load(base + 5, r_mask, 0.0, EVEN)) << 16))[:, None]
+        xc = (half_bits(masked_load(base + 2, r_mask, 0.0, EVEN))
+              | (half_bits(masked_load(base + 6, r_mask, 0.0, EVEN)) << 16))[:, None]
+        xd = (half_bits(masked_load(base + 3, r_mask, 0.0, EVEN))
+              | (half_bits(masked_load(base + 7, r_mask, 0.0, EVEN)) << 16))[:, None]
+    return xa, xb, xc, xd
+
+
+@triton.jit
+def x_raw(xi_ptr, rows, r_lim, EVEN: tl.constexpr, PLANES: tl.constexpr, k0=0):
+    """The int32 words of fp16 x that word rows ``rows`` multiply, as loaded (``x_pairs``
+    with PLANES or VEC; ``pairs_from_raw`` makes the pairs): PLANES, a [BK8 / 2, 8] tile
+    (word i of a plane tile covers rows 2 i and 2 i + 1); else [BK8, 4]: x01, x23, x45, x67
+    of each row. Split from the pairing so a caller can load a later tile's x ahead."""
     if PLANES:
         nr: tl.constexpr = rows.shape[0]
         js = tl.arange(0, 8)
-        loc = tl.arange(0, nr // 2)  # word i of a plane tile covers rows 2 i, 2 i + 1
+        loc = tl.arange(0, nr // 2)
         r_loc = (loc // 8) * 16 + (loc % 8) * 2
         offs = tl.multiple_of(k0 // 2, 64) + ((loc // 8) * 64 + loc % 8)[:, None] \
             + 8 * js[None, :]
-        wv = masked_load(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)  # (nr/2, 8)
+        return masked_load(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)
+    else:
+        return masked_load(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :],
+                           (rows < r_lim)[:, None], 0, EVEN)
+
+
+@triton.jit
+def pairs_from_raw(wv, nr: tl.constexpr, PLANES: tl.constexpr, USE_ASM: tl.constexpr = False):
+    """The four pairs of ``x_pairs``, [BK8, 1] each, from ``x_raw``'s words. USE_ASM
+    (PLANES): each pair is one byte permute of two loaded words, before the words are
+    spread over the tile's rows (the interpreter has no PTX: shifts and masks there)."""
+    if PLANES and USE_ASM:
+        # wv[i, j] = (x_j of row 2 i, x_j of row 2 i + 1): pair (j, j + 4) of row 2 i + b is
+        # half b of wv[i, j] and of wv[i, j + 4]
+        lo4, hi4 = tl.split(tl.permute(tl.reshape(wv, (nr // 2, 2, 4)), (0, 2, 1)))
+        p0, p1 = tl.inline_asm_elementwise(
+            "prmt.b32 $0, $2, $3, 0x5410;\n\tprmt.b32 $1, $2, $3, 0x7632;", "=r,=r,r,r",
+            [lo4, hi4], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+        pairs = tl.reshape(tl.permute(tl.join(p0, p1), (0, 2, 1)), (nr, 2, 2))  # [r, a, b]
+        p02, p13 = tl.split(pairs)  # pair i = 2 a + b
+        xa, xc = tl.split(p02)
+        xb, xd = tl.split(p13)
+    elif PLANES:
         both = tl.join(wv & 0xFFFF, (wv >> 16) & 0xFFFF)  # [i, j, b]: row 2 i + b
         hb = tl.reshape(tl.permute(both, (0, 2, 1)), (nr, 8))  # (BK8, 8): x_j bits
         lo, hi = tl.split(tl.permute(tl.reshape(hb, (nr, 2, 4)), (0, 2, 1)))  # x_i, x_{4+i}
@@ -67,32 +121,12 @@ def x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexpr
         p02, p13 = tl.split(pairs)  # b = 0: pairs 0, 2; b = 1: pairs 1, 3
         xa, xc = tl.split(p02)
         xb, xd = tl.split(p13)
-        return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
-    if X_FP16 and VEC:
-        xv = masked_load(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :], r_mask[:, None], 0,
-                         EVEN)  # (BK8, 4): x01, x23, x45, x67
-        lo, hi = tl.split(tl.reshape(xv, (rows.shape[0], 2, 2)))  # (x01, x45), (x23, x67)
+    else:
+        lo, hi = tl.split(tl.reshape(wv, (nr, 2, 2)))  # (x01, x45), (x23, x67)
         x01, x45 = tl.split(lo)
         x23, x67 = tl.split(hi)
-    elif X_FP16:
-        base = xi_ptr + rows * 4
-        x01 = masked_load(base + 0, r_mask, 0, EVEN)
-        x23 = masked_load(base + 1, r_mask, 0, EVEN)
-        x45 = masked_load(base + 2, r_mask, 0, EVEN)
-        x67 = masked_load(base + 3, r_mask, 0, EVEN)
-    if X_FP16:
         xa = (x01 & 0xFFFF) | (x45 << 16)
         xb = ((x01 >> 16) & 0xFFFF) | (x45 & -65536)
         xc = (x23 & 0xFFFF) | (x67 << 16)
         xd = ((x23 >> 16) & 0xFFFF) | (x67 & -65536)
-    else:
-        base = x_ptr + rows * 8
-        xa = (half_bits(masked_load(base + 0, r_mask, 0.0, EVEN))
-              | (half_bits(masked_load(base + 4, r_mask, 0.0, EVEN)) << 16))
-        xb = (half_bits(masked_load(base + 1, r_mask, 0.0, EVEN))
-              | (half_bits(masked_load(base + 5, r_mask, 0.0, EVEN)) << 16))
-        xc = (half_bits(masked_load(base + 2, r_mask, 0.0, EVEN))
-              | (half_bits(masked_load(base + 6, r_mask, 0.0, EVEN)) << 16))
-        xd = (half_bits(masked_load(base + 3, r_mask, 0.0, EVEN))
-              | (half_bits(masked_load(base + 7, r_mask, 0.0, EVEN)) << 16))
     return xa[:, None], xb[:, None], xc[:, None], xd[:, None]

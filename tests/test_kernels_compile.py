@@ -257,13 +257,18 @@ def test_w4a16_folded_zero_points_compile(arch):
     assert sub_fold * 3 == sub_plain, subs
 
 
+@pytest.mark.parametrize("sms", [8, 132])
 @pytest.mark.parametrize("arch", [86, 89, 90])
-def test_gemv_silu_epilogue_leaves_the_loop_alone(arch):
+def test_gemv_silu_epilogue_leaves_the_loop_alone(arch, sms, monkeypatch):
     """The one-row GEMV with silu(gate) * up in its epilogue (``silu_mul=True``, SILU),
     dispatched for a 7B gate/up projection at 1 and 2 rows, plane-packed words or not:
-    compiled by ptxas, it stages the same 16-byte cp.async copies and unpacks the same words
-    as the plain launch (each program's columns come in two contiguous halves, gate and up,
-    so the loads keep their width); only the epilogue adds an exponential."""
+    compiled by ptxas, it reads the weights with the same 16-byte loads (cp.async copies in
+    the staged loop; plain loads into the register ring, which one row takes where the grid
+    fits: 132 multiprocessors, not 8) and unpacks the same words as the plain launch (each
+    program's columns come in two contiguous halves, gate and up, so the loads keep their
+    width); only the epilogue adds an exponential."""
+    monkeypatch.setattr(importlib.import_module("edge_llm.kernels.w4a16_gemv"), "num_sms",
+                        lambda device: sms)
     k, n, gs = 4096, 22016, 128
     qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
     s = torch.rand(k // gs, n).half()
@@ -279,9 +284,16 @@ def test_gemv_silu_epilogue_leaves_the_loop_alone(arch):
                     ("_w4a16_gemv16_kernel", silu)]
                 assert records[0][2].asm.get("cubin"), "no cubin: ptxas did not run"
                 ptx[silu] = records[0][2].asm["ptx"]
-            copies = [re.findall(r"cp\.async\.cg\.shared\.global.*, (0x[0-9a-f]+|\d+)",
-                                 ptx[silu]) for silu in (False, True)]
-            assert copies[0] == copies[1] and set(copies[0]) == {"0x10"}, copies
+                ring = records[0][1]["RING"]
+            assert ring == (m == 1 and sms == 132)
+            if ring:
+                copies = [re.findall(r"ld\.global\.v4\.b32", ptx[silu]) for silu in (False, True)]
+                assert "cp.async" not in ptx[False] + ptx[True]
+                assert copies[0] == copies[1] and copies[0], copies
+            else:
+                copies = [re.findall(r"cp\.async\.cg\.shared\.global.*, (0x[0-9a-f]+|\d+)",
+                                     ptx[silu]) for silu in (False, True)]
+                assert copies[0] == copies[1] and set(copies[0]) == {"0x10"}, copies
             assert ptx[False].count("lop3.b32") > 0
             for op in ("lop3.b32", "fma.rn.f16x2", "ld.global"):
                 assert ptx[False].count(op) == ptx[True].count(op), (op, m, planes)

@@ -1,7 +1,7 @@
 """What runs before the PDL wait, compiled for sm_90 without a GPU (tests/test_kernels_compile.py's
 ``compile_only``): decode attention's L2 prefetch (kernels/pdl.py ``prefetch_l2``: where it
 lands in the PTX, what else runs before the wait, the kernel's loop unchanged), the one-row
-GEMV's first weight tile and the rotary + K/V write's tables (no store, and nothing read
+GEMV's first weight tiles and the rotary + K/V write's tables (no store, and nothing read
 through the activations)."""
 
 from __future__ import annotations
@@ -79,40 +79,54 @@ def _derived_from(ptx: str, params: tuple[int, ...]) -> set[str]:
     return derived
 
 
-def test_gemv_early_weight_tile_comes_before_the_wait(monkeypatch):
-    """The one-row GEMV (``EARLY_ROWS``) with PDL on (sm_90): it loads its first weight tile
-    before ``griddepcontrol.wait``; nothing before the wait stores, and no load there
-    reads through the activations (x and its int32 view: the first two parameters), which
-    the previous kernel writes; two rows wait first as every kernel does."""
+def test_gemv_weights_come_before_the_wait(monkeypatch):
+    """The one-row GEMV (``EARLY_ROWS``) with PDL on (sm_90) on an H100's 132
+    multiprocessors: with its grid resident at once it loads its split's first four weight
+    tiles before ``griddepcontrol.wait`` (RING), else its first one (EARLY, a grid beyond
+    ``RING_RESIDENT`` programs a multiprocessor); nothing before the wait stores, and no
+    load there reads through the activations (x and its int32 view: the first two
+    parameters), which the previous kernel writes; without ``EARLY_ROWS``, and at two rows,
+    the wait comes first as in every kernel."""
     pdl = importlib.import_module("edge_llm.kernels.pdl")
     gemv = importlib.import_module("edge_llm.kernels.w4a16_gemv")
     w4 = importlib.import_module("edge_llm.kernels.w4a16")
     monkeypatch.setattr(pdl, "pdl_on", lambda device: True)
+    monkeypatch.setattr(gemv, "num_sms", lambda device: 132)
     k, n, gs = 4096, 4096, 128
     qw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), dtype=torch.int32)
     s = torch.rand(k // gs, n).half()
     ptx = {}
-    for m, early_rows in ((1, gemv.EARLY_ROWS), (1, 0), (2, gemv.EARLY_ROWS)):
+    cases = {"ring": (1, gemv.EARLY_ROWS, gemv.RING_RESIDENT, (False, True)),
+             "early": (1, gemv.EARLY_ROWS, 0, (True, False)),
+             "off": (1, 0, gemv.RING_RESIDENT, (False, False)),
+             "two rows": (2, gemv.EARLY_ROWS, gemv.RING_RESIDENT, (False, False))}
+    for case, (m, early_rows, resident, want) in cases.items():
         monkeypatch.setattr(gemv, "EARLY_ROWS", early_rows)
+        monkeypatch.setattr(gemv, "RING_RESIDENT", resident)
         with compile_only(90) as records:
             w4.w4a16_matmul(torch.randn(m, k).half(), qw, s, s.clone(), gs, integer_zeros=True,
                             planes_packed=True)
-        assert [(name, kw["EARLY"]) for name, kw, _ in records] == [
-            ("_w4a16_gemv16_kernel", m <= early_rows)]
-        ptx[m, early_rows] = records[0][2].asm["ptx"]
-    early = ptx[1, gemv.EARLY_ROWS]
-    wait = early.index("griddepcontrol.wait")
-    before = re.findall(r"\b(ld|st|cp\.async|atom|red)\.global", early[:wait])
-    assert before and set(before) == {"ld"}, before
-    x_regs = _derived_from(early[:wait], (0, 1))
-    for addr in re.findall(r"ld\.global[\w.]*\s+[^\[]*\[\s*(%\w+)", early[:wait]):
-        assert addr not in x_regs, f"{addr} is read before the wait and comes from x"
+        assert [(name, (kw["EARLY"], kw["RING"])) for name, kw, _ in records] == [
+            ("_w4a16_gemv16_kernel", want)], case
+        ptx[case] = records[0][2].asm["ptx"]
     assert _derived_from("ld.param.u64 %rd1, [k_param_0];\nadd.s64 %rd2, %rd1, %rd9;",
                          (0,)) == {"%rd1", "%rd2"}  # the helper itself
-    for late in (ptx[1, 0], ptx[2, gemv.EARLY_ROWS]):
+    loads_before = {}
+    for case in ("ring", "early"):
+        code = ptx[case]
+        wait = code.index("griddepcontrol.wait")
+        before = re.findall(r"\b(ld|st|cp\.async|atom|red)\.global", code[:wait])
+        assert before and set(before) == {"ld"}, (case, before)
+        x_regs = _derived_from(code[:wait], (0, 1))
+        for addr in re.findall(r"ld\.global[\w.]*\s+[^\[]*\[\s*(%\w+)", code[:wait]):
+            assert addr not in x_regs, f"{case}: {addr} is read before the wait and comes from x"
+        assert code.count("griddepcontrol.wait") == 1
+        loads_before[case] = len(before)
+    # four tiles of words (two 16-byte loads a thread each), scales and zeros against one
+    assert loads_before["ring"] == 4 * loads_before["early"], loads_before
+    for late in (ptx["off"], ptx["two rows"]):
         first = re.search(r"\b(ld|st|cp\.async|atom|red)\.(global|shared)", late)
         assert first and late.index("griddepcontrol.wait") < first.start()
-    assert early.count("griddepcontrol.wait") == 1
 
 
 def test_rotary_tables_come_before_the_wait(monkeypatch):

@@ -335,22 +335,54 @@ def case_w4a16_one_row_sweep_candidates():
             _check_w4(m, 512, 256, 128, torch.float16, cfg, integer_zeros=True, planes=True)
 
 
-def case_w4a16_gemv16_early_tile():
-    """The pipelined GEMV at one row loads its split's first K tile of weights before the
-    PDL wait (EARLY), and the loop starts at the second: splits of one tile, a K that is no
-    multiple of the tile (the last split short), masked columns, groups smaller than the
-    tile; two rows take the loop alone."""
+def case_w4a16_gemv16_register_ring():
+    """The pipelined GEMV at one row cycles its split's K tiles through four register
+    buffers, the first four loaded before the PDL wait (RING), where its grid fits
+    (``RING_RESIDENT`` programs a multiprocessor): splits of one to seven tiles (most no
+    multiple of four, so the last group is short), a K that is no multiple of the tile (the
+    last split short, its last tile masked), masked columns, groups smaller than the tile;
+    against the reference, and bit for bit against the staged loop that a grid too large
+    for the ring takes (the same products added in the same order); two rows take the
+    staged loop."""
     import torch
 
     from edge_llm.kernels import w4a16_config as wc
+    from edge_llm.kernels import w4a16_gemv as gemv
+    from edge_llm.kernels.w4a16 import pack_planes_ref, w4a16_matmul
 
-    for split in (1, 2, 3):
-        pipe = wc.Gemv16(block_n=64, block_k=128, pipe_stages=3, split_k=split, fold_zero=True,
-                         flat_scales=True, min_k_tiles=1)
-        _check_w4(1, 384, 128, 128, torch.float16, pipe, integer_zeros=True)
-        _check_w4(1, 384, 96, 128, torch.float16, pipe, integer_zeros=True, planes=True)
-        _check_w4(1, 320, 80, 64, torch.float16, pipe)  # K 2.5 tiles, groups of 64
-        _check_w4(2, 384, 96, 128, torch.float16, pipe, integer_zeros=True, planes=True)
+    kernel, rings = gemv._w4a16_gemv16_kernel, []
+
+    class Spy:  # records each launch's RING
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                rings.append((kwargs["RING"], args[0].shape[0]))
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    gemv._w4a16_gemv16_kernel = Spy()
+    resident = gemv.RING_RESIDENT
+    try:
+        for split in (1, 2, 3):
+            pipe = wc.Gemv16(block_n=64, block_k=128, pipe_stages=3, split_k=split,
+                             fold_zero=True, flat_scales=True, min_k_tiles=1)
+            _check_w4(1, 384, 128, 128, torch.float16, pipe, integer_zeros=True)
+            _check_w4(1, 384, 96, 128, torch.float16, pipe, integer_zeros=True, planes=True)
+            _check_w4(1, 320, 80, 64, torch.float16, pipe)  # K 2.5 tiles, groups of 64
+            _check_w4(2, 384, 96, 128, torch.float16, pipe, integer_zeros=True, planes=True)
+            for k in (640, 896):  # 5 and 7 tiles
+                x, qw, s, z = _w4_problem(1, k, 96, 128, torch.float16, integer_zeros=True)
+                words = pack_planes_ref(qw)
+                ys = []
+                for fit in (resident, 0):  # 0: no grid fits, the staged loop
+                    gemv.RING_RESIDENT = fit
+                    ys.append(w4a16_matmul(x, words, s, z, 128, config=pipe,
+                                           integer_zeros=True, planes_packed=True))
+                gemv.RING_RESIDENT = resident
+                assert torch.equal(ys[0], ys[1]), (k, split)
+    finally:
+        gemv._w4a16_gemv16_kernel, gemv.RING_RESIDENT = kernel, resident
+    assert {ring for ring, m in rings if m == 1} == {True, False}
+    assert not any(ring for ring, m in rings if m == 2)
 
 
 CASES = ic.list_cases(globals())
