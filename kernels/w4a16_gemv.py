@@ -202,6 +202,29 @@ def _tile_update(acc0, acc1, acc2, acc3, w, s, z, rows, r_end, k0, x_ptr, xi_ptr
     return acc0, acc1, acc2, acc3
 
 
+@triton.jit
+def _ring_slot(acc0, acc1, acc2, acc3, w, s, z, xr, kt, k_hi, last, ar, x_ptr, xi_ptr, xi0,
+               qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load, group_size, stride_qk,
+               stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm, stride_xim,
+               ROWS: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
+               FOLD: tl.constexpr, ONE_GROUP: tl.constexpr, FLAT: tl.constexpr,
+               EVEN: tl.constexpr, PLANES: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One buffer of the RING loop: the accumulators after its tile at ``kt`` (words ``w``,
+    scales, zeros, x words ``xr``; nothing past the split's end ``k_hi``), and the buffer
+    reloaded in place with the tile four further on (the split's ``last`` tile again past
+    its end), its x words too."""
+    if kt < k_hi:
+        acc0, acc1, acc2, acc3 = _tile_update(
+            acc0, acc1, acc2, acc3, w, s, z, kt // 8 + ar, r_end, kt, x_ptr, xi_ptr, m0, m1,
+            m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN, PLANES,
+            xr, True)
+    kn = tl.minimum(kt + 4 * BLOCK_K, last)
+    w, s, z = tile_loads(qw_ptr, s_ptr, z_ptr, kn // 8 + ar, r_end, offs_n, n_mask, n_load, kn,
+                         group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
+    xr = x_raw(xi0, kn // 8 + ar, r_end, EVEN, PLANES, kn)
+    return acc0, acc1, acc2, acc3, w, s, z, xr
+
+
 @triton.jit(do_not_specialize=["M"])  # M varies per step; one compiled variant serves all
 def _w4a16_gemv16_kernel(
     x_ptr, xi_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, final_ptr, cnt_ptr,
@@ -308,51 +331,27 @@ def _w4a16_gemv16_kernel(
         xrb = x_raw(xi0, kb // 8 + ar, r_end, EVEN, PLANES, kb)
         xrc = x_raw(xi0, kc // 8 + ar, r_end, EVEN, PLANES, kc)
         xrd = x_raw(xi0, kd // 8 + ar, r_end, EVEN, PLANES, kd)
-        for k0 in range(k_lo, k_hi, 4 * BLOCK_K):
-            # tile i of this group of four is in buffer i; once computed, the buffer loads
-            # tile i of the next group (the split's last tile again past its end: unused)
-            acc0, acc1, acc2, acc3 = _tile_update(
-                acc0, acc1, acc2, acc3, wa, sa, za, k0 // 8 + ar, r_end, k0, x_ptr, xi_ptr,
-                m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT,
-                EVEN, PLANES, xra, True)
-            ka = tl.minimum(k0 + 4 * BLOCK_K, last)
-            wa, sa, za = tile_loads(qw_ptr, s_ptr, z_ptr, ka // 8 + ar, r_end, offs_n, n_mask,
-                                    n_load, ka, group_size, stride_qk, stride_sg, stride_zg,
-                                    ONE_GROUP, FLAT, EVEN)
-            xra = x_raw(xi0, ka // 8 + ar, r_end, EVEN, PLANES, ka)
-            kt = k0 + BLOCK_K
-            if kt < k_hi:
-                acc0, acc1, acc2, acc3 = _tile_update(
-                    acc0, acc1, acc2, acc3, wb, sb, zb, kt // 8 + ar, r_end, kt, x_ptr, xi_ptr,
-                    m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD,
-                    FLAT, EVEN, PLANES, xrb, True)
-            kb = tl.minimum(kt + 4 * BLOCK_K, last)
-            wb, sb, zb = tile_loads(qw_ptr, s_ptr, z_ptr, kb // 8 + ar, r_end, offs_n, n_mask,
-                                    n_load, kb, group_size, stride_qk, stride_sg, stride_zg,
-                                    ONE_GROUP, FLAT, EVEN)
-            xrb = x_raw(xi0, kb // 8 + ar, r_end, EVEN, PLANES, kb)
-            kt = k0 + 2 * BLOCK_K
-            if kt < k_hi:
-                acc0, acc1, acc2, acc3 = _tile_update(
-                    acc0, acc1, acc2, acc3, wc, sc, zc, kt // 8 + ar, r_end, kt, x_ptr, xi_ptr,
-                    m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD,
-                    FLAT, EVEN, PLANES, xrc, True)
-            kc = tl.minimum(kt + 4 * BLOCK_K, last)
-            wc, sc, zc = tile_loads(qw_ptr, s_ptr, z_ptr, kc // 8 + ar, r_end, offs_n, n_mask,
-                                    n_load, kc, group_size, stride_qk, stride_sg, stride_zg,
-                                    ONE_GROUP, FLAT, EVEN)
-            xrc = x_raw(xi0, kc // 8 + ar, r_end, EVEN, PLANES, kc)
-            kt = k0 + 3 * BLOCK_K
-            if kt < k_hi:
-                acc0, acc1, acc2, acc3 = _tile_update(
-                    acc0, acc1, acc2, acc3, wd, sd, zd, kt // 8 + ar, r_end, kt, x_ptr, xi_ptr,
-                    m0, m1, m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD,
-                    FLAT, EVEN, PLANES, xrd, True)
-            kd = tl.minimum(kt + 4 * BLOCK_K, last)
-            wd, sd, zd = tile_loads(qw_ptr, s_ptr, z_ptr, kd // 8 + ar, r_end, offs_n, n_mask,
-                                    n_load, kd, group_size, stride_qk, stride_sg, stride_zg,
-                                    ONE_GROUP, FLAT, EVEN)
-            xrd = x_raw(xi0, kd // 8 + ar, r_end, EVEN, PLANES, kd)
+        for k0 in range(k_lo, k_hi, 4 * BLOCK_K):  # tile i of each group in buffer i
+            acc0, acc1, acc2, acc3, wa, sa, za, xra = _ring_slot(
+                acc0, acc1, acc2, acc3, wa, sa, za, xra, k0, k_hi, last, ar,
+                x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
+                group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
+                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K)
+            acc0, acc1, acc2, acc3, wb, sb, zb, xrb = _ring_slot(
+                acc0, acc1, acc2, acc3, wb, sb, zb, xrb, k0 + BLOCK_K, k_hi, last, ar,
+                x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
+                group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
+                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K)
+            acc0, acc1, acc2, acc3, wc, sc, zc, xrc = _ring_slot(
+                acc0, acc1, acc2, acc3, wc, sc, zc, xrc, k0 + 2 * BLOCK_K, k_hi, last, ar,
+                x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
+                group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
+                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K)
+            acc0, acc1, acc2, acc3, wd, sd, zd, xrd = _ring_slot(
+                acc0, acc1, acc2, acc3, wd, sd, zd, xrd, k0 + 3 * BLOCK_K, k_hi, last, ar,
+                x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
+                group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
+                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K)
     elif PIPE > 0:
         k_start = k_lo
         if EARLY:  # the split's first tile (splits are never empty: splitk.plan)

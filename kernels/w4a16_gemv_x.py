@@ -61,10 +61,7 @@ def x_pairs(x_ptr, xi_ptr, rows, r_lim, X_FP16: tl.constexpr, EVEN: tl.constexpr
         x23 = masked_load(base + 1, r_mask, 0, EVEN)
         x45 = masked_load(base + 2, r_mask, 0, EVEN)
         x67 = masked_load(base + 3, r_mask, 0, EVEN)
-        xa = ((x01 & 0xFFFF) | (x45 << 16))[:, None]
-        xb = (((x01 >> 16) & 0xFFFF) | (x45 & -65536))[:, None]
-        xc = ((x23 & 0xFFFF) | (x67 << 16))[:, None]
-        xd = (((x23 >> 16) & 0xFFFF) | (x67 & -65536))[:, None]
+        xa, xb, xc, xd = _pairs_of_words(x01, x23, x45, x67)
     else:
         base = x_ptr + rows * 8
         xa = (half_bits(masked_load(base + 0, r_mask, 0.0, EVEN))
@@ -102,31 +99,38 @@ def pairs_from_raw(wv, nr: tl.constexpr, PLANES: tl.constexpr, USE_ASM: tl.const
     """The four pairs of ``x_pairs``, [BK8, 1] each, from ``x_raw``'s words. USE_ASM
     (PLANES): each pair is one byte permute of two loaded words, before the words are
     spread over the tile's rows (the interpreter has no PTX: shifts and masks there)."""
-    if PLANES and USE_ASM:
-        # wv[i, j] = (x_j of row 2 i, x_j of row 2 i + 1): pair (j, j + 4) of row 2 i + b is
-        # half b of wv[i, j] and of wv[i, j + 4]
-        lo4, hi4 = tl.split(tl.permute(tl.reshape(wv, (nr // 2, 2, 4)), (0, 2, 1)))
-        p0, p1 = tl.inline_asm_elementwise(
-            "prmt.b32 $0, $2, $3, 0x5410;\n\tprmt.b32 $1, $2, $3, 0x7632;", "=r,=r,r,r",
-            [lo4, hi4], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
-        pairs = tl.reshape(tl.permute(tl.join(p0, p1), (0, 2, 1)), (nr, 2, 2))  # [r, a, b]
-        p02, p13 = tl.split(pairs)  # pair i = 2 a + b
+    if PLANES:
+        if USE_ASM:
+            # wv[i, j] = (x_j of row 2 i, x_j of row 2 i + 1): pair (j, j + 4) of row 2 i + b
+            # is half b of wv[i, j] and of wv[i, j + 4]
+            lo4, hi4 = tl.split(tl.permute(tl.reshape(wv, (nr // 2, 2, 4)), (0, 2, 1)))
+            p0, p1 = tl.inline_asm_elementwise(
+                "prmt.b32 $0, $2, $3, 0x5410;\n\tprmt.b32 $1, $2, $3, 0x7632;", "=r,=r,r,r",
+                [lo4, hi4], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+            pairs = tl.reshape(tl.permute(tl.join(p0, p1), (0, 2, 1)), (nr, 2, 2))
+        else:
+            both = tl.join(wv & 0xFFFF, (wv >> 16) & 0xFFFF)  # [i, j, b]: row 2 i + b
+            hb = tl.reshape(tl.permute(both, (0, 2, 1)), (nr, 8))  # (BK8, 8): x_j bits
+            lo, hi = tl.split(tl.permute(tl.reshape(hb, (nr, 2, 4)), (0, 2, 1)))  # x_i, x_4+i
+            pairs = tl.reshape(lo | (hi << 16), (nr, 2, 2))
+        p02, p13 = tl.split(pairs)  # [r, a, b]: pair i = 2 a + b; b = 0: pairs 0, 2
         xa, xc = tl.split(p02)
         xb, xd = tl.split(p13)
-    elif PLANES:
-        both = tl.join(wv & 0xFFFF, (wv >> 16) & 0xFFFF)  # [i, j, b]: row 2 i + b
-        hb = tl.reshape(tl.permute(both, (0, 2, 1)), (nr, 8))  # (BK8, 8): x_j bits
-        lo, hi = tl.split(tl.permute(tl.reshape(hb, (nr, 2, 4)), (0, 2, 1)))  # x_i, x_{4+i}
-        pairs = tl.reshape(lo | (hi << 16), (nr, 2, 2))  # [r, a, b]: pair i = 2 a + b
-        p02, p13 = tl.split(pairs)  # b = 0: pairs 0, 2; b = 1: pairs 1, 3
-        xa, xc = tl.split(p02)
-        xb, xd = tl.split(p13)
+        xa, xb, xc, xd = xa[:, None], xb[:, None], xc[:, None], xd[:, None]
     else:
         lo, hi = tl.split(tl.reshape(wv, (nr, 2, 2)))  # (x01, x45), (x23, x67)
         x01, x45 = tl.split(lo)
         x23, x67 = tl.split(hi)
-        xa = (x01 & 0xFFFF) | (x45 << 16)
-        xb = ((x01 >> 16) & 0xFFFF) | (x45 & -65536)
-        xc = (x23 & 0xFFFF) | (x67 << 16)
-        xd = ((x23 >> 16) & 0xFFFF) | (x67 & -65536)
+        xa, xb, xc, xd = _pairs_of_words(x01, x23, x45, x67)
+    return xa, xb, xc, xd
+
+
+@triton.jit
+def _pairs_of_words(x01, x23, x45, x67):
+    """(x0, x4), (x1, x5), (x2, x6), (x3, x7) as fp16x2 words, [BK8, 1] each, from the
+    words (x_{2i}, x_{2i+1}) of each row, [BK8]."""
+    xa = (x01 & 0xFFFF) | (x45 << 16)
+    xb = ((x01 >> 16) & 0xFFFF) | (x45 & -65536)
+    xc = (x23 & 0xFFFF) | (x67 << 16)
+    xd = ((x23 >> 16) & 0xFFFF) | (x67 & -65536)
     return xa[:, None], xb[:, None], xc[:, None], xd[:, None]
