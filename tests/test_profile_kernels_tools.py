@@ -59,3 +59,19 @@ def test_layer_linear_bytes_with_grouped_query_attention(shape):
 
     arch = parse_arch_config(SHAPES[shape])  # 28 query heads, 4 kv heads of 128
     assert pk.layer_linear_bytes(arch, 128)[0] == 3584 * 4608 // 2 + 4 * 28 * 4608
+
+
+def test_the_critical_path_charges_each_kernel_what_the_stream_waited_for():
+    spans = [("norm", 0.0, 2.0),
+             (pk.GEMV, 1.0, 10.0),  # started early (PDL), done 8 us after the norm
+             ("rotary", 9.0, 11.5),  # inside the GEMV's tail: 1.5 us of its own
+             ("attention", 14.0, 20.0),  # after 2.5 us with nothing running
+             ("copy", 15.0, 19.0)]  # overlapped entirely: adds nothing
+    shares, idle = pk.critical_path(spans)
+    assert shares == [("norm", 2.0), (pk.GEMV, 8.0), ("rotary", 1.5), ("attention", 6.0),
+                      ("copy", 0.0)]
+    assert idle == 2.5
+    assert sum(us for _, us in shares) + idle == spans[-2][2] - spans[0][1]  # the whole span
+    durations = sum(end - start for _, start, end in spans)
+    assert durations > 20.0  # the kernels' own durations overcount the overlapped span
+    assert pk.critical_path([]) == ([], 0.0)

@@ -14,7 +14,10 @@ work, host waits). Prints one table per batch, writes profile_kernels.json under
 
 That gap is then taken apart on the graph engine: the same kernel tally with CUDA graphs
 (kernels replayed inside a graph can run differently from eager launches: the decode attention
-grid is sized for ``--max-model-len`` there) and the host work of each phase of
+grid is sized for ``--max-model-len`` there), what each replayed kernel adds to the step
+(``critical_path``: with programmatic dependent launch a kernel starts inside its
+predecessor, so its own duration counts time the step spent on the one before; the added
+times sum to the step's GPU time) and the host work of each phase of
 ``LLMEngine.step`` (``host_phases``): scheduling, the runner's launch work (graph inputs,
 replay, sampler launch), the wait for the GPU, the scheduler update, output processing, with
 the outputs built before the next launch and while the next step runs (async output processing,
@@ -29,6 +32,7 @@ import json
 import re
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -44,8 +48,9 @@ GEMV = "_w4a16_gemv16_kernel"
 LAYER_LINEARS = ("qkv", "o", "gate_up", "down")
 
 
-def kernel_launches(fn) -> list[tuple[str, float]]:
-    """(kernel, microseconds) of each CUDA kernel ``fn()`` runs, in launch order."""
+def kernel_spans(fn) -> list[tuple[str, float, float]]:
+    """(kernel, start, end) in microseconds of each CUDA kernel (and copy) ``fn()`` runs, in
+    the order they started."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -56,7 +61,37 @@ def kernel_launches(fn) -> list[tuple[str, float]]:
         torch.cuda.synchronize()
     events = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA),
                     key=lambda e: e.time_range.start)
-    return [(_short(e.name), e.time_range.elapsed_us()) for e in events]
+    return [(_short(e.name), float(e.time_range.start), float(e.time_range.end))
+            for e in events]
+
+
+def kernel_launches(fn) -> list[tuple[str, float]]:
+    """(kernel, microseconds) of each CUDA kernel ``fn()`` runs, in launch order."""
+    return [(name, end - start) for name, start, end in kernel_spans(fn)]
+
+
+def critical_path(spans: list[tuple[str, float, float]]) -> tuple[list[tuple[str, float]],
+                                                                   float]:
+    """What each kernel of one stream adds to its time: (kernel, microseconds) in order, and
+    the microseconds the stream had nothing running (the host's gaps).
+
+    A kernel's share is its end less the latest end before it, from its own start where it
+    started after that (the gap before it is idle time). Under programmatic dependent launch a
+    kernel starts inside its predecessor and waits for it, so its own duration counts the
+    predecessor's tail too, and the durations of a replayed step add up to more than the
+    step; these shares add up to exactly the span from the first start to the last end, each
+    kernel charged only with the time the stream waited for it after everything before it
+    was done."""
+    shares, idle, done = [], 0.0, None
+    for name, start, end in spans:
+        if done is None:
+            shares.append((name, end - start))
+            done = end
+            continue
+        idle += max(0.0, start - done)
+        shares.append((name, max(0.0, end - max(done, start))))
+        done = max(done, end)
+    return shares, idle
 
 
 def kernel_tally(launches: list[tuple[str, float]]) -> dict[str, list[float]]:
@@ -172,19 +207,42 @@ def _finish(eng) -> None:
         eng.step()
 
 
-def decode_kernels(llm, batch: int, prompt: int, steps: int
-                   ) -> tuple[dict[str, list[float]], list[float] | None]:
-    """{kernel: [launches, microseconds]} per decode step of ``batch`` rows, and the one-row
-    GEMV's microseconds per launch by its place in the layer (``by_layer_position``)."""
+@dataclass
+class StepKernels:
+    """A decode step's kernels (``decode_kernels``): ``tally`` {kernel: [launches,
+    microseconds]} per step, by their own durations; ``path`` the same by what each adds to
+    the stream's time (``critical_path``), ``idle`` the microseconds a step the stream ran
+    nothing; ``gemv`` / ``path_gemv`` the one-row GEMV's microseconds per launch by its place
+    in the layer (``by_layer_position``), by either measure."""
+
+    tally: dict[str, list[float]]
+    gemv: list[float] | None
+    path: dict[str, list[float]]
+    path_gemv: list[float] | None
+    idle: float
+
+
+def decode_kernels(llm, batch: int, prompt: int, steps: int) -> StepKernels:
+    """The kernels of a decode step of ``batch`` rows, over ``steps`` steps."""
     eng = _decode_phase(llm, batch, prompt, steps, "warm")  # compile and settle
     _finish(eng)
     eng = _decode_phase(llm, batch, prompt, steps, "tally")
-    launches = kernel_launches(lambda: [eng.step() for _ in range(steps)])
+    spans = kernel_spans(lambda: [eng.step() for _ in range(steps)])
     _finish(eng)
-    tally = kernel_tally(launches)
-    gemv = by_layer_position([us for name, us in launches if name == GEMV],
-                             len(llm.engine.runner.model.model.layers), steps)
-    return {name: [count / steps, us / steps] for name, (count, us) in tally.items()}, gemv
+    layers = len(llm.engine.runner.model.model.layers)
+    launches = [(name, end - start) for name, start, end in spans]
+    shares, idle = critical_path(spans)
+
+    def per_step(items: list[tuple[str, float]]) -> dict[str, list[float]]:
+        return {name: [count / steps, us / steps]
+                for name, (count, us) in kernel_tally(items).items()}
+
+    return StepKernels(
+        per_step(launches), by_layer_position([us for n, us in launches if n == GEMV], layers,
+                                              steps),
+        per_step(shares), by_layer_position([us for n, us in shares if n == GEMV], layers,
+                                            steps),
+        idle / steps)
 
 
 def graph_step_us(llm, batch: int, prompt: int, steps: int, reps: int = 3) -> float:
@@ -333,9 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         copy_gbs = results["copy_gb_s"] = copy_bandwidth(torch.device("cuda"), False) / 1e9
         torch.cuda.empty_cache()  # its 2 GiB of buffers back before the engines plan memory
     eager = _engine(a.ckpt, True, max(batches), max_len, a.kv_gib, a.kv_cache_dtype)
-    kernels, gemv = {}, {}
-    for b in batches:
-        kernels[b], gemv[b] = decode_kernels(eager, b, a.prompt, a.steps)
+    eager_kernels = {b: decode_kernels(eager, b, a.prompt, a.steps) for b in batches}
     del eager
     import gc
 
@@ -346,26 +402,34 @@ def main(argv: list[str] | None = None) -> int:
     graphs = _engine(a.ckpt, False, max(batches), max_len, a.kv_gib, a.kv_cache_dtype)
     eng = graphs.engine
     for b in batches:
-        res = {"kernels": kernels[b], "gemv_us_by_position": gemv[b]}
+        ek = eager_kernels[b]
+        res = {"kernels": ek.tally, "gemv_us_by_position": ek.gemv}
         for key, on, ahead in (("sync", False, False), ("async", True, False),
                                ("ahead", True, True)):
             eng.set_loop(async_output=on, run_ahead=ahead)
             res[f"graph_step_us_{key}"] = graph_step_us(graphs, b, a.prompt, a.steps)
             res[f"host_phases_us_{key}"] = host_phases(graphs, b, a.prompt, a.steps)
-        res["graph_kernels"] = decode_kernels(graphs, b, a.prompt, a.steps)[0]
+        gk = decode_kernels(graphs, b, a.prompt, a.steps)
+        res.update(graph_kernels=gk.tally, graph_path=gk.path, graph_path_gemv=gk.path_gemv,
+                   graph_idle_us=gk.idle)
         results["batches"][b] = res
         sync_us, async_us = res["graph_step_us_sync"], res["graph_step_us_async"]
         ahead_us = res["graph_step_us_ahead"]
-        print(table(b, kernels[b], ahead_us, a.top), flush=True)
-        if b == 1 and gemv[b] is not None:
-            print(gemv_table(gemv[b], nbytes, copy_gbs), flush=True)
-        print("with CUDA graphs: " + table(b, res["graph_kernels"], ahead_us, a.top), flush=True)
-        if sum(us for _, us in res["graph_kernels"].values()) > ahead_us:
+        print(table(b, ek.tally, ahead_us, a.top), flush=True)
+        if b == 1 and ek.gemv is not None:
+            print(gemv_table(ek.gemv, nbytes, copy_gbs), flush=True)
+        print("with CUDA graphs: " + table(b, gk.tally, ahead_us, a.top), flush=True)
+        if sum(us for _, us in gk.tally.values()) > ahead_us:
             # a kernel launched early by programmatic dependent launch waits inside its
             # predecessor's time, so the replayed kernels overlap and their times add up to
             # more than the step
-            print("(the replayed kernels overlap: their times are not the step's; read the "
-                  "eager tally above for where the step goes)")
+            print("(the replayed kernels overlap: their times are not the step's; the "
+                  "critical path below is)")
+        print(f"with CUDA graphs, what each kernel adds to the step (critical path; the "
+              f"stream idle {gk.idle:.0f} us a step): "
+              + table(b, gk.path, ahead_us, a.top), flush=True)
+        if b == 1 and gk.path_gemv is not None:
+            print("  critical path: " + gemv_table(gk.path_gemv, nbytes, copy_gbs), flush=True)
         print(f"graph step: {sync_us:.0f} us with sync outputs, {async_us:.0f} with async "
               f"outputs ({sync_us / async_us:.3f}x), {ahead_us:.0f} with run-ahead as well "
               f"({sync_us / ahead_us:.3f}x)")
