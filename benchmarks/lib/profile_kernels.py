@@ -65,11 +65,6 @@ def kernel_spans(fn) -> list[tuple[str, float, float]]:
             for e in events]
 
 
-def kernel_launches(fn) -> list[tuple[str, float]]:
-    """(kernel, microseconds) of each CUDA kernel ``fn()`` runs, in launch order."""
-    return [(name, end - start) for name, start, end in kernel_spans(fn)]
-
-
 def critical_path(spans: list[tuple[str, float, float]]) -> tuple[list[tuple[str, float]],
                                                                    float]:
     """What each kernel of one stream adds to its time: (kernel, microseconds) in order, and
@@ -95,7 +90,7 @@ def critical_path(spans: list[tuple[str, float, float]]) -> tuple[list[tuple[str
 
 
 def kernel_tally(launches: list[tuple[str, float]]) -> dict[str, list[float]]:
-    """{kernel: [count, microseconds]} of ``kernel_launches``' list."""
+    """{kernel: [count, microseconds]} of a list of (kernel, microseconds) in launch order."""
     tally: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for name, us in launches:
         tally[name][0] += 1
