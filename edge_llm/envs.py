@@ -178,6 +178,11 @@ KERNELS = _declare(
     "torch: run the plain-torch references on CUDA too, to compare the two paths end to end",
     DEBUG, "triton or torch")
 
+NORM_EARLY = _declare(
+    "EDGE_LLM_NORM_EARLY", parse_switch, "0",
+    "experiment (untimed): RMSNorm reads its weight (and permutation) before the PDL wait",
+    DEBUG, SWITCH)
+
 # ---- other programs' variables ---------------------------------------------------------------
 
 TRITON_INTERPRET = _declare(
