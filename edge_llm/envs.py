@@ -183,6 +183,11 @@ NORM_EARLY = _declare(
     "experiment (untimed): RMSNorm reads its weight (and permutation) before the PDL wait",
     DEBUG, SWITCH)
 
+ROTARY_IN_ATTENTION = _declare(
+    "EDGE_LLM_ROTARY_IN_ATTENTION", parse_switch, "0",
+    "experiment (untimed): a decode step's rotary and K/V write run in decode attention",
+    DEBUG, SWITCH)
+
 # ---- other programs' variables ---------------------------------------------------------------
 
 TRITON_INTERPRET = _declare(
