@@ -25,8 +25,6 @@ import torch
 import triton
 import triton.language as tl
 
-from edge_llm import envs
-
 from .grid import cdiv, next_pow2
 from .pdl import pdl_enter, pdl_kwargs
 
@@ -113,7 +111,7 @@ def _rms_norm_kernel(
     n_rows, n_cols, stride_x, stride_xi, stride_r, stride_o, stride_ro, eps,
     HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_CHUNKS: tl.constexpr, INNER_ROWS: tl.constexpr, PERM: tl.constexpr,
-    PDL: tl.constexpr = False, EARLY_WEIGHT: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """ROWS rows per program. One chunk: the rows stay in registers between the sum of
     squares and the scaling. Several chunks: pass 1 sums (and stores the new residual), pass 2
@@ -123,13 +121,16 @@ def _rms_norm_kernel(
     + (r % INNER_ROWS) * stride_xi``: the heads of a (T, H, D) view into a merged qkv output.
 
     PERM: output column j is column perm[j]; the scaling pass reads its inputs (and weight) at
-    the permuted columns and recomputes the same rounded sum, as the chunked pass 2 does (one
-    chunk: the permutation is loaded with the first inputs, not after the sum). tl.gather of
-    the row in registers hangs on Hopper (Triton 3.6)."""
+    the permuted columns and recomputes the same rounded sum, as the chunked pass 2 does.
+    tl.gather of the row in registers hangs on Hopper (Triton 3.6).
+
+    One chunk: the weight (and the permutation) are read before the PDL wait, as no kernel of
+    a forward writes them (kernels/pdl.py), so after it the inputs' round trip is the only
+    one before the store (at one row 1.3 us a norm against 2.3, BENCHMARKS.md)."""
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
-    if NUM_CHUNKS == 1 and EARLY_WEIGHT:
+    if NUM_CHUNKS == 1:  # the weight (no kernel of a forward writes it) before the wait
         if PERM:
             src = tl.load(perm_ptr + cols, mask=cols < n_cols, other=0)
             w = tl.load(w_ptr + src, mask=cols < n_cols, other=0.0).to(tl.float32)
@@ -142,8 +143,6 @@ def _rms_norm_kernel(
         x_rows = (rows // INNER_ROWS) * stride_x + (rows % INNER_ROWS) * stride_xi
     if NUM_CHUNKS == 1:
         mask = row_ok[:, None] & (cols[None, :] < n_cols)
-        if PERM and not EARLY_WEIGHT:
-            src = tl.load(perm_ptr + cols, mask=cols < n_cols, other=0)
         s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + cols[None, :],
                           rows[:, None] * stride_r + cols[None, :],
                           rows[:, None] * stride_ro + cols[None, :], mask, HAS_RESIDUAL, True)
@@ -152,10 +151,6 @@ def _rms_norm_kernel(
             s = _residual_sum(x_ptr, res_ptr, res_out_ptr, x_rows[:, None] + src[None, :],
                               rows[:, None] * stride_r + src[None, :], rows[:, None], mask,
                               HAS_RESIDUAL, False)
-            if not EARLY_WEIGHT:
-                w = tl.load(w_ptr + src, mask=cols < n_cols, other=0.0).to(tl.float32)
-        elif not EARLY_WEIGHT:
-            w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         normed = (s * inv[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
         tl.store(out_ptr + rows[:, None] * stride_o + cols[None, :],
                  (normed * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
@@ -264,7 +259,7 @@ def _norm(x, residual, weight, eps, perm=None) -> tuple[torch.Tensor, torch.Tens
         stride_x, stride_xi, r2.stride(0) if residual is not None else 0,
         o2.stride(0), ro2.stride(0), float(eps), HAS_RESIDUAL=residual is not None, ROWS=rows,
         BLOCK_N=block_n, NUM_CHUNKS=chunks, INNER_ROWS=inner, PERM=perm is not None,
-        EARLY_WEIGHT=envs.NORM_EARLY.get(), num_warps=warps, **pdl_kwargs(o2.device))
+        num_warps=warps, **pdl_kwargs(o2.device))
     return out, (res_out if residual is not None else None)
 
 

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from .grid import cdiv, next_pow2
-from .kv_fp8 import to_cache
+from .kv_fp8 import fp8_decode, to_cache
 from .paged_common import (
     LOG2E,
     check_cache,
@@ -94,10 +94,12 @@ def _paged_decode_kernel(
 
     ROTARY: q (and the new token's k at ``kn_ptr``) are not rotated yet and the new k and v
     (``vn_ptr``) not in the cache: every program rotates its heads' q (rounded to q's dtype,
-    as ``rotary_ref``), and the program whose split holds the newest token (position
-    seq_len - 1) rotates k and stores it and v at slot_mapping[b] (< 0: nothing stored),
-    then a barrier makes them visible to its own tile loads. The slot, the position and its
-    cos / sin rows are read before the PDL wait (the engine fills them by copies)."""
+    as ``rotary_ref``) and the newest token's k; the program whose split holds that token
+    (position seq_len - 1) stores k and v at slot_mapping[b] (< 0: nothing stored, as
+    ``write_kv_ref``) and puts in its tiles, at that token, the values the cache now holds
+    instead of reading them back (its tile loads need not wait for its stores). The slot,
+    the position and its cos / sin rows are read before the PDL wait (the engine fills them
+    by copies)."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -128,11 +130,12 @@ def _paged_decode_kernel(
     if ROTARY:
         q = _rotated_heads(q_ptr + b * stride_qt + heads[:, None] * stride_qh, offs_r,
                            g_mask[:, None], cos, sin, HALF)
-        _write_new_kv(kn_ptr + b * stride_knt + kvh * stride_knh,
-                      vn_ptr + b * stride_vnt + kvh * stride_vnh, k_ptr, v_ptr, slot, offs_r,
-                      cos, sin, kvh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
-                      stride_vh, split == (seq_len - 1 - lo) // partition_size, HALF,
-                      BLOCK_SIZE)
+        k_new, v_new = _store_new_kv(
+            kn_ptr + b * stride_knt + kvh * stride_knh, vn_ptr + b * stride_vnt + kvh * stride_vnh,
+            k_ptr, v_ptr, slot, offs_r, cos, sin, kvh, stride_kb, stride_ks, stride_kh,
+            stride_vb, stride_vs, stride_vh, split - (seq_len - 1 - lo) // partition_size,
+            q.dtype, HALF, BLOCK_SIZE, FP8_CVT)
+        newest = tl.where(slot >= 0, seq_len - 1, -1)  # the token whose row is k_new / v_new
     else:
         q = tl.load(q_ptr + b * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
                     mask=g_mask[:, None] & d_mask[None, :], other=0.0)  # (G_PAD, D_PAD)
@@ -146,6 +149,8 @@ def _paged_decode_kernel(
         t_mask = tok < end
         k = load_k_tile(k_ptr, table_row, n0, end, kvh, offs_d, d_mask, stride_kb, stride_ks,
                         stride_kh, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT)  # (BLOCK_N, D_PAD)
+        if ROTARY:
+            k = tl.where((tok == newest)[:, None], k_new[None, :], k)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
         if SOFTCAP:
             s = softcap_scores(s, softcap_log2)
@@ -158,6 +163,8 @@ def _paged_decode_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask, stride_vb,
                          stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
+        if ROTARY:
+            v = tl.where((tok == newest)[:, None], v_new[None, :], v)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros
@@ -191,25 +198,30 @@ def _rotated_heads(src, offs_r, rows_ok, cos, sin, HALF: tl.constexpr):
 
 
 @triton.jit
-def _write_new_kv(kn, vn, k_ptr, v_ptr, slot, offs_r, cos, sin, kvh, stride_kb, stride_ks,
-                  stride_kh, stride_vb, stride_vs, stride_vh, writer, HALF: tl.constexpr,
-                  BLOCK_SIZE: tl.constexpr):
-    """ROTARY: the newest token's k (rotated) and v of kv head ``kvh`` stored at cache slot
-    ``slot`` by the ``writer`` program, then a barrier: the same program's threads read the
-    cache next (bar.sync orders a block's global writes before its later reads)."""
-    if writer & (slot >= 0):
-        blk = slot // BLOCK_SIZE
-        off = slot % BLOCK_SIZE
-        kc = k_ptr + blk * stride_kb + off * stride_ks + kvh * stride_kh
-        vc = v_ptr + blk * stride_vb + off * stride_vs + kvh * stride_vh
-        ty = kn.dtype.element_ty
-        k1 = tl.load(kn + offs_r).to(tl.float32)
-        k2 = tl.load(kn + HALF + offs_r).to(tl.float32)
-        tl.store(kc + offs_r, to_cache(k1 * cos - k2 * sin, kc.dtype.element_ty, ty))
-        tl.store(kc + HALF + offs_r, to_cache(k2 * cos + k1 * sin, kc.dtype.element_ty, ty))
-        offs_v = tl.arange(0, 2 * HALF)
-        tl.store(vc + offs_v, to_cache(tl.load(vn + offs_v), vc.dtype.element_ty, ty))
-    tl.debug_barrier()
+def _store_new_kv(kn, vn, k_ptr, v_ptr, slot, offs_r, cos, sin, kvh, stride_kb, stride_ks,
+                  stride_kh, stride_vb, stride_vs, stride_vh, not_writer, OUT_TY: tl.constexpr,
+                  HALF: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr):
+    """ROTARY: the newest token's k (rotated) and v of kv head ``kvh``, stored at cache slot
+    ``slot`` by the program whose split holds the token (``not_writer`` 0); returned, to
+    every program alike, as [2 HALF] rows of what a tile load of that slot gives (fp8 codes
+    decoded)."""
+    one = tl.arange(0, 1)[:, None] * 0
+    k_row = tl.reshape(_rotated_heads(kn + one, offs_r, one == 0, cos, sin, HALF), (2 * HALF,))
+    offs_v = tl.arange(0, 2 * HALF)
+    v_row = tl.load(vn + offs_v)
+    blk = tl.maximum(slot, 0) // BLOCK_SIZE
+    off = tl.maximum(slot, 0) % BLOCK_SIZE
+    kc = k_ptr + blk * stride_kb + off * stride_ks + kvh * stride_kh
+    vc = v_ptr + blk * stride_vb + off * stride_vs + kvh * stride_vh
+    k_code = to_cache(k_row, kc.dtype.element_ty, kn.dtype.element_ty)
+    v_code = to_cache(v_row, vc.dtype.element_ty, vn.dtype.element_ty)
+    # tensors: the interpreter cannot AND scalars
+    store = (offs_v * 0 + slot >= 0) & (offs_v * 0 + not_writer == 0)
+    tl.store(kc + offs_v, k_code, mask=store)
+    tl.store(vc + offs_v, v_code, mask=store)
+    if k_ptr.dtype.element_ty == tl.uint8:
+        return fp8_decode(k_code, FP8_CVT).to(OUT_TY), fp8_decode(v_code, FP8_CVT).to(OUT_TY)
+    return k_code.to(OUT_TY), v_code.to(OUT_TY)
 
 
 @triton.jit

@@ -14,11 +14,12 @@ multiprocessor's writes land, so any line may be asked for early. Decode attenti
 first tile (``paged_decode.PREFETCH_TILES``). To find its lines decode attention also *loads* the
 context length and block table early, which is right only because no kernel of a forward writes them
 (the engine copies them in before it): Triton's loads are pure inline asm, and the compiler merges
-two loads of one address across the wait. Two more kernels read, before their wait, only what no
-kernel of a forward writes: the one-row GEMV its first four weight tiles, or one where its grid
-is too large for its register ring (``w4a16_gemv.EARLY_ROWS``, ``RING_RESIDENT``), the
-rotary + K/V write its slot, position and cos / sin rows (``rotary_kv.EARLY_TABLES``);
-tests/test_prefetch_compile.py checks that nothing read there comes from the activations.
+two loads of one address across the wait. Three more kernels read, before their wait, only what
+no kernel of a forward writes: the one-row GEMV its first four weight tiles, or one where its
+grid is too large for its register ring (``w4a16_gemv.EARLY_ROWS``, ``RING_RESIDENT``), the
+rotary + K/V write its slot, position and cos / sin rows (``rotary_kv.EARLY_TABLES``), RMSNorm
+its weight (fused.py, rows of one chunk); tests/test_prefetch_compile.py checks that nothing
+read there comes from the activations.
 
 The kernels of forwards of at most ``AUTO_MAX_TOKENS`` tokens launch with PDL (the model's
 forward says its size through ``forward_tokens``; kernels outside a forward launch without),

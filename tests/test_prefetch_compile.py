@@ -159,3 +159,29 @@ def test_rotary_tables_come_before_the_wait(monkeypatch):
         assert addr not in qkv, f"{addr} is read before the wait and comes from q, k or v"
     first = re.search(r"\b(ld|st|cp\.async|atom|red)\.(global|shared)", ptx[False])
     assert first and ptx[False].index("griddepcontrol.wait") < first.start()
+
+
+@pytest.mark.parametrize("permuted", [False, True])
+def test_norm_weight_comes_before_the_wait(monkeypatch, permuted):
+    """add + RMSNorm of one 4,096-wide row with PDL on (sm_90): its weight (and an act-order
+    permutation) is read before ``griddepcontrol.wait``, nothing before it stores, and no load
+    there reads through x or the residual (the first two parameters), which the kernels
+    before it write; x and the residual are read after it."""
+    pdl = importlib.import_module("edge_llm.kernels.pdl")
+    fused = importlib.import_module("edge_llm.kernels.fused")
+    monkeypatch.setattr(pdl, "pdl_on", lambda device: True)
+    n = 4096
+    with compile_only(90) as records:
+        fused.add_rms_norm(torch.randn(1, n).half(), torch.randn(1, n).half(),
+                           torch.randn(n).half(), 1e-6,
+                           perm=torch.randperm(n) if permuted else None)
+    assert [name for name, _, _ in records] == ["_rms_norm_kernel"]
+    ptx = records[0][2].asm["ptx"]
+    wait = ptx.index("griddepcontrol.wait")
+    before = re.findall(r"\b(ld|st|cp\.async|atom|red)\.global", ptx[:wait])
+    assert before and set(before) == {"ld"}, before
+    inputs = _derived_from(ptx[:wait], (0, 1))
+    for addr in re.findall(r"ld\.global[\w.]*\s+[^\[]*\[\s*(%\w+)", ptx[:wait]):
+        assert addr not in inputs, f"{addr} is read before the wait and comes from x or residual"
+    after = re.findall(r"\bld\.global", ptx[wait:])
+    assert len(after) >= 2, "x and the residual are read after the wait"
