@@ -7,6 +7,7 @@ cuBLAS, torch SDPA and the copy bandwidth; one table per section, JSON and log u
     python benchmarks/kernels_bench.py fused        # fused elementwise kernels vs torch ops
     python benchmarks/kernels_bench.py graphs       # decode with CUDA graphs vs eager
     python benchmarks/kernels_bench.py profile --batches 1,16   # a decode step's kernels
+    python benchmarks/kernels_bench.py ceiling      # pure streams and empty kernels, chained
     python benchmarks/kernels_bench.py --smoke; python benchmarks/kernels_bench.py fused --smoke
 
 Every kernel timing is ``lib.kernel_timing.time_op``: the median of triton.testing.do_bench
@@ -15,7 +16,8 @@ times the L2 size), divided by the calls per replay: no launch gaps, no L2 reuse
 calls; every op is first checked against its reference. ``--smoke`` runs tiny shapes under
 TRITON_INTERPRET=1 on the CPU to check the script itself. The parts live in ``lib/``:
 w4a16_bench / w4a16_variants (the W4A16 shapes and launch configs), attention_bench,
-kernel_report (the summary), w4a16_sweep, fused_bench, decode_graphs, profile_kernels.
+kernel_report (the summary), w4a16_sweep, fused_bench, decode_graphs, profile_kernels,
+chain_ceiling.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ SECTIONS = {  # name: (module, what it answers); each takes its own flags (SECTI
     "fused": ("lib.fused_bench", "the fused elementwise kernels against the torch ops"),
     "graphs": ("lib.decode_graphs", "decode tok/s with CUDA graphs against eager"),
     "profile": ("lib.profile_kernels", "a decode step's CUDA kernels and host gaps"),
+    "ceiling": ("lib.chain_ceiling", "the most a decode step of separate kernels can reach"),
 }
 SECTIONS_HELP = "sections (kernels_bench.py SECTION --help):\n" + "\n".join(
     f"  {name:8s} {what}" for name, (_, what) in SECTIONS.items())

@@ -22,3 +22,10 @@ def test_kernels_benchmark_smoke_and_plot(tmp_path):
     run_bench_script("kernels_bench.py", tmp_path, "--plot", str(tmp_path / "kernels_bench.json"),
                      str(png), timeout=120)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ceiling_stream_kernel_sums(tmp_path):
+    """``kernels_bench.py ceiling --smoke``: the stream kernel it times reads every word of
+    its programs' parts, with 0-2 tiles before the wait (checked against torch's sums)."""
+    proc = run_bench_script("kernels_bench.py", tmp_path, "ceiling", "--smoke", timeout=120)
+    assert "stream kernel sums: ok" in proc.stdout

@@ -1,0 +1,215 @@
+"""``kernels_bench.py ceiling``: how close to the bandwidth floor can a decode step of separate
+kernels come? Kernels that only stream bytes, chained with PDL in a CUDA graph as a decode
+step's are, against the copy bandwidth; prints one table.
+
+    python benchmarks/kernels_bench.py ceiling
+
+* an empty kernel's cost in such a chain (1 and one-per-multiprocessor programs, with and
+  without PDL): what a launch boundary costs alone;
+* a pure stream of each Llama-2-7B linear's bytes (AWQ g128 words, scales and zeros; each
+  program sums its contiguous part, the best of a few grids, warps and tiles read before the
+  PDL wait, sizes within 10% of the target): what a GEMV could reach if its arithmetic were
+  free;
+* the ideal step: the 32 layers' eight kernels (norm, qkv, rotary, attention's K/V reads, o,
+  norm, gate/up, down) and the lm_head as those streams, the norm and rotary kernels empty
+  or the real add + RMSNorm: the fraction of the floor that a step of as many kernels
+  reaches at best.
+
+``--smoke`` checks the stream kernel's sums on the CPU under TRITON_INTERPRET=1 (no timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+from edge_llm import envs
+from edge_llm.kernels.pdl import pdl_enter
+
+from .kernel_timing import copy_bandwidth
+
+BLOCK = 1024  # int32 words a program reads per tile (4 KB)
+HIDDEN, INTER, LAYERS, VOCAB, GROUP = 4096, 11008, 32, 32000, 128
+ATTENTION_BYTES = 2.3e6  # K and V of one layer at the decode benchmark's 140-260 tokens
+
+
+def linear_bytes(k: int, n: int) -> int:
+    """An AWQ g128 linear's bytes: 4-bit words, fp16 scales, 4-bit zeros."""
+    return k * n // 2 + (k // GROUP) * n * 2 + (k // GROUP) * n // 2
+
+
+STREAMS = {  # what each kernel of a layer reads
+    "qkv": linear_bytes(HIDDEN, 3 * HIDDEN), "attention": int(ATTENTION_BYTES),
+    "o": linear_bytes(HIDDEN, HIDDEN), "gate_up": linear_bytes(HIDDEN, 2 * INTER),
+    "down": linear_bytes(INTER, HIDDEN),
+}
+LAYER = ["norm", "qkv", "rotary", "attention", "o", "norm", "gate_up", "down"]
+
+
+@triton.jit
+def _stream_kernel(src, out, tiles, BLOCK: tl.constexpr, EARLY: tl.constexpr,
+                   PDL: tl.constexpr):
+    """Program p sums its ``tiles`` tiles of BLOCK int32 words (contiguous) into out[p];
+    EARLY (0-2) of them read before the PDL wait, as the one-row GEMV reads weights."""
+    pid = tl.program_id(0).to(tl.int64)
+    base = src + pid * tiles * BLOCK
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.int32)
+    if EARLY >= 1:
+        acc += tl.load(base + offs)
+    if EARLY >= 2:
+        acc += tl.load(base + BLOCK + offs)
+    pdl_enter(PDL)
+    for t in range(EARLY, tiles):
+        acc += tl.load(base + t * BLOCK + offs)
+    tl.store(out + pid, tl.sum(acc, 0))
+
+
+@triton.jit
+def _empty_kernel(PDL: tl.constexpr):
+    pdl_enter(PDL)
+
+
+def _graph_us(fn, reps: int = 20) -> float:
+    """Best of 5 rounds of ``reps`` replays of a CUDA graph of ``fn``, us a replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        began = time.perf_counter()
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - began) / reps * 1e6)
+    return best
+
+
+def _grids(nbytes: int, sms: int) -> list[tuple[int, int]]:
+    """(programs, tiles) of streams within 10% of ``nbytes``, at least 3 tiles a program."""
+    found = []
+    for programs in (sms, 2 * sms, 4 * sms):
+        tiles = round(nbytes / 4 / BLOCK / programs)
+        if tiles >= 3 and abs(programs * tiles * BLOCK * 4 - nbytes) <= 0.1 * nbytes:
+            found.append((programs, tiles))
+    return found
+
+
+def _smoke() -> int:
+    words = torch.randint(-1000, 1000, (6 * 3 * BLOCK,), dtype=torch.int32)
+    out = torch.zeros(6, dtype=torch.int32)
+    for early in (0, 1, 2):
+        _stream_kernel[(6,)](words, out, 3, BLOCK=BLOCK, EARLY=early, PDL=False)
+        want = words.view(6, -1).sum(1).to(torch.int32)
+        assert torch.equal(out, want), (early, out, want)
+    print("stream kernel sums: ok")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kernels_bench.py ceiling", description=__doc__)
+    ap.add_argument("--smoke", action="store_true", help="CPU, interpreter: sums only")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        return _smoke()
+    from edge_llm.kernels.fused import add_rms_norm
+    from edge_llm.kernels.pdl import forward_tokens
+
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    bw = copy_bandwidth(dev, False)
+    res: dict = dict(gpu=torch.cuda.get_device_name(dev), copy_GBps=bw / 1e9)
+    print(f"{res['gpu']}: copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
+    n = 256
+    for pdl in (False, True):
+        for programs in (1, sms):
+            us = _graph_us(lambda programs=programs, pdl=pdl: [
+                _empty_kernel[(programs,)](PDL=pdl, launch_pdl=pdl) for _ in range(n)]) / n
+            res[f"empty_us_pdl{int(pdl)}_programs{programs}"] = us
+            print(f"empty kernel, PDL {'on' if pdl else 'off'}, {programs} programs: "
+                  f"{us:.2f} us a kernel", flush=True)
+    pool = torch.randint(0, 1 << 30, (int(400e6) // 4,), dtype=torch.int32, device=dev)
+    out = torch.zeros(4 * sms, dtype=torch.int32, device=dev)
+    best: dict[str, tuple] = {}
+    for name, nbytes in STREAMS.items():
+        rows = []
+        for programs, tiles in _grids(nbytes, sms):
+            real = programs * tiles * BLOCK * 4
+            for warps in (4, 8):
+                for early in (0, 2):
+                    reps = max(4, int(300e6 // real))  # together past L2
+                    offsets = [(i * real // 4) % (pool.numel() - real // 4) for i in range(reps)]
+
+                    def chain(programs=programs, tiles=tiles, warps=warps, early=early,
+                              offsets=offsets):
+                        for off in offsets:
+                            _stream_kernel[(programs,)](pool[off:], out, tiles, BLOCK=BLOCK,
+                                                        EARLY=early, PDL=True,
+                                                        num_warps=warps, launch_pdl=True)
+                    us = _graph_us(chain, reps=10) / reps
+                    rows.append((real / (us * 1e-6) / bw, us, programs, tiles, warps, early))
+        rows.sort(reverse=True)
+        best[name] = rows[0]
+        frac, us, programs, tiles, warps, early = rows[0]
+        res[f"stream_{name}"] = dict(bytes=nbytes, fraction=frac, us=us, programs=programs,
+                                     warps=warps, early=early)
+        print(f"{name:9s} {nbytes / 1e6:6.1f} MB: {frac:.2f} of copy bandwidth, {us:.2f} us "
+              f"({programs} programs, {warps} warps, {early} tiles before the wait)", flush=True)
+    head_tiles = int(VOCAB * HIDDEN * 2 // 4 // BLOCK // (2 * sms))
+    x = torch.randn(1, HIDDEN, device=dev, dtype=torch.float16)
+    r, w = torch.randn_like(x), torch.randn(HIDDEN, device=dev, dtype=torch.float16)
+
+    at = [0]  # the next stream starts where the last ended: the pool is 8x L2 and more
+
+    def stream(name):
+        _, _, programs, tiles, warps, early = best[name]
+        words = programs * tiles * BLOCK
+        at[0] = 0 if at[0] + words > pool.numel() else at[0]
+        _stream_kernel[(programs,)](pool[at[0]:], out, tiles, BLOCK=BLOCK, EARLY=early,
+                                    PDL=True, num_warps=warps, launch_pdl=True)
+        at[0] += words
+
+    def step(real_norms: bool):
+        for _ in range(LAYERS):
+            for kind in LAYER:
+                if kind == "norm" and real_norms:
+                    add_rms_norm(x, r, w, 1e-6)
+                elif kind in ("norm", "rotary"):
+                    _empty_kernel[(1,)](PDL=True, launch_pdl=True)
+                else:
+                    stream(kind)
+        _stream_kernel[(2 * sms,)](pool, out, head_tiles, BLOCK=BLOCK, EARLY=2, PDL=True,
+                                   num_warps=8, launch_pdl=True)
+
+    floor_bytes = LAYERS * sum(STREAMS.values()) + VOCAB * HIDDEN * 2
+    floor_us = floor_bytes / bw * 1e6
+    with forward_tokens(1):
+        for real_norms in (False, True):
+            us = _graph_us(lambda real_norms=real_norms: step(real_norms), reps=10)
+            key = "ideal_step_real_norms" if real_norms else "ideal_step"
+            res[key] = dict(us=us, floor_us=floor_us, fraction=floor_us / us,
+                            kernels=LAYERS * len(LAYER) + 1)
+            print(f"ideal step, {'real add + RMSNorm' if real_norms else 'empty norms'}: "
+                  f"{us:.0f} us for a floor of {floor_us:.0f} us ({floor_bytes / 1e9:.2f} GB): "
+                  f"{floor_us / us:.3f} of the floor, {LAYERS * len(LAYER) + 1} kernels",
+                  flush=True)
+        us = _graph_us(lambda: [add_rms_norm(x, r, w, 1e-6) for _ in range(n)]) / n
+        res["norm_chain_us"] = us
+        print(f"add + RMSNorm of one row, chained: {us:.2f} us a kernel", flush=True)
+    with open(os.path.join(str(envs.OUT.get() or "/tmp"), "ceiling.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    return 0
