@@ -49,7 +49,7 @@ from .w4a16_gemv_ptx import (
     FOLD_Z,
     FOLD_Z_CON,
 )
-from .w4a16_gemv_tile import tile_loads
+from .w4a16_gemv_tile import tile_at, tile_loads
 from .w4a16_gemv_x import bits_half, fp16x2_pair, pairs_from_raw, x_pairs, x_raw
 from .w4a16_ref import PLANE_TILE, unplane_order
 
@@ -219,8 +219,8 @@ def _ring_slot(acc0, acc1, acc2, acc3, w, s, z, xr, kt, k_hi, last, ar, x_ptr, x
             m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN, PLANES,
             xr, True)
     kn = tl.minimum(kt + 4 * BLOCK_K, last)
-    w, s, z = tile_loads(qw_ptr, s_ptr, z_ptr, kn // 8 + ar, r_end, offs_n, n_mask, n_load, kn,
-                         group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
+    w, s, z = tile_at(qw_ptr, s_ptr, z_ptr, kn, ar, r_end, offs_n, n_mask, n_load, group_size,
+                      stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
     xr = x_raw(xi0, kn // 8 + ar, r_end, EVEN, PLANES, kn)
     return acc0, acc1, acc2, acc3, w, s, z, xr
 
@@ -292,30 +292,26 @@ def _w4a16_gemv16_kernel(
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
     r_end = k_hi // 8
+    ar = tl.arange(0, BLOCK_K // 8)
     if EARLY:  # weights only: x is read after the wait
-        rows_e = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
-        w_e, s_e, z_e = tile_loads(qw_ptr, s_ptr, z_ptr, rows_e, r_end, offs_n, n_mask, n_load,
-                                   k_lo, group_size, stride_qk, stride_sg, stride_zg,
-                                   ONE_GROUP, FLAT, EVEN)
+        rows_e = k_lo // 8 + ar
+        w_e, s_e, z_e = tile_at(qw_ptr, s_ptr, z_ptr, k_lo, ar, r_end, offs_n, n_mask, n_load,
+                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT,
+                                EVEN)
     if RING:  # the split's first four tiles of weights, before the wait
-        ar = tl.arange(0, BLOCK_K // 8)
         last = k_lo + ((k_hi - k_lo - 1) // BLOCK_K) * BLOCK_K  # the split's last tile
         ka = k_lo
         kb = tl.minimum(k_lo + BLOCK_K, last)
         kc = tl.minimum(k_lo + 2 * BLOCK_K, last)
         kd = tl.minimum(k_lo + 3 * BLOCK_K, last)
-        wa, sa, za = tile_loads(qw_ptr, s_ptr, z_ptr, ka // 8 + ar, r_end, offs_n, n_mask,
-                                n_load, ka, group_size, stride_qk, stride_sg, stride_zg,
-                                ONE_GROUP, FLAT, EVEN)
-        wb, sb, zb = tile_loads(qw_ptr, s_ptr, z_ptr, kb // 8 + ar, r_end, offs_n, n_mask,
-                                n_load, kb, group_size, stride_qk, stride_sg, stride_zg,
-                                ONE_GROUP, FLAT, EVEN)
-        wc, sc, zc = tile_loads(qw_ptr, s_ptr, z_ptr, kc // 8 + ar, r_end, offs_n, n_mask,
-                                n_load, kc, group_size, stride_qk, stride_sg, stride_zg,
-                                ONE_GROUP, FLAT, EVEN)
-        wd, sd, zd = tile_loads(qw_ptr, s_ptr, z_ptr, kd // 8 + ar, r_end, offs_n, n_mask,
-                                n_load, kd, group_size, stride_qk, stride_sg, stride_zg,
-                                ONE_GROUP, FLAT, EVEN)
+        wa, sa, za = tile_at(qw_ptr, s_ptr, z_ptr, ka, ar, r_end, offs_n, n_mask, n_load,
+                             group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
+        wb, sb, zb = tile_at(qw_ptr, s_ptr, z_ptr, kb, ar, r_end, offs_n, n_mask, n_load,
+                             group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
+        wc, sc, zc = tile_at(qw_ptr, s_ptr, z_ptr, kc, ar, r_end, offs_n, n_mask, n_load,
+                             group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
+        wd, sd, zd = tile_at(qw_ptr, s_ptr, z_ptr, kd, ar, r_end, offs_n, n_mask, n_load,
+                             group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
     pdl_enter(PDL)
     acc0 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
@@ -372,10 +368,10 @@ def _w4a16_gemv16_kernel(
                 M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN,
                 PLANES)
     else:
-        rows = k_lo // 8 + tl.arange(0, BLOCK_K // 8)
-        w_n, s_n, z_n = tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, n_load,
-                                   k_lo, group_size, stride_qk, stride_sg, stride_zg,
-                                   ONE_GROUP, FLAT, EVEN)
+        rows = k_lo // 8 + ar
+        w_n, s_n, z_n = tile_at(qw_ptr, s_ptr, z_ptr, k_lo, ar, r_end, offs_n, n_mask, n_load,
+                                group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT,
+                                EVEN)
         for k0 in range(k_lo, k_hi, BLOCK_K):
             # the next tile's words and scales are requested before this one is computed
             # (register double buffering, no shared memory)

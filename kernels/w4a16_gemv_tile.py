@@ -1,5 +1,6 @@
 """What a program of the fp16x2 GEMV (kernels/w4a16_gemv.py) reads from the weights: one K
-tile's words with their scales and zeros."""
+tile's words with their scales and zeros (``tile_loads``, or ``tile_at`` by the tile's first
+k)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,13 @@ def tile_loads(qw_ptr, s_ptr, z_ptr, rows, r_end, offs_n, n_mask, N, k0, group_s
         s = masked_load(s_ptr + g[:, None] * stride_sg + offs_n[None, :], mask, 0.0, EVEN)
         z = masked_load(z_ptr + g[:, None] * stride_zg + offs_n[None, :], mask, 0.0, EVEN)
     return w, s, z
+
+
+@triton.jit
+def tile_at(qw_ptr, s_ptr, z_ptr, k0, ar, r_end, offs_n, n_mask, N, group_size, stride_qk,
+            stride_sg, stride_zg, ONE_GROUP: tl.constexpr, FLAT: tl.constexpr,
+            EVEN: tl.constexpr):
+    """``tile_loads`` of the K tile starting at ``k0``: word rows k0 / 8 + ``ar``
+    (ar = arange(BLOCK_K / 8))."""
+    return tile_loads(qw_ptr, s_ptr, z_ptr, k0 // 8 + ar, r_end, offs_n, n_mask, N, k0,
+                      group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
