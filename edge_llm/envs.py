@@ -178,11 +178,6 @@ KERNELS = _declare(
     "torch: run the plain-torch references on CUDA too, to compare the two paths end to end",
     DEBUG, "triton or torch")
 
-ROTARY_IN_ATTENTION = _declare(
-    "EDGE_LLM_ROTARY_IN_ATTENTION", parse_switch, "0",
-    "experiment (untimed): a decode step's rotary and K/V write run in decode attention",
-    DEBUG, SWITCH)
-
 # ---- other programs' variables ---------------------------------------------------------------
 
 TRITON_INTERPRET = _declare(

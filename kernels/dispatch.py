@@ -33,7 +33,6 @@ __all__ = [
     "gelu_tanh_and_mul",
     "rotary",
     "rotary_write_kv",
-    "rotary_attention",
     "gather_columns",
     "acquire_dequant_scratch",
     "release_dequant_scratch",
@@ -254,35 +253,3 @@ def rotary_write_kv(
     q, k = rotary(q, k, cos, sin, positions)
     write_kv(k, v, k_cache, v_cache, slot_mapping)
     return q
-
-
-def rotary_attention(
-    q: torch.Tensor,  # (T, H, D)
-    k: torch.Tensor,  # (T, Hkv, D)
-    v: torch.Tensor,  # (T, Hkv, D)
-    cos: torch.Tensor,  # (max_positions, D/2)
-    sin: torch.Tensor,
-    positions: torch.Tensor,  # (T,)
-    k_cache: torch.Tensor,  # (num_blocks, block_size, Hkv, D)
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,  # (T,) int64, < 0 = skip
-    block_tables: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    max_query_len: int | None = None,
-    max_seq_len: int | None = None,
-    scratch: dict | None = None,
-    window: int | None = None,
-    softcap: float | None = None,
-) -> torch.Tensor:
-    """``rotary_write_kv`` then ``paged_attention`` of one layer's new tokens, (T, H, D); on
-    CUDA fp16/bf16 a decode step runs it as one kernel (kernels/rotary_kv.py)."""
-    if q.is_cuda and q.dtype in _HALF and _triton():
-        return _rkv.rotary_attention(q, k, v, cos, sin, positions, k_cache, v_cache,
-                                     slot_mapping, block_tables, query_start_loc, seq_lens,
-                                     scale, max_query_len, max_seq_len, scratch, window=window,
-                                     softcap=softcap)
-    q = rotary_write_kv(q, k, v, cos, sin, positions, k_cache, v_cache, slot_mapping, scratch)
-    return paged_attention(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
-                           max_query_len, max_seq_len, scratch, window=window, softcap=softcap)

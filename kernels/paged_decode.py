@@ -23,7 +23,6 @@ import triton
 import triton.language as tl
 
 from .grid import cdiv, next_pow2
-from .kv_fp8 import fp8_decode, to_cache
 from .paged_common import (
     LOG2E,
     check_cache,
@@ -84,32 +83,13 @@ def _paged_decode_kernel(
     LINE: tl.constexpr = 64,
     window=0, softcap_log2=0.0,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
-    kn_ptr=None, vn_ptr=None, cos_ptr=None, sin_ptr=None, pos_ptr=None, slot_ptr=None,
-    stride_knt=0, stride_knh=0, stride_vnt=0, stride_vnh=0, stride_cos=0, stride_sin=0,
-    ROTARY: tl.constexpr = False,
 ):
     """WINDOW: the splits cover keys from the first tile of the window on (``window_floor``),
     and keys before seq_len - window are masked; SOFTCAP: scores soft-capped at
-    ``softcap_log2`` (the cap in log2 units).
-
-    ROTARY: q (and the new token's k at ``kn_ptr``) are not rotated yet and the new k and v
-    (``vn_ptr``) not in the cache: every program rotates its heads' q (rounded to q's dtype,
-    as ``rotary_ref``) and the newest token's k; the program whose split holds that token
-    (position seq_len - 1) stores k and v at slot_mapping[b] (< 0: nothing stored, as
-    ``write_kv_ref``) and puts in its tiles, at that token, the values the cache now holds
-    instead of reading them back (its tile loads need not wait for its stores). The slot,
-    the position and its cos / sin rows are read before the PDL wait (the engine fills them
-    by copies)."""
+    ``softcap_log2`` (the cap in log2 units)."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
-    if ROTARY:
-        HALF: tl.constexpr = HEAD_DIM // 2
-        offs_r = tl.arange(0, HALF)
-        pos = tl.load(pos_ptr + b).to(tl.int64)
-        cos = tl.load(cos_ptr + pos * stride_cos + offs_r).to(tl.float32)
-        sin = tl.load(sin_ptr + pos * stride_sin + offs_r).to(tl.float32)
-        slot = tl.load(slot_ptr + b).to(tl.int64)
     if PDL and PREFETCH > 0:
         _prefetch_partition(k_ptr, v_ptr, table_ptr, seq_lens_ptr, b, kvh, split, stride_kb,
                             stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
@@ -127,18 +107,8 @@ def _paged_decode_kernel(
     g_mask = offs_g < GROUP
     d_mask = offs_d < HEAD_DIM
     heads = kvh * GROUP + offs_g
-    if ROTARY:
-        q = _rotated_heads(q_ptr + b * stride_qt + heads[:, None] * stride_qh, offs_r,
-                           g_mask[:, None], cos, sin, HALF)
-        k_new, v_new = _store_new_kv(
-            kn_ptr + b * stride_knt + kvh * stride_knh, vn_ptr + b * stride_vnt + kvh * stride_vnh,
-            k_ptr, v_ptr, slot, offs_r, cos, sin, kvh, stride_kb, stride_ks, stride_kh,
-            stride_vb, stride_vs, stride_vh, split - (seq_len - 1 - lo) // partition_size,
-            q.dtype, HALF, BLOCK_SIZE, FP8_CVT)
-        newest = tl.where(slot >= 0, seq_len - 1, -1)  # the token whose row is k_new / v_new
-    else:
-        q = tl.load(q_ptr + b * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-                    mask=g_mask[:, None] & d_mask[None, :], other=0.0)  # (G_PAD, D_PAD)
+    q = tl.load(q_ptr + b * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=g_mask[:, None] & d_mask[None, :], other=0.0)  # (G_PAD, D_PAD)
     m_i = tl.full((GROUP_PAD,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((GROUP_PAD,), dtype=tl.float32)
     acc = tl.zeros((GROUP_PAD, D_PAD), dtype=tl.float32)
@@ -149,8 +119,6 @@ def _paged_decode_kernel(
         t_mask = tok < end
         k = load_k_tile(k_ptr, table_row, n0, end, kvh, offs_d, d_mask, stride_kb, stride_ks,
                         stride_kh, BLOCK_SIZE, BLOCK_N, q.dtype, FP8_CVT)  # (BLOCK_N, D_PAD)
-        if ROTARY:
-            k = tl.where((tok == newest)[:, None], k_new[None, :], k)
         s = tl.dot(q, tl.trans(k)) * scale_log2  # (G_PAD, BLOCK_N), log2 units
         if SOFTCAP:
             s = softcap_scores(s, softcap_log2)
@@ -163,8 +131,6 @@ def _paged_decode_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = load_kv_tile(v_ptr, table_row, tok, t_mask, kvh, offs_d, d_mask, stride_vb,
                          stride_vs, stride_vh, BLOCK_SIZE, q.dtype, FP8_CVT)
-        if ROTARY:
-            v = tl.where((tok == newest)[:, None], v_new[None, :], v)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # an empty context gives zeros
@@ -183,45 +149,6 @@ def _paged_decode_kernel(
                             o_mask, tl.cdiv(seq_len - lo, partition_size), stride_ps, stride_pb,
                             stride_ph, stride_ot, stride_oh, HEAD_DIM, SPLITS_PAD)
                 release_tile(cnt_ptr, tile)
-
-
-@triton.jit
-def _rotated_heads(src, offs_r, rows_ok, cos, sin, HALF: tl.constexpr):
-    """Rows of heads at ``src`` ([R, 1] pointers) rotated (neox halves) and rounded to their
-    dtype, [R, 2 HALF]: what ``rotary_ref`` gives."""
-    x1 = tl.load(src + offs_r[None, :], mask=rows_ok, other=0.0).to(tl.float32)
-    x2 = tl.load(src + HALF + offs_r[None, :], mask=rows_ok, other=0.0).to(tl.float32)
-    ty = src.dtype.element_ty
-    r1 = (x1 * cos[None, :] - x2 * sin[None, :]).to(ty)
-    r2 = (x2 * cos[None, :] + x1 * sin[None, :]).to(ty)
-    return tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (x1.shape[0], 2 * HALF))
-
-
-@triton.jit
-def _store_new_kv(kn, vn, k_ptr, v_ptr, slot, offs_r, cos, sin, kvh, stride_kb, stride_ks,
-                  stride_kh, stride_vb, stride_vs, stride_vh, not_writer, OUT_TY: tl.constexpr,
-                  HALF: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr):
-    """ROTARY: the newest token's k (rotated) and v of kv head ``kvh``, stored at cache slot
-    ``slot`` by the program whose split holds the token (``not_writer`` 0); returned, to
-    every program alike, as [2 HALF] rows of what a tile load of that slot gives (fp8 codes
-    decoded)."""
-    one = tl.arange(0, 1)[:, None] * 0
-    k_row = tl.reshape(_rotated_heads(kn + one, offs_r, one == 0, cos, sin, HALF), (2 * HALF,))
-    offs_v = tl.arange(0, 2 * HALF)
-    v_row = tl.load(vn + offs_v)
-    blk = tl.maximum(slot, 0) // BLOCK_SIZE
-    off = tl.maximum(slot, 0) % BLOCK_SIZE
-    kc = k_ptr + blk * stride_kb + off * stride_ks + kvh * stride_kh
-    vc = v_ptr + blk * stride_vb + off * stride_vs + kvh * stride_vh
-    k_code = to_cache(k_row, kc.dtype.element_ty, kn.dtype.element_ty)
-    v_code = to_cache(v_row, vc.dtype.element_ty, vn.dtype.element_ty)
-    # tensors: the interpreter cannot AND scalars
-    store = (offs_v * 0 + slot >= 0) & (offs_v * 0 + not_writer == 0)
-    tl.store(kc + offs_v, k_code, mask=store)
-    tl.store(vc + offs_v, v_code, mask=store)
-    if k_ptr.dtype.element_ty == tl.uint8:
-        return fp8_decode(k_code, FP8_CVT).to(OUT_TY), fp8_decode(v_code, FP8_CVT).to(OUT_TY)
-    return k_code.to(OUT_TY), v_code.to(OUT_TY)
 
 
 @triton.jit
@@ -280,33 +207,6 @@ def _paged_decode_reduce_kernel(
              mask=offs_d < HEAD_DIM)
 
 
-@dataclass(frozen=True)
-class NewKV:
-    """What ``ROTARY`` needs beside the unrotated q: the newest token's k and v (B, Hkv, D)
-    as the qkv projection left them, the rotary tables (max_positions, D/2), each sequence's
-    position and cache slot (B,)."""
-
-    k: torch.Tensor
-    v: torch.Tensor
-    cos: torch.Tensor
-    sin: torch.Tensor
-    positions: torch.Tensor
-    slot_mapping: torch.Tensor
-
-    def kernel_args(self) -> dict:
-        k, v, cos, sin = self.k, self.v, self.cos, self.sin
-        return dict(kn_ptr=k, vn_ptr=v, cos_ptr=cos, sin_ptr=sin, pos_ptr=self.positions,
-                    slot_ptr=self.slot_mapping, stride_knt=k.stride(0), stride_knh=k.stride(1),
-                    stride_vnt=v.stride(0), stride_vnh=v.stride(1), stride_cos=cos.stride(0),
-                    stride_sin=sin.stride(0), ROTARY=True)
-
-
-def rotary_in_decode(head_dim: int) -> bool:
-    """Whether ``paged_decode`` can take ``new_kv`` for this head dim (the kernel joins the
-    rotated halves into one row: HALF must be a power of two)."""
-    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
-
-
 MAX_FUSED_SPLITS = 16
 # context tiles each decode program asks L2 for before its PDL wait (with PDL only)
 PREFETCH_TILES = 1
@@ -357,15 +257,11 @@ def paged_decode(
     config: DecodeConfig | None = None,
     window: int | None = None,
     softcap: float | None = None,
-    new_kv: NewKV | None = None,
 ) -> torch.Tensor:
     """Decode attention (Triton). No host sync: safe to capture in a CUDA graph.
 
     ``max_seq_len`` (host int) sizes the context split; default block_tables' width.
     ``window``, ``softcap``: as ``paged_attention_ref``.
-    ``new_kv``: q is not rotated yet and the newest token's k and v are not in the cache:
-    the kernel does ``rotary_ref`` and ``write_kv_ref`` first (``ROTARY``; a head dim that
-    is a power of two, checked by ``rotary_in_decode``).
     """
     check_cache(q, k_cache, v_cache)
     cfg = config or DecodeConfig()
@@ -392,7 +288,6 @@ def paged_decode(
         cnt = splitk_counters(q.device, b * hkv) if fused else None
     seq_lens = seq_lens.to(q.device)
     pdl = pdl_kwargs(q.device)
-    rotary = {} if new_kv is None else new_kv.kernel_args()
     prefetch = PREFETCH_TILES if pdl["PDL"] else 0
     _paged_decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
@@ -407,7 +302,7 @@ def paged_decode(
         FP8_CVT=fp8_cvt(k_cache), PREFETCH=prefetch, LINE=kv_line(k_cache, d_pad),
         window=window or 0, softcap_log2=(softcap or 0.0) * LOG2E, WINDOW=window is not None,
         SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        maxnreg=cfg.max_registers if cnt is not None else None, **pdl, **rotary)
+        maxnreg=cfg.max_registers if cnt is not None else None, **pdl)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](
             part_out, part_lse, seq_lens, out, h * splits, splits, 1,

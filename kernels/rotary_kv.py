@@ -12,11 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from edge_llm import envs
-
 from .grid import next_pow2
-from .paged_attention import check_kv_write, copy_heads, paged_attention_triton
-from .paged_decode import NewKV, paged_decode, rotary_in_decode
+from .paged_attention import check_kv_write, copy_heads
 from .pdl import pdl_enter, pdl_kwargs
 from .rotary import check_rotary, cos_sin, rotate_heads
 
@@ -108,45 +105,3 @@ def rotary_write_kv(
         num_warps=max(1, min(8, hq_pad * half_pad // 512)),
         **pdl_kwargs(q.device))
     return q_out
-
-
-def rotary_attention(
-    q: torch.Tensor,  # (T, H, D), not rotated
-    k: torch.Tensor,  # (T, Hkv, D), not rotated
-    v: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    positions: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    block_tables: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    max_query_len: int | None = None,
-    max_seq_len: int | None = None,
-    scratch: dict | None = None,
-    window: int | None = None,
-    softcap: float | None = None,
-) -> torch.Tensor:
-    """``rotary_write_kv`` then ``paged_attention_triton`` (same contracts); a decode step
-    (one query per sequence, a power-of-two head dim) does all three in the decode
-    attention kernel (``paged_decode``'s ``new_kv``)."""
-    decode = (max_query_len == 1 and q.shape[0] == seq_lens.shape[0]
-              and rotary_in_decode(q.shape[2]) and envs.ROTARY_IN_ATTENTION.get())
-    if decode:
-        check_rotary(q, k, cos, sin, positions)
-        check_kv_write(k, v, k_cache, v_cache, slot_mapping)
-        if not (q.dtype == k.dtype == v.dtype):
-            raise ValueError(f"q, k, v: one dtype expected, got {q.dtype}, {k.dtype}, {v.dtype}")
-        q, k, v = (x if x.stride(2) == 1 else x.contiguous() for x in (q, k, v))
-        cos = cos if cos.stride(1) == 1 else cos.contiguous()
-        sin = sin if sin.stride(1) == 1 else sin.contiguous()
-        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, max_seq_len,
-                            window=window, softcap=softcap,
-                            new_kv=NewKV(k, v, cos, sin, positions, slot_mapping))
-    q = rotary_write_kv(q, k, v, cos, sin, positions, k_cache, v_cache, slot_mapping)
-    return paged_attention_triton(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens,
-                                  scale, max_query_len, max_seq_len, scratch, window=window,
-                                  softcap=softcap)

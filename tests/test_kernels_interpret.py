@@ -261,54 +261,6 @@ def case_stale_slots_never_reach_the_outputs():
         assert ic.rel_err(out, ref) < ic.tolerance(torch.float32), (nq, ctx, bs, block_n)
 
 
-def case_decode_rotates_and_writes_the_new_token():
-    """``paged_decode`` with ``new_kv`` (q and the newest k unrotated, k and v not yet in the
-    cache) against ``rotary_write_kv`` then ``paged_decode``: the same output and the same
-    cache, bit for bit (the same roundings in the same order), and within tolerance of the
-    references; one split, splits summed in the kernel and by the second launch, GQA 1 / 3,
-    a window, a padding row (slot -1: nothing stored), fp32 / fp16 and fp8 codes."""
-    import torch
-
-    from edge_llm.kernels.paged_attention import DecodeConfig, paged_attention_ref
-    from edge_llm.kernels.paged_decode import NewKV, paged_decode
-    from edge_llm.kernels.rotary import rotary_ref
-    from edge_llm.kernels.rotary_kv import rotary_write_kv
-
-    d = 32
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
-    freqs = torch.outer(torch.arange(512, dtype=torch.float32), inv_freq)
-    cos, sin = freqs.cos(), freqs.sin()
-    cfgs = (DecodeConfig(block_n=16, num_splits=1), DecodeConfig(block_n=16, num_splits=3),
-            DecodeConfig(block_n=16, num_splits=4, fused_reduce=False))
-    for i, (dtype, fp8, h, hkv, window) in enumerate((
-            (torch.float32, False, 6, 2, None), (torch.float16, False, 3, 3, None),
-            (torch.float16, False, 6, 2, 20), (torch.float16, True, 6, 2, None))):
-        ctx = [45, 9, 60]
-        q, kc, vc, table, qsl, sl = _paged_problem([1] * 3, ctx, h, hkv, d, 8, dtype)
-        k, v = torch.randn(2, 3, hkv, d).to(dtype)
-        if fp8:
-            kc, vc = (torch.randint(0, 255, kc.shape, dtype=torch.uint8) for _ in range(2))
-        pos = sl.long() - 1
-        slots = torch.stack([table[b, p // 8].long() * 8 + p % 8 for b, p in enumerate(pos)])
-        slots[1] = -1  # a padding row
-        want_c = (kc.clone(), vc.clone())
-        qr = rotary_write_kv(q, k, v, cos, sin, pos, *want_c, slots)
-        cfg = cfgs[i % 3]
-        want = paged_decode(qr, *want_c, table, sl, 0.25, max(ctx), cfg, window=window)
-        got_c = (kc.clone(), vc.clone())
-        got = paged_decode(q, *got_c, table, sl, 0.25, max(ctx), cfg, window=window,
-                           new_kv=NewKV(k, v, cos, sin, pos, slots))
-        label = f"{dtype} fp8={fp8} H={h}/{hkv} window={window} {cfg}"
-        assert torch.equal(got_c[0], want_c[0]) and torch.equal(got_c[1], want_c[1]), label
-        assert torch.equal(got, want), (label, ic.rel_err(got, want))
-        if not fp8:
-            q_ref, k_ref = rotary_ref(q, k, cos, sin, pos)
-            assert ic.rel_err(qr, q_ref) < ic.tolerance(dtype), label
-            ref = paged_attention_ref(qr, *want_c, table, qsl, sl, 0.25, window=window)
-            assert ic.rel_err(got, ref) < ic.tolerance(dtype), label
-        assert not torch.equal(got_c[0], kc), label  # the new keys landed
-
-
 def case_sliding_window_and_softcap():
     """Sliding windows (keys p - W + 1 .. p) and soft-capped scores: decode with one split,
     splits summed in the kernel and by the second launch, prefill chunks and decode rows in

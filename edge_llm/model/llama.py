@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from edge_llm.kernels import gelu_tanh_and_mul, rotary_attention, silu_and_mul
+from edge_llm.kernels import gelu_tanh_and_mul, paged_attention, rotary_write_kv, silu_and_mul
 from edge_llm.kernels.pdl import forward_tokens
 
 from .arch import ArchConfig
@@ -75,11 +75,12 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         k_cache, v_cache = kv
         rot = self._rotary[0]  # q rotated; k rotated and v stored at their cache slots
-        o = rotary_attention(
-            q, k, v, rot.cos, rot.sin, positions, k_cache, v_cache, meta.slot_mapping,
-            meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale,
-            meta.max_query_len, meta.max_seq_len, meta.scratch, window=self.window,
-            softcap=self.softcap,
+        q = rotary_write_kv(q, k, v, rot.cos, rot.sin, positions, k_cache, v_cache,
+                            meta.slot_mapping, meta.scratch)
+        o = paged_attention(
+            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
+            self.scale, meta.max_query_len, meta.max_seq_len, meta.scratch,
+            window=self.window, softcap=self.softcap,
         )
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 
