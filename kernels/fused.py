@@ -126,7 +126,8 @@ def _rms_norm_kernel(
 
     One chunk: the weight (and the permutation) are read before the PDL wait, as no kernel of
     a forward writes them (kernels/pdl.py), so after it the inputs' round trip is the only
-    one before the store (at one row 1.3 us a norm against 2.3, BENCHMARKS.md)."""
+    one before the store (a one-row decode step's norm: 1.3 us against 2.8 on an H100, though
+    the GEMV after it takes most of that back; 1.005x on an H200: BENCHMARKS.md)."""
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)

@@ -361,7 +361,7 @@ def test_pdl_every_kernel_waits_before_it_reads(on, monkeypatch):
     attention's L2 prefetch, on by default, reads before its wait what no kernel writes:
     tests/test_prefetch_compile.py checks that; it is off here, and so are the one-row GEMV's
     weight tile and the rotary kernel's tables read before their waits, checked there too, as
-    is RMSNorm's weight, which has no switch: here its accesses after the wait are seen.)"""
+    is RMSNorm's weight, which has no switch: here only what follows its wait is looked at.)"""
     pdl = importlib.import_module("edge_llm.kernels.pdl")
     monkeypatch.setattr(pdl, "pdl_on", lambda device: on)
     monkeypatch.setattr(importlib.import_module("edge_llm.kernels.paged_decode"),
