@@ -178,12 +178,6 @@ KERNELS = _declare(
     "torch: run the plain-torch references on CUDA too, to compare the two paths end to end",
     DEBUG, "triton or torch")
 
-ATTN_WIDE = _declare(
-    "EDGE_LLM_ATTN_WIDE", parse_switch, "0",
-    "experiment (untimed): decode attention of up to 4 sequences in 256-token tiles on sm_90, "
-    "split 0 storing the output when the context fits it",
-    DEBUG, SWITCH)
-
 # ---- other programs' variables ---------------------------------------------------------------
 
 TRITON_INTERPRET = _declare(
