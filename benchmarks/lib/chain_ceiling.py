@@ -6,15 +6,16 @@ step's are, against the copy bandwidth; prints one table.
 
 * an empty kernel's cost in such a chain (1 and one-per-multiprocessor programs, with and
   without PDL): what a launch boundary costs alone;
-* a pure stream of each Llama-2-7B linear's bytes (AWQ g128 words, scales and zeros; each
-  program sums its contiguous part, the best of a few grids, warps and tiles read before the
-  PDL wait, sizes within 10% of the target): what a GEMV could reach if its arithmetic were
-  free;
+* a pure stream of each Llama-2-7B linear's bytes (g128 words, scales and zero points as
+  ``profile`` counts them, ``layer_linear_bytes``; each program sums its contiguous part,
+  the best of a few grids, warps and tiles read before the PDL wait, sizes within 10% of the
+  target): what a GEMV could reach if its arithmetic were free;
 * the ideal step: the 32 layers' eight kernels (norm, qkv, rotary, attention's K/V reads, o,
   norm, gate/up, down) and the lm_head as those streams, the norm and rotary kernels empty
   or the real add + RMSNorm: the fraction of the floor that a step of as many kernels
   reaches at best.
 
+Every time is ``time_op``'s (lib/kernel_timing.py: a CUDA graph of many calls, replayed).
 ``--smoke`` checks the stream kernel's sums on the CPU under TRITON_INTERPRET=1 (no timing).
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import torch
 import triton
@@ -32,23 +32,28 @@ import triton.language as tl
 from edge_llm import envs
 from edge_llm.kernels.pdl import pdl_enter
 
-from .kernel_timing import copy_bandwidth
+from .kernel_timing import copy_bandwidth, time_op
 
 BLOCK = 1024  # int32 words a program reads per tile (4 KB)
-HIDDEN, INTER, LAYERS, VOCAB, GROUP = 4096, 11008, 32, 32000, 128
+LAYERS = 32
 ATTENTION_BYTES = 2.3e6  # K and V of one layer at the decode benchmark's 140-260 tokens
 
 
-def linear_bytes(k: int, n: int) -> int:
-    """An AWQ g128 linear's bytes: 4-bit words, fp16 scales, 4-bit zeros."""
-    return k * n // 2 + (k // GROUP) * n * 2 + (k // GROUP) * n // 2
+def layer_streams() -> tuple[dict[str, int], int, int]:
+    """What each kernel of a Llama-2-7B layer reads (g128 linears as ``kernels_bench.py
+    profile`` counts them, ``layer_linear_bytes``), and its hidden size and vocabulary."""
+    from random_checkpoint import SHAPES
+
+    from edge_llm.model.arch import parse_arch_config
+
+    from .profile_kernels import LAYER_LINEARS, layer_linear_bytes
+
+    arch = parse_arch_config(SHAPES["llama2-7b"])
+    streams = dict(zip(LAYER_LINEARS, layer_linear_bytes(arch, 128), strict=True))
+    streams["attention"] = int(ATTENTION_BYTES)
+    return streams, arch.hidden_size, arch.vocab_size
 
 
-STREAMS = {  # what each kernel of a layer reads
-    "qkv": linear_bytes(HIDDEN, 3 * HIDDEN), "attention": int(ATTENTION_BYTES),
-    "o": linear_bytes(HIDDEN, HIDDEN), "gate_up": linear_bytes(HIDDEN, 2 * INTER),
-    "down": linear_bytes(INTER, HIDDEN),
-}
 LAYER = ["norm", "qkv", "rotary", "attention", "o", "norm", "gate_up", "down"]
 
 
@@ -74,29 +79,6 @@ def _stream_kernel(src, out, tiles, BLOCK: tl.constexpr, EARLY: tl.constexpr,
 @triton.jit
 def _empty_kernel(PDL: tl.constexpr):
     pdl_enter(PDL)
-
-
-def _graph_us(fn, reps: int = 20) -> float:
-    """Best of 5 rounds of ``reps`` replays of a CUDA graph of ``fn``, us a replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        began = time.perf_counter()
-        for _ in range(reps):
-            graph.replay()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - began) / reps * 1e6)
-    return best
 
 
 def _grids(nbytes: int, sms: int) -> list[tuple[int, int]]:
@@ -137,15 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     n = 256
     for pdl in (False, True):
         for programs in (1, sms):
-            us = _graph_us(lambda programs=programs, pdl=pdl: [
-                _empty_kernel[(programs,)](PDL=pdl, launch_pdl=pdl) for _ in range(n)]) / n
+            us = time_op(lambda i, programs=programs, pdl=pdl: _empty_kernel[(programs,)](
+                PDL=pdl, launch_pdl=pdl), n, False)
             res[f"empty_us_pdl{int(pdl)}_programs{programs}"] = us
             print(f"empty kernel, PDL {'on' if pdl else 'off'}, {programs} programs: "
                   f"{us:.2f} us a kernel", flush=True)
+    streams, hidden, vocab = layer_streams()
     pool = torch.randint(0, 1 << 30, (int(400e6) // 4,), dtype=torch.int32, device=dev)
     out = torch.zeros(4 * sms, dtype=torch.int32, device=dev)
     best: dict[str, tuple] = {}
-    for name, nbytes in STREAMS.items():
+    for name, nbytes in streams.items():
         rows = []
         for programs, tiles in _grids(nbytes, sms):
             real = programs * tiles * BLOCK * 4
@@ -154,13 +137,12 @@ def main(argv: list[str] | None = None) -> int:
                     reps = max(4, int(300e6 // real))  # together past L2
                     offsets = [(i * real // 4) % (pool.numel() - real // 4) for i in range(reps)]
 
-                    def chain(programs=programs, tiles=tiles, warps=warps, early=early,
-                              offsets=offsets):
-                        for off in offsets:
-                            _stream_kernel[(programs,)](pool[off:], out, tiles, BLOCK=BLOCK,
-                                                        EARLY=early, PDL=True,
-                                                        num_warps=warps, launch_pdl=True)
-                    us = _graph_us(chain, reps=10) / reps
+                    def stream_at(i, programs=programs, tiles=tiles, warps=warps, early=early,
+                                  offsets=offsets):
+                        _stream_kernel[(programs,)](pool[offsets[i]:], out, tiles, BLOCK=BLOCK,
+                                                    EARLY=early, PDL=True, num_warps=warps,
+                                                    launch_pdl=True)
+                    us = time_op(stream_at, reps, False)
                     rows.append((real / (us * 1e-6) / bw, us, programs, tiles, warps, early))
         rows.sort(reverse=True)
         best[name] = rows[0]
@@ -169,10 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                                      warps=warps, early=early)
         print(f"{name:9s} {nbytes / 1e6:6.1f} MB: {frac:.2f} of copy bandwidth, {us:.2f} us "
               f"({programs} programs, {warps} warps, {early} tiles before the wait)", flush=True)
-    head_tiles = int(VOCAB * HIDDEN * 2 // 4 // BLOCK // (2 * sms))
-    x = torch.randn(1, HIDDEN, device=dev, dtype=torch.float16)
-    r, w = torch.randn_like(x), torch.randn(HIDDEN, device=dev, dtype=torch.float16)
-
+    head_tiles = int(vocab * hidden * 2 // 4 // BLOCK // (2 * sms))
+    x = torch.randn(1, hidden, device=dev, dtype=torch.float16)
+    r, w = torch.randn_like(x), torch.randn(hidden, device=dev, dtype=torch.float16)
     at = [0]  # the next stream starts where the last ended: the pool is 8x L2 and more
 
     def stream(name):
@@ -195,11 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         _stream_kernel[(2 * sms,)](pool, out, head_tiles, BLOCK=BLOCK, EARLY=2, PDL=True,
                                    num_warps=8, launch_pdl=True)
 
-    floor_bytes = LAYERS * sum(STREAMS.values()) + VOCAB * HIDDEN * 2
+    floor_bytes = LAYERS * sum(streams.values()) + vocab * hidden * 2
     floor_us = floor_bytes / bw * 1e6
     with forward_tokens(1):
         for real_norms in (False, True):
-            us = _graph_us(lambda real_norms=real_norms: step(real_norms), reps=10)
+            us = time_op(lambda i, real_norms=real_norms: step(real_norms), 1, False)
             key = "ideal_step_real_norms" if real_norms else "ideal_step"
             res[key] = dict(us=us, floor_us=floor_us, fraction=floor_us / us,
                             kernels=LAYERS * len(LAYER) + 1)
@@ -207,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{us:.0f} us for a floor of {floor_us:.0f} us ({floor_bytes / 1e9:.2f} GB): "
                   f"{floor_us / us:.3f} of the floor, {LAYERS * len(LAYER) + 1} kernels",
                   flush=True)
-        us = _graph_us(lambda: [add_rms_norm(x, r, w, 1e-6) for _ in range(n)]) / n
+        us = time_op(lambda i: add_rms_norm(x, r, w, 1e-6), n, False)
         res["norm_chain_us"] = us
         print(f"add + RMSNorm of one row, chained: {us:.2f} us a kernel", flush=True)
     with open(os.path.join(str(envs.OUT.get() or "/tmp"), "ceiling.json"), "w") as f:

@@ -77,12 +77,9 @@ def critical_path(spans: list[tuple[str, float, float]]) -> tuple[list[tuple[str
     step; these shares add up to exactly the span from the first start to the last end, each
     kernel charged only with the time the stream waited for it after everything before it
     was done."""
-    shares, idle, done = [], 0.0, None
+    shares, idle = [], 0.0
+    done = spans[0][1] if spans else 0.0  # the first kernel's start: no idle before it
     for name, start, end in spans:
-        if done is None:
-            shares.append((name, end - start))
-            done = end
-            continue
         idle += max(0.0, start - done)
         shares.append((name, max(0.0, end - max(done, start))))
         done = max(done, end)
