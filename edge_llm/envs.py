@@ -178,12 +178,6 @@ KERNELS = _declare(
     "torch: run the plain-torch references on CUDA too, to compare the two paths end to end",
     DEBUG, "triton or torch")
 
-ATTN_WIDE = _declare(
-    "EDGE_LLM_ATTN_WIDE", _choice("0", "4", "8"), "0",
-    "experiment (untimed): decode attention of up to 4 sequences in 256-token tiles on sm_90 "
-    "with this many warps, split 0 storing the output when the context fits it; 0: off",
-    DEBUG, "0, 4 or 8")
-
 # ---- other programs' variables ---------------------------------------------------------------
 
 TRITON_INTERPRET = _declare(

@@ -22,9 +22,6 @@ import torch
 import triton
 import triton.language as tl
 
-from edge_llm import envs
-
-from .device import compute_capability
 from .grid import cdiv, next_pow2
 from .paged_common import (
     LOG2E,
@@ -86,7 +83,6 @@ def _paged_decode_kernel(
     LINE: tl.constexpr = 64,
     window=0, softcap_log2=0.0,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
-    ONE_SPLIT_DIRECT: tl.constexpr = False,
 ):
     """WINDOW: the splits cover keys from the first tile of the window on (``window_floor``),
     and keys before seq_len - window are masked; SOFTCAP: scores soft-capped at
@@ -142,12 +138,6 @@ def _paged_decode_kernel(
     if not SPLIT:
         tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=o_mask)
-    elif ONE_SPLIT_DIRECT and FUSED_REDUCE and partition_size >= seq_len - lo:
-        # the whole context in split 0: it stores the output, the others (empty) nothing;
-        # no partials, no counter (left at 0 for the next launch)
-        tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
-                 out.to(out_ptr.dtype.element_ty),
-                 mask=o_mask & (offs_d[None, :] * 0 + split == 0))  # a tensor: interpreter
     else:
         base = b * stride_pb + heads * stride_ph + split * stride_ps  # (G_PAD,)
         tl.store(part_out_ptr + base[:, None] * HEAD_DIM + offs_d[None, :], out, mask=o_mask)
@@ -218,7 +208,6 @@ def _paged_decode_reduce_kernel(
 
 
 MAX_FUSED_SPLITS = 16
-WIDE_MAX_BATCH = 4
 # context tiles each decode program asks L2 for before its PDL wait (with PDL only)
 PREFETCH_TILES = 1
 
@@ -275,13 +264,8 @@ def paged_decode(
     ``window``, ``softcap``: as ``paged_attention_ref``.
     """
     check_cache(q, k_cache, v_cache)
-    b, h, d = q.shape
-    wide_warps = int(envs.ATTN_WIDE.get())
-    wide = wide_warps > 0
-    if config is None and wide and b <= WIDE_MAX_BATCH and q.is_cuda \
-            and compute_capability(q.device)[0] >= 9:
-        config = DecodeConfig(block_n=256, num_stages=1, num_warps=wide_warps)
     cfg = config or DecodeConfig()
+    b, h, d = q.shape
     _, bs, hkv, _ = k_cache.shape
     group = h // hkv
     out = torch.empty_like(q)
@@ -317,8 +301,7 @@ def paged_decode(
         SPLITS_PAD=next_pow2(splits) if cnt is not None else 1,
         FP8_CVT=fp8_cvt(k_cache), PREFETCH=prefetch, LINE=kv_line(k_cache, d_pad),
         window=window or 0, softcap_log2=(softcap or 0.0) * LOG2E, WINDOW=window is not None,
-        SOFTCAP=bool(softcap), ONE_SPLIT_DIRECT=wide, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         maxnreg=cfg.max_registers if cnt is not None else None, **pdl)
     if splits > 1 and cnt is None:
         _paged_decode_reduce_kernel[(b, h)](

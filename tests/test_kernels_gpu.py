@@ -174,32 +174,6 @@ def test_gemma_head_dim_256_window_softcap(dtype):
         assert rel_err(out, ref) < 1e-2, win
 
 
-@pytest.mark.parametrize("warps", ["4", "8"])
-@pytest.mark.parametrize("hkv", [32, 8])
-def test_decode_wide_tiles_and_one_split(hkv, warps, monkeypatch):
-    """``EDGE_LLM_ATTN_WIDE``: at 1-4 sequences, 256-token tiles on sm_90 and a context that
-    fits the first split stored by that program alone, against the reference; contexts of
-    1-600 tokens in a launch sized for 4,096 (one split and merged), PDL on, three launches
-    a draw (the counters as the one before left them)."""
-    from edge_llm.kernels.pdl import forward_tokens
-
-    monkeypatch.setenv("EDGE_LLM_ATTN_WIDE", warps)
-    h, d, bs = 32, 128, 16
-    gen = torch.Generator().manual_seed(3)
-    for draw in range(12):
-        b = 1 + draw % 4
-        lens = torch.randint(1, 600, (b,), generator=gen).tolist()
-        kc, vc, table = _paged(b, lens, hkv, d, bs, torch.float16)
-        q = torch.randn(b, h, d, device=DEV, dtype=torch.float16)
-        seq_lens = torch.tensor(lens, device=DEV, dtype=torch.int32)
-        qsl = torch.arange(b + 1, dtype=torch.int32)
-        ref = pa.paged_attention_ref(q, kc, vc, table, qsl, seq_lens, d ** -0.5)
-        for _ in range(3):
-            with forward_tokens(1):
-                out = pa.paged_decode(q, kc, vc, table, seq_lens, d ** -0.5, 4096)
-            assert rel_err(out, ref) < 1e-2, (draw, lens)
-
-
 def test_write_kv_cuda():
     kc = torch.randn(50, 16, 8, 128, device=DEV, dtype=torch.bfloat16)
     vc = torch.randn_like(kc)

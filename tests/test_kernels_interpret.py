@@ -261,27 +261,6 @@ def case_stale_slots_never_reach_the_outputs():
         assert ic.rel_err(out, ref) < ic.tolerance(torch.float32), (nq, ctx, bs, block_n)
 
 
-def case_decode_context_in_one_split():
-    """A context that fits the first split: that program stores the output and the empty
-    splits nothing (no partials, no counter), beside sequences that take the merge in the
-    same launch, and the counters left at zero for the next launch; windows too."""
-    import os
-
-    import torch
-
-    from edge_llm.kernels.paged_attention import DecodeConfig
-
-    os.environ["EDGE_LLM_ATTN_WIDE"] = "4"
-    try:
-        for _ in range(2):  # a second launch finds the counters as the first left them
-            _check_attention([1] * 4, [9, 16, 40, 1], 6, 3, 16, 8, torch.float16,
-                             DecodeConfig(block_n=16, num_splits=3))
-            _check_attention([1] * 2, [60, 12], 4, 2, 16, 8, torch.float32,
-                             DecodeConfig(block_n=16, num_splits=4), window=10)
-    finally:
-        del os.environ["EDGE_LLM_ATTN_WIDE"]
-
-
 def case_sliding_window_and_softcap():
     """Sliding windows (keys p - W + 1 .. p) and soft-capped scores: decode with one split,
     splits summed in the kernel and by the second launch, prefill chunks and decode rows in
