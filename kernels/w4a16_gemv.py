@@ -208,20 +208,26 @@ def _ring_slot(acc0, acc1, acc2, acc3, w, s, z, xr, kt, k_hi, last, ar, x_ptr, x
                stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm, stride_xim,
                ROWS: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
                FOLD: tl.constexpr, ONE_GROUP: tl.constexpr, FLAT: tl.constexpr,
-               EVEN: tl.constexpr, PLANES: tl.constexpr, BLOCK_K: tl.constexpr):
+               EVEN: tl.constexpr, PLANES: tl.constexpr, BLOCK_K: tl.constexpr,
+               WHOLE: tl.constexpr):
     """One buffer of the RING loop: the accumulators after its tile at ``kt`` (words ``w``,
     scales, zeros, x words ``xr``; nothing past the split's end ``k_hi``), and the buffer
     reloaded in place with the tile four further on (the split's ``last`` tile again past
     its end), its x words too."""
-    if kt < k_hi:
+    if WHOLE:  # every buffer's tile lies inside the split: no branch between the slots
         acc0, acc1, acc2, acc3 = _tile_update(
-            acc0, acc1, acc2, acc3, w, s, z, kt // 8 + ar, r_end, kt, x_ptr, xi_ptr, m0, m1,
+            acc0, acc1, acc2, acc3, w, s, z, (kt >> 3) + ar, r_end, kt, x_ptr, xi_ptr, m0, m1,
+            m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN, PLANES,
+            xr, True)
+    elif kt < k_hi:
+        acc0, acc1, acc2, acc3 = _tile_update(
+            acc0, acc1, acc2, acc3, w, s, z, (kt >> 3) + ar, r_end, kt, x_ptr, xi_ptr, m0, m1,
             m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN, PLANES,
             xr, True)
     kn = tl.minimum(kt + 4 * BLOCK_K, last)
     w, s, z = tile_at(qw_ptr, s_ptr, z_ptr, kn, ar, r_end, offs_n, n_mask, n_load, group_size,
                       stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
-    xr = x_raw(xi0, kn // 8 + ar, r_end, EVEN, PLANES, kn)
+    xr = x_raw(xi0, (kn >> 3) + ar, r_end, EVEN, PLANES, kn)
     return acc0, acc1, acc2, acc3, w, s, z, xr
 
 
@@ -239,6 +245,7 @@ def _w4a16_gemv16_kernel(
     PDL: tl.constexpr = False,
     EARLY: tl.constexpr = False,
     RING: tl.constexpr = False,
+    RING_WHOLE: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -323,31 +330,35 @@ def _w4a16_gemv16_kernel(
         m1, m2, m3 = tl.minimum(m1, M - 1), tl.minimum(m2, M - 1), tl.minimum(m3, M - 1)
     if RING:
         xi0 = xi_ptr + m0 * stride_xim
-        xra = x_raw(xi0, ka // 8 + ar, r_end, EVEN, PLANES, ka)
-        xrb = x_raw(xi0, kb // 8 + ar, r_end, EVEN, PLANES, kb)
-        xrc = x_raw(xi0, kc // 8 + ar, r_end, EVEN, PLANES, kc)
-        xrd = x_raw(xi0, kd // 8 + ar, r_end, EVEN, PLANES, kd)
+        xra = x_raw(xi0, (ka >> 3) + ar, r_end, EVEN, PLANES, ka)
+        xrb = x_raw(xi0, (kb >> 3) + ar, r_end, EVEN, PLANES, kb)
+        xrc = x_raw(xi0, (kc >> 3) + ar, r_end, EVEN, PLANES, kc)
+        xrd = x_raw(xi0, (kd >> 3) + ar, r_end, EVEN, PLANES, kd)
         for k0 in range(k_lo, k_hi, 4 * BLOCK_K):  # tile i of each group in buffer i
             acc0, acc1, acc2, acc3, wa, sa, za, xra = _ring_slot(
                 acc0, acc1, acc2, acc3, wa, sa, za, xra, k0, k_hi, last, ar,
                 x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
                 group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
-                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K)
+                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K,
+                RING_WHOLE)
             acc0, acc1, acc2, acc3, wb, sb, zb, xrb = _ring_slot(
                 acc0, acc1, acc2, acc3, wb, sb, zb, xrb, k0 + BLOCK_K, k_hi, last, ar,
                 x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
                 group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
-                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K)
+                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K,
+                RING_WHOLE)
             acc0, acc1, acc2, acc3, wc, sc, zc, xrc = _ring_slot(
                 acc0, acc1, acc2, acc3, wc, sc, zc, xrc, k0 + 2 * BLOCK_K, k_hi, last, ar,
                 x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
                 group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
-                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K)
+                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K,
+                RING_WHOLE)
             acc0, acc1, acc2, acc3, wd, sd, zd, xrd = _ring_slot(
                 acc0, acc1, acc2, acc3, wd, sd, zd, xrd, k0 + 3 * BLOCK_K, k_hi, last, ar,
                 x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
                 group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
-                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K)
+                stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K,
+                RING_WHOLE)
     elif PIPE > 0:
         k_start = k_lo
         if EARLY:  # the split's first tile (splits are never empty: splitk.plan)
@@ -461,5 +472,6 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
         FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
         PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
         PLANES=planes, SILU=silu, EARLY=early and not ring, RING=ring,
+        RING_WHOLE=ring and k_per_split % (4 * block_k) == 0 and k % k_per_split == 0,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
     return splitk.finish(target, out, counters)

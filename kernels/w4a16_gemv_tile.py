@@ -43,5 +43,5 @@ def tile_at(qw_ptr, s_ptr, z_ptr, k0, ar, r_end, offs_n, n_mask, N, group_size, 
             EVEN: tl.constexpr):
     """``tile_loads`` of the K tile starting at ``k0``: word rows k0 / 8 + ``ar``
     (ar = arange(BLOCK_K / 8))."""
-    return tile_loads(qw_ptr, s_ptr, z_ptr, k0 // 8 + ar, r_end, offs_n, n_mask, N, k0,
+    return tile_loads(qw_ptr, s_ptr, z_ptr, (k0 >> 3) + ar, r_end, offs_n, n_mask, N, k0,
                       group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)

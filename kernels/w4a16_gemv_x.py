@@ -86,9 +86,9 @@ def x_raw(xi_ptr, rows, r_lim, EVEN: tl.constexpr, PLANES: tl.constexpr, k0=0):
         js = tl.arange(0, 8)
         loc = tl.arange(0, nr // 2)
         r_loc = (loc // 8) * 16 + (loc % 8) * 2
-        offs = tl.multiple_of(k0 // 2, 64) + ((loc // 8) * 64 + loc % 8)[:, None] \
+        offs = tl.multiple_of(k0 >> 1, 64) + ((loc // 8) * 64 + loc % 8)[:, None] \
             + 8 * js[None, :]
-        return masked_load(xi_ptr + offs, (k0 // 8 + r_loc < r_lim)[:, None], 0, EVEN)
+        return masked_load(xi_ptr + offs, ((k0 >> 3) + r_loc < r_lim)[:, None], 0, EVEN)
     else:
         return masked_load(xi_ptr + rows[:, None] * 4 + tl.arange(0, 4)[None, :],
                            (rows < r_lim)[:, None], 0, EVEN)

@@ -190,6 +190,10 @@ def case_w4a16_planes_packed():
                flat_scales=True, min_k_tiles=1, pipe_stages=2)
     _check_w4(1, 512, 64, 128, torch.float16, wc.Gemv16(rows=1, fold_zero=True, **g16),
               integer_zeros=True, planes=True)
+    for split in (1, 2):  # splits of 8 and 4 tiles: the register ring with no slot past its end
+        _check_w4(1, 1024, 64, 128, torch.float16,
+                  wc.Gemv16(rows=1, fold_zero=True, **{**g16, "split_k": split}),
+                  integer_zeros=True, planes=True)
     _check_w4(2, 512, 96, 256, torch.float16, wc.Gemv16(rows=2, **g16), planes=True)
     _check_w4(1, 384, 64, 384, torch.float16, wc.Gemv16(block_n=32, block_k=128, split_k=3,
                                                         rows=1), planes=True)
