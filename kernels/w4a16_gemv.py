@@ -280,7 +280,9 @@ def _w4a16_gemv16_kernel(
     tile (``x_raw``, after the wait), so three tiles are in flight while one is computed,
     and no copy waits on a load (each buffer is reloaded in place).
     No cp.async staging, shared-memory reads or barriers for the weights; the whole split's
-    first tiles are read while the previous kernel finishes.
+    first tiles are read while the previous kernel finishes. RING_WHOLE (each split a
+    multiple of four tiles, K of the split): no buffer's tile lies past the split's end, so
+    the four slots compute without a branch and compile to one basic block.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
