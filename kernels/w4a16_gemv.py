@@ -209,11 +209,11 @@ def _ring_slot(acc0, acc1, acc2, acc3, w, s, z, xr, kt, k_hi, last, ar, x_ptr, x
                ROWS: tl.constexpr, USE_ASM: tl.constexpr, X_FP16: tl.constexpr,
                FOLD: tl.constexpr, ONE_GROUP: tl.constexpr, FLAT: tl.constexpr,
                EVEN: tl.constexpr, PLANES: tl.constexpr, BLOCK_K: tl.constexpr,
-               WHOLE: tl.constexpr):
+               WHOLE: tl.constexpr, ONCE: tl.constexpr):
     """One buffer of the RING loop: the accumulators after its tile at ``kt`` (words ``w``,
     scales, zeros, x words ``xr``; nothing past the split's end ``k_hi``), and the buffer
     reloaded in place with the tile four further on (the split's ``last`` tile again past
-    its end), its x words too."""
+    its end), its x words too; ONCE (the four buffers hold the whole split): no reload."""
     if WHOLE:  # every buffer's tile lies inside the split: no branch between the slots
         acc0, acc1, acc2, acc3 = _tile_update(
             acc0, acc1, acc2, acc3, w, s, z, (kt >> 3) + ar, r_end, kt, x_ptr, xi_ptr, m0, m1,
@@ -224,10 +224,11 @@ def _ring_slot(acc0, acc1, acc2, acc3, w, s, z, xr, kt, k_hi, last, ar, x_ptr, x
             acc0, acc1, acc2, acc3, w, s, z, (kt >> 3) + ar, r_end, kt, x_ptr, xi_ptr, m0, m1,
             m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN, PLANES,
             xr, True)
-    kn = tl.minimum(kt + 4 * BLOCK_K, last)
-    w, s, z = tile_at(qw_ptr, s_ptr, z_ptr, kn, ar, r_end, offs_n, n_mask, n_load, group_size,
-                      stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
-    xr = x_raw(xi0, (kn >> 3) + ar, r_end, EVEN, PLANES, kn)
+    if not ONCE:
+        kn = tl.minimum(kt + 4 * BLOCK_K, last)
+        w, s, z = tile_at(qw_ptr, s_ptr, z_ptr, kn, ar, r_end, offs_n, n_mask, n_load,
+                          group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT, EVEN)
+        xr = x_raw(xi0, (kn >> 3) + ar, r_end, EVEN, PLANES, kn)
     return acc0, acc1, acc2, acc3, w, s, z, xr
 
 
@@ -246,6 +247,7 @@ def _w4a16_gemv16_kernel(
     EARLY: tl.constexpr = False,
     RING: tl.constexpr = False,
     RING_WHOLE: tl.constexpr = False,
+    RING_ONCE: tl.constexpr = False,
 ):
     """Rows m0..m0+ROWS-1 (ROWS <= 4) of out[pid_k] = x[:, this split's k] @ W[k, n-tile].
 
@@ -282,7 +284,8 @@ def _w4a16_gemv16_kernel(
     No cp.async staging, shared-memory reads or barriers for the weights; the whole split's
     first tiles are read while the previous kernel finishes. RING_WHOLE (each split a
     multiple of four tiles, K of the split): no buffer's tile lies past the split's end, so
-    the four slots compute without a branch and compile to one basic block.
+    the four slots compute without a branch and compile to one basic block; RING_ONCE (the
+    split is the four buffers' tiles): no buffer reloads.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -342,25 +345,25 @@ def _w4a16_gemv16_kernel(
                 x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
                 group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
                 stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K,
-                RING_WHOLE)
+                RING_WHOLE, RING_ONCE)
             acc0, acc1, acc2, acc3, wb, sb, zb, xrb = _ring_slot(
                 acc0, acc1, acc2, acc3, wb, sb, zb, xrb, k0 + BLOCK_K, k_hi, last, ar,
                 x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
                 group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
                 stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K,
-                RING_WHOLE)
+                RING_WHOLE, RING_ONCE)
             acc0, acc1, acc2, acc3, wc, sc, zc, xrc = _ring_slot(
                 acc0, acc1, acc2, acc3, wc, sc, zc, xrc, k0 + 2 * BLOCK_K, k_hi, last, ar,
                 x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
                 group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
                 stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K,
-                RING_WHOLE)
+                RING_WHOLE, RING_ONCE)
             acc0, acc1, acc2, acc3, wd, sd, zd, xrd = _ring_slot(
                 acc0, acc1, acc2, acc3, wd, sd, zd, xrd, k0 + 3 * BLOCK_K, k_hi, last, ar,
                 x_ptr, xi_ptr, xi0, qw_ptr, s_ptr, z_ptr, r_end, offs_n, n_mask, n_load,
                 group_size, stride_qk, stride_sg, stride_zg, m0, m1, m2, m3, M, stride_xm,
                 stride_xim, ROWS, USE_ASM, X_FP16, FOLD, ONE_GROUP, FLAT, EVEN, PLANES, BLOCK_K,
-                RING_WHOLE)
+                RING_WHOLE, RING_ONCE)
     elif PIPE > 0:
         k_start = k_lo
         if EARLY:  # the split's first tile (splits are never empty: splitk.plan)
@@ -464,6 +467,9 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
     early = cfg.pipe_stages > 0 and rows <= EARLY_ROWS
     ring = (early and fp16 and (planes or flat)  # x_raw's two layouts
             and grid[0] * grid[1] * grid[2] <= RING_RESIDENT * num_sms(x2.device))
+    # the ring's tiles a split when a multiple of its four buffers, K whole splits (else 0)
+    whole = ring and k_per_split % (4 * block_k) == 0 and k % k_per_split == 0
+    ring_tiles = k_per_split // block_k if whole else 0
     _w4a16_gemv16_kernel[grid](
         x2, xi, qweight, scales, zeros, target, final, counters if reduce else target,
         m, n_out, k, k_per_split, group_size, split, x2.stride(0), xi.stride(0),
@@ -474,6 +480,6 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
         FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
         PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
         PLANES=planes, SILU=silu, EARLY=early and not ring, RING=ring,
-        RING_WHOLE=ring and k_per_split % (4 * block_k) == 0 and k % k_per_split == 0,
+        RING_WHOLE=ring_tiles > 0, RING_ONCE=ring_tiles == 4,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
     return splitk.finish(target, out, counters)
