@@ -285,7 +285,8 @@ def _w4a16_gemv16_kernel(
     first tiles are read while the previous kernel finishes. RING_WHOLE (each split a
     multiple of four tiles, K of the split): no buffer's tile lies past the split's end, so
     the four slots compute without a branch and compile to one basic block; RING_ONCE (the
-    split is the four buffers' tiles): no buffer reloads.
+    split is the four buffers' tiles): no buffer reloads. Together 1.010x at one row end to
+    end (BENCHMARKS.md, "Kernels"); one basic block alone made the four-tile split slower.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
