@@ -214,12 +214,7 @@ def _ring_slot(acc0, acc1, acc2, acc3, w, s, z, xr, kt, k_hi, last, ar, x_ptr, x
     scales, zeros, x words ``xr``; nothing past the split's end ``k_hi``), and the buffer
     reloaded in place with the tile four further on (the split's ``last`` tile again past
     its end), its x words too; ONCE (the four buffers hold the whole split): no reload."""
-    if WHOLE:  # every buffer's tile lies inside the split: no branch between the slots
-        acc0, acc1, acc2, acc3 = _tile_update(
-            acc0, acc1, acc2, acc3, w, s, z, (kt >> 3) + ar, r_end, kt, x_ptr, xi_ptr, m0, m1,
-            m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN, PLANES,
-            xr, True)
-    elif kt < k_hi:
+    if WHOLE or kt < k_hi:  # WHOLE: every tile lies inside the split, no branch compiled
         acc0, acc1, acc2, acc3 = _tile_update(
             acc0, acc1, acc2, acc3, w, s, z, (kt >> 3) + ar, r_end, kt, x_ptr, xi_ptr, m0, m1,
             m2, m3, M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN, PLANES,
@@ -307,7 +302,7 @@ def _w4a16_gemv16_kernel(
     r_end = k_hi // 8
     ar = tl.arange(0, BLOCK_K // 8)
     if EARLY:  # weights only: x is read after the wait
-        rows_e = k_lo // 8 + ar
+        rows_e = (k_lo >> 3) + ar
         w_e, s_e, z_e = tile_at(qw_ptr, s_ptr, z_ptr, k_lo, ar, r_end, offs_n, n_mask, n_load,
                                 group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT,
                                 EVEN)
@@ -385,7 +380,7 @@ def _w4a16_gemv16_kernel(
                 M, stride_xm, stride_xim, ROWS, USE_ASM, X_FP16, FOLD, FLAT, EVEN,
                 PLANES)
     else:
-        rows = k_lo // 8 + ar
+        rows = (k_lo >> 3) + ar
         w_n, s_n, z_n = tile_at(qw_ptr, s_ptr, z_ptr, k_lo, ar, r_end, offs_n, n_mask, n_load,
                                 group_size, stride_qk, stride_sg, stride_zg, ONE_GROUP, FLAT,
                                 EVEN)
@@ -468,9 +463,8 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
     early = cfg.pipe_stages > 0 and rows <= EARLY_ROWS
     ring = (early and fp16 and (planes or flat)  # x_raw's two layouts
             and grid[0] * grid[1] * grid[2] <= RING_RESIDENT * num_sms(x2.device))
-    # the ring's tiles a split when a multiple of its four buffers, K whole splits (else 0)
+    # the ring's splits all whole groups of its four buffers' tiles
     whole = ring and k_per_split % (4 * block_k) == 0 and k % k_per_split == 0
-    ring_tiles = k_per_split // block_k if whole else 0
     _w4a16_gemv16_kernel[grid](
         x2, xi, qweight, scales, zeros, target, final, counters if reduce else target,
         m, n_out, k, k_per_split, group_size, split, x2.stride(0), xi.stride(0),
@@ -481,6 +475,6 @@ def launch_gemv16(cfg: Gemv16, x2: torch.Tensor, qweight: torch.Tensor, scales: 
         FLAT=flat, EVEN=flat and k % block_k == 0 and n_out % tile_n == 0,
         PIPE=cfg.pipe_stages, REDUCE=reduce, SPLIT_P2=next_pow2(split) if reduce else 1,
         PLANES=planes, SILU=silu, EARLY=early and not ring, RING=ring,
-        RING_WHOLE=ring_tiles > 0, RING_ONCE=ring_tiles == 4,
+        RING_WHOLE=whole, RING_ONCE=whole and k_per_split == 4 * block_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x2.device))
     return splitk.finish(target, out, counters)
