@@ -26,6 +26,9 @@ def test_kernels_benchmark_smoke_and_plot(tmp_path):
 
 def test_ceiling_stream_kernel_sums(tmp_path):
     """``kernels_bench.py ceiling --smoke``: the stream kernel it times reads every word of
-    its programs' parts, with 0-2 tiles before the wait (checked against torch's sums)."""
+    its programs' parts, with 0-2 tiles before the wait, and the persistent one every word of
+    every phase, the activation words included, with the next chunk read before or after its
+    barrier (one program; checked against Python's sums)."""
     proc = run_bench_script("kernels_bench.py", tmp_path, "ceiling", "--smoke", timeout=120)
     assert "stream kernel sums: ok" in proc.stdout
+    assert "persistent stream kernel sums (one program): ok" in proc.stdout

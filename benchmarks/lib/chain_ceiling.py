@@ -1,6 +1,6 @@
 """``kernels_bench.py ceiling``: how close to the bandwidth floor can a decode step of separate
-kernels come? Kernels that only stream bytes, chained with PDL in a CUDA graph as a decode
-step's are, against the copy bandwidth; prints one table.
+kernels come, and one persistent kernel? Kernels that only stream bytes, chained with PDL in a
+CUDA graph as a decode step's are, against the copy bandwidth; prints one table.
 
     python benchmarks/kernels_bench.py ceiling
 
@@ -13,10 +13,14 @@ step's are, against the copy bandwidth; prints one table.
 * the ideal step: the 32 layers' eight kernels (norm, qkv, rotary, attention's K/V reads, o,
   norm, gate/up, down) and the lm_head as those streams, the norm and rotary kernels empty
   or the real add + RMSNorm: the fraction of the floor that a step of as many kernels
-  reaches at best.
+  reaches at best;
+* the same bytes as one persistent kernel (lib/persistent_stream.py): five phases a layer
+  (qkv, attention's K / V, o, gate/up, down) and the lm_head, a grid barrier after each, the
+  next phase's first chunk read before the barrier or after it: what a persistent layer kernel
+  could reach at best.
 
 Every time is ``time_op``'s (lib/kernel_timing.py: a CUDA graph of many calls, replayed).
-``--smoke`` checks the stream kernel's sums on the CPU under TRITON_INTERPRET=1 (no timing).
+``--smoke`` checks both stream kernels' sums on the CPU under TRITON_INTERPRET=1 (no timing).
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ def layer_streams() -> tuple[dict[str, int], int, int]:
 
 
 LAYER = ["norm", "qkv", "rotary", "attention", "o", "norm", "gate_up", "down"]
+# a persistent layer kernel's phases, each ending at a grid barrier: the norms computed by
+# every program from the row it reads, rotary inside attention
+PERSISTENT_LAYER = ["qkv", "attention", "o", "gate_up", "down"]
 
 
 @triton.jit
@@ -91,6 +98,50 @@ def _grids(nbytes: int, sms: int) -> list[tuple[int, int]]:
     return found
 
 
+def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: int, sms: int,
+                       bw: float) -> list[dict]:
+    """The step as one persistent kernel (lib/persistent_stream.py): a phase per layer linear
+    and attention's K / V, each ending at a grid barrier, then the lm_head; one or two
+    programs a multiprocessor, the next phase's first chunk read before the barrier or after."""
+    from .persistent_stream import UNROLL, persistent_step
+
+    rows = []
+    for programs in (sms, 2 * sms):
+        phase_bytes = [streams[k] for _ in range(LAYERS) for k in PERSISTENT_LAYER]
+        phase_bytes.append(head_bytes)
+        tiles = [max(1, round(b / 4 / BLOCK / programs)) for b in phase_bytes]
+        bases, at = [], 0
+        for t in tiles:
+            words = programs * t * BLOCK
+            at = 0 if at + words > pool.numel() else at
+            bases.append(at)
+            at += words
+        real = sum(programs * t * BLOCK * 4 for t in tiles)
+        floor_us = real / bw * 1e6
+        dev = pool.device
+        args = (torch.tensor(bases, dtype=torch.int64, device=dev),
+                torch.tensor(tiles, dtype=torch.int32, device=dev),
+                torch.zeros(2 * programs, dtype=torch.int32, device=dev),
+                torch.zeros(2, dtype=torch.int32, device=dev),
+                torch.zeros(programs, dtype=torch.int32, device=dev))
+        for prefetch in (False, True):
+            def launch(i, programs=programs, prefetch=prefetch):
+                persistent_step(pool, *args, programs, BLOCK, UNROLL, prefetch)
+            args[3].zero_()
+            us = time_op(launch, 1, False)
+            torch.cuda.synchronize()
+            timeouts = int(args[3][1])
+            row = dict(programs=programs, prefetch=prefetch, us=us, floor_us=floor_us,
+                       fraction=floor_us / us, barriers=len(tiles), barrier_timeouts=timeouts)
+            rows.append(row)
+            print(f"persistent step, {programs} programs, next chunk "
+                  f"{'before' if prefetch else 'after'} the barrier: {us:.0f} us for a floor of "
+                  f"{floor_us:.0f} us: {floor_us / us:.3f} of the floor, {len(tiles)} barriers"
+                  + (f" ({timeouts} BARRIER TIME-OUTS: not all programs resident)"
+                     if timeouts else ""), flush=True)
+    return rows
+
+
 def _smoke() -> int:
     words = torch.randint(-1000, 1000, (6 * 3 * BLOCK,), dtype=torch.int32)
     out = torch.zeros(6, dtype=torch.int32)
@@ -99,6 +150,10 @@ def _smoke() -> int:
         want = words.view(6, -1).sum(1).to(torch.int32)
         assert torch.equal(out, want), (early, out, want)
     print("stream kernel sums: ok")
+    from .persistent_stream import smoke
+
+    smoke(BLOCK)
+    print("persistent stream kernel sums (one program): ok")
     return 0
 
 
@@ -191,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         us = time_op(lambda i: add_rms_norm(x, r, w, 1e-6), n, False)
         res["norm_chain_us"] = us
         print(f"add + RMSNorm of one row, chained: {us:.2f} us a kernel", flush=True)
+    res["persistent"] = persistent_ceiling(pool, streams, vocab * hidden * 2, sms, bw)
     with open(os.path.join(str(envs.OUT.get() or "/tmp"), "ceiling.json"), "w") as f:
         json.dump(res, f, indent=1)
     return 0
