@@ -102,7 +102,8 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
                        bw: float) -> list[dict]:
     """The step as one persistent kernel (lib/persistent_stream.py): a phase per layer linear
     and attention's K / V, each ending at a grid barrier, then the lm_head; one or two
-    programs a multiprocessor, the next phase's first chunk read before the barrier or after."""
+    programs a multiprocessor, the next phase's first chunk read before the barrier or after;
+    and the same launch with every phase empty (what a barrier costs alone)."""
     from .persistent_stream import UNROLL, persistent_step
 
     rows = []
@@ -124,8 +125,16 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
                 torch.zeros(2 * programs, dtype=torch.int32, device=dev),
                 torch.zeros(2, dtype=torch.int32, device=dev),
                 torch.zeros(programs, dtype=torch.int32, device=dev))
+        empty = torch.zeros_like(args[1])
+
+        def barriers_only(i, programs=programs, empty=empty, args=args):
+            persistent_step(pool, args[0], empty, *args[2:], programs, BLOCK, UNROLL, False)
+        us = time_op(barriers_only, 1, False)
+        rows.append(dict(programs=programs, barrier_us=us / len(tiles)))
+        print(f"persistent kernel of {len(tiles)} empty phases, {programs} programs: "
+              f"{us / len(tiles):.2f} us a barrier", flush=True)
         for prefetch in (False, True):
-            def launch(i, programs=programs, prefetch=prefetch):
+            def launch(i, programs=programs, prefetch=prefetch, args=args):
                 persistent_step(pool, *args, programs, BLOCK, UNROLL, prefetch)
             args[3].zero_()
             us = time_op(launch, 1, False)

@@ -45,7 +45,6 @@ def _persistent_stream_kernel(src, bases, tiles_of, act, cnt, out, phases, progr
     pid = tl.program_id(0)
     row = tl.arange(0, UNROLL)[:, None]  # the tile of a chunk (masks whole tiles: 16-byte loads)
     offs = row * BLOCK + tl.arange(0, BLOCK)[None, :]
-    chunk = UNROLL * BLOCK
     acc = tl.zeros([UNROLL, BLOCK], tl.int32)
     tiles = tl.load(tiles_of)
     start = tl.multiple_of(tl.load(bases), 4) + pid.to(tl.int64) * tiles * BLOCK
@@ -83,10 +82,10 @@ def _persistent_stream_kernel(src, bases, tiles_of, act, cnt, out, phases, progr
 def persistent_step(src: torch.Tensor, bases: torch.Tensor, tiles: torch.Tensor,
                     act: torch.Tensor, cnt: torch.Tensor, out: torch.Tensor, programs: int,
                     block: int, unroll: int, prefetch: bool, num_warps: int = 8) -> None:
-    """One launch over ``bases.numel()`` phases (int64 word offsets into ``src``, multiples of 4, and int32
-    tiles a program); ``act`` holds 2 * programs int32, ``cnt`` two int32 (the counter, the
-    barrier time-outs), ``out`` programs int32. Zeroes the counter first (a second small
-    kernel on the device); the time-outs add up over launches."""
+    """One launch over ``bases.numel()`` phases (int64 word offsets into ``src``, multiples of
+    4, and int32 tiles a program); ``act`` holds 2 * programs int32, ``cnt`` two int32 (the
+    counter, the barrier time-outs), ``out`` programs int32. Zeroes the counter first (a
+    second small kernel on the device); the time-outs add up over launches."""
     cnt[:1].zero_()
     _persistent_stream_kernel[(programs,)](src, bases, tiles, act, cnt, out, bases.numel(),
                                            programs, BLOCK=block, UNROLL=unroll,
