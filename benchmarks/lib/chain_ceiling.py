@@ -102,8 +102,9 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
                        bw: float) -> list[dict]:
     """The step as one persistent kernel (lib/persistent_stream.py): a phase per layer linear
     and attention's K / V, each ending at a grid barrier, then the lm_head; one or two
-    programs a multiprocessor, the next phase's first chunk read before the barrier or after;
-    and the same launch with every phase empty (what a barrier costs alone)."""
+    programs a multiprocessor, the barrier by one counter or by per-program flags, the next
+    phase's first chunk read before the barrier or after; and each launch with every phase
+    empty (what a barrier costs alone)."""
     from .persistent_stream import UNROLL, persistent_step
 
     rows = []
@@ -123,31 +124,35 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
         args = (torch.tensor(bases, dtype=torch.int64, device=dev),
                 torch.tensor(tiles, dtype=torch.int32, device=dev),
                 torch.zeros(2 * programs, dtype=torch.int32, device=dev),
-                torch.zeros(2, dtype=torch.int32, device=dev),
+                torch.zeros(2 + programs, dtype=torch.int32, device=dev),
                 torch.zeros(programs, dtype=torch.int32, device=dev))
         empty = torch.zeros_like(args[1])
+        for flags in (False, True):
+            barrier = "per-program flags" if flags else "one counter"
 
-        def barriers_only(i, programs=programs, empty=empty, args=args):
-            persistent_step(pool, args[0], empty, *args[2:], programs, BLOCK, UNROLL, False)
-        us = time_op(barriers_only, 1, False)
-        rows.append(dict(programs=programs, barrier_us=us / len(tiles)))
-        print(f"persistent kernel of {len(tiles)} empty phases, {programs} programs: "
-              f"{us / len(tiles):.2f} us a barrier", flush=True)
-        for prefetch in (False, True):
-            def launch(i, programs=programs, prefetch=prefetch, args=args):
-                persistent_step(pool, *args, programs, BLOCK, UNROLL, prefetch)
-            args[3].zero_()
-            us = time_op(launch, 1, False)
-            torch.cuda.synchronize()
-            timeouts = int(args[3][1])
-            row = dict(programs=programs, prefetch=prefetch, us=us, floor_us=floor_us,
-                       fraction=floor_us / us, barriers=len(tiles), barrier_timeouts=timeouts)
-            rows.append(row)
-            print(f"persistent step, {programs} programs, next chunk "
-                  f"{'before' if prefetch else 'after'} the barrier: {us:.0f} us for a floor of "
-                  f"{floor_us:.0f} us: {floor_us / us:.3f} of the floor, {len(tiles)} barriers"
-                  + (f" ({timeouts} BARRIER TIME-OUTS: not all programs resident)"
-                     if timeouts else ""), flush=True)
+            def barriers_only(i, programs=programs, empty=empty, args=args, flags=flags):
+                persistent_step(pool, args[0], empty, *args[2:], programs, BLOCK, UNROLL,
+                                False, flags)
+            us = time_op(barriers_only, 1, False)
+            rows.append(dict(programs=programs, flags=flags, barrier_us=us / len(tiles)))
+            print(f"persistent kernel of {len(tiles)} empty phases, {programs} programs, "
+                  f"barrier by {barrier}: {us / len(tiles):.2f} us a barrier", flush=True)
+            for prefetch in (False, True):
+                def launch(i, programs=programs, prefetch=prefetch, args=args, flags=flags):
+                    persistent_step(pool, *args, programs, BLOCK, UNROLL, prefetch, flags)
+                args[3].zero_()
+                us = time_op(launch, 1, False)
+                torch.cuda.synchronize()
+                timeouts = int(args[3][1])
+                rows.append(dict(programs=programs, flags=flags, prefetch=prefetch, us=us,
+                                 floor_us=floor_us, fraction=floor_us / us,
+                                 barriers=len(tiles), barrier_timeouts=timeouts))
+                print(f"persistent step, {programs} programs, barrier by {barrier}, next "
+                      f"chunk {'before' if prefetch else 'after'} it: {us:.0f} us for a floor "
+                      f"of {floor_us:.0f} us: {floor_us / us:.3f} of the floor, "
+                      f"{len(tiles)} barriers"
+                      + (f" ({timeouts} BARRIER TIME-OUTS: not all programs resident)"
+                         if timeouts else ""), flush=True)
     return rows
 
 

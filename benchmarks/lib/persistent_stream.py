@@ -15,9 +15,12 @@ waits at the barrier: weights do not depend on activations, so a persistent kern
 the weight stream going across the barrier. Without it the chunk loads after the barrier,
 as a kernel boundary does without PDL.
 
-The barrier: every program adds one to a counter (release, gpu scope) and spins on a volatile
-load until the counter reaches ``programs * (ph + 1)``, then an acquire read. The counter is
-zeroed before each launch, and every program must be resident at once (``programs`` at most
+The barrier, two ways: every program adds one to a counter (release, gpu scope) and spins on
+a volatile load until the counter reaches ``programs * (ph + 1)``, then an acquire read of it;
+or (``FLAGS``) every program sets its own flag to ``ph + 1`` (release) and spins until the
+least of all flags, read at once across its threads, reaches it, then an acquire read of its
+own flag: no address takes more than one program's atomics. Counter and flags are zeroed
+before each launch, and every program must be resident at once (``programs`` at most
 one or two a multiprocessor): a program waiting for one that never starts gives up after
 ``SPIN_LIMIT`` reads and counts itself in ``cnt[1]`` (``barrier_timeouts``), so a grid that
 does not fit shows as an error instead of a hang.
@@ -39,7 +42,8 @@ UNROLL = 8  # tiles a program loads at once (8 x 4 KB in flight with BLOCK 1024)
 @triton.jit
 def _persistent_stream_kernel(src, bases, tiles_of, act, cnt, out, phases, programs,
                               BLOCK: tl.constexpr, UNROLL: tl.constexpr,
-                              PREFETCH: tl.constexpr):
+                              PREFETCH: tl.constexpr, FLAGS: tl.constexpr,
+                              PROGRAMS_PAD: tl.constexpr):
     """Program p: for each phase, sum words [bases[ph] + p * tiles * BLOCK, + tiles * BLOCK),
     in chunks of UNROLL tiles loaded at once, into out[p] (int32, wrapping)."""
     pid = tl.program_id(0)
@@ -64,16 +68,26 @@ def _persistent_stream_kernel(src, bases, tiles_of, act, cnt, out, phases, progr
             nxt = tl.load(src + start + offs, mask=row < tiles, other=0)
         tl.store(act + (((ph + 1) & 1) * programs + pid), tl.sum(tl.sum(acc, 1), 0))
         tl.debug_barrier()  # every thread of this program has issued its stores
-        tl.atomic_add(cnt, 1, sem="release", scope="gpu")
-        target = programs * (ph + 1)
-        seen = tl.load(cnt, volatile=True)
         spins = 0
-        while (seen < target) & (spins < SPIN_LIMIT):
+        if FLAGS:  # each program its own flag: no two atomics on one address
+            tl.atomic_xchg(cnt + 2 + pid, ph + 1, sem="release", scope="gpu")
+            lanes = tl.arange(0, PROGRAMS_PAD)
+            flag_ptrs = cnt + 2 + tl.minimum(lanes, programs - 1)
+            low = tl.min(tl.load(flag_ptrs, volatile=True), 0)
+            while (low < ph + 1) & (spins < SPIN_LIMIT):
+                low = tl.min(tl.load(flag_ptrs, volatile=True), 0)
+                spins += 1
+            tl.atomic_add(cnt + 2 + pid, 0, sem="acquire", scope="gpu")
+        else:  # one counter: every program's two atomics on it run one after another
+            tl.atomic_add(cnt, 1, sem="release", scope="gpu")
+            target = programs * (ph + 1)
             seen = tl.load(cnt, volatile=True)
-            spins += 1
+            while (seen < target) & (spins < SPIN_LIMIT):
+                seen = tl.load(cnt, volatile=True)
+                spins += 1
+            tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
         if spins >= SPIN_LIMIT:  # a program never arrived: count it, do not hang
             tl.atomic_add(cnt + 1, 1, sem="relaxed", scope="gpu")
-        tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
         if not PREFETCH:
             nxt = tl.load(src + start + offs, mask=row < tiles, other=0)
     tl.store(out + pid, tl.sum(tl.sum(acc, 1), 0))
@@ -81,15 +95,20 @@ def _persistent_stream_kernel(src, bases, tiles_of, act, cnt, out, phases, progr
 
 def persistent_step(src: torch.Tensor, bases: torch.Tensor, tiles: torch.Tensor,
                     act: torch.Tensor, cnt: torch.Tensor, out: torch.Tensor, programs: int,
-                    block: int, unroll: int, prefetch: bool, num_warps: int = 8) -> None:
+                    block: int, unroll: int, prefetch: bool, flags: bool = False,
+                    num_warps: int = 8) -> None:
     """One launch over ``bases.numel()`` phases (int64 word offsets into ``src``, multiples of
-    4, and int32 tiles a program); ``act`` holds 2 * programs int32, ``cnt`` two int32 (the
-    counter, the barrier time-outs), ``out`` programs int32. Zeroes the counter first (a
-    second small kernel on the device); the time-outs add up over launches."""
-    cnt[:1].zero_()
+    4, and int32 tiles a program); ``act`` holds 2 * programs int32, ``cnt`` 2 + programs
+    int32 (the counter, the barrier time-outs, the programs' flags), ``out`` programs int32.
+    ``flags``: the barrier by per-program flags, else by the one counter. Zeroes the counter
+    and the flags first (a second small kernel on the device); the time-outs add up."""
+    cnt[0].zero_()
+    cnt[2:].zero_()
     _persistent_stream_kernel[(programs,)](src, bases, tiles, act, cnt, out, bases.numel(),
                                            programs, BLOCK=block, UNROLL=unroll,
-                                           PREFETCH=prefetch, num_warps=num_warps)
+                                           PREFETCH=prefetch, FLAGS=flags,
+                                           PROGRAMS_PAD=triton.next_power_of_2(programs),
+                                           num_warps=num_warps)
 
 
 def smoke(block: int) -> None:
@@ -109,17 +128,18 @@ def smoke(block: int) -> None:
     for b, t in zip(bases, phase_tiles, strict=True):
         running += int(words[b:b + t * block].sum()) + (expect if b != bases[0] else 0)
         expect = running
-    for prefetch in (False, True):
+    for prefetch, flags in ((False, False), (True, False), (True, True)):
         for unroll in (1, 2, 4):
             act = torch.zeros(2, dtype=torch.int32)
-            cnt = torch.zeros(2, dtype=torch.int32)
+            cnt = torch.zeros(3, dtype=torch.int32)
             out = torch.zeros(1, dtype=torch.int32)
             persistent_step(words, torch.tensor(bases, dtype=torch.int64),
                             torch.tensor(phase_tiles, dtype=torch.int32), act, cnt, out, 1,
-                            block, unroll, prefetch, num_warps=4)
+                            block, unroll, prefetch, flags, num_warps=4)
             got = int(out[0])
             assert got == _wrap(running), (prefetch, unroll, got, running, want)
-            assert int(cnt[0]) == len(phase_tiles) and int(cnt[1]) == 0, cnt.tolist()
+            arrived = int(cnt[2]) if flags else int(cnt[0])
+            assert arrived == len(phase_tiles) and int(cnt[1]) == 0, cnt.tolist()
 
 
 def _wrap(v: int) -> int:
