@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-# volatile reads of the counter before a waiting program gives up (a few milliseconds)
+# volatile reads of the counter (or flags) before a waiting program gives up (milliseconds)
 SPIN_LIMIT = tl.constexpr(1 << 20)
 UNROLL = 8  # tiles a program loads at once (8 x 4 KB in flight with BLOCK 1024)
 
@@ -113,7 +113,8 @@ def persistent_step(src: torch.Tensor, bases: torch.Tensor, tiles: torch.Tensor,
 
 def smoke(block: int) -> None:
     """One program under the interpreter: every phase's words summed, with and without the
-    prefetch; the activation words enter the sum as the kernel defines them."""
+    prefetch, with either barrier; the activation words enter the sum as the kernel defines
+    them, and the program passes every barrier once."""
     phase_tiles = [3, 1, 0, 5, 2]
     bases, at = [], 0
     for t in phase_tiles:
