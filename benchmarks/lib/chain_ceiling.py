@@ -133,10 +133,15 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
             def barriers_only(i, programs=programs, empty=empty, args=args, flags=flags):
                 persistent_step(pool, args[0], empty, *args[2:], programs, BLOCK, UNROLL,
                                 False, flags)
+            args[3].zero_()
             us = time_op(barriers_only, 1, False)
-            rows.append(dict(programs=programs, flags=flags, barrier_us=us / len(tiles)))
+            torch.cuda.synchronize()
+            timeouts = int(args[3][1])
+            rows.append(dict(programs=programs, flags=flags, barrier_us=us / len(tiles),
+                             barrier_timeouts=timeouts))
             print(f"persistent kernel of {len(tiles)} empty phases, {programs} programs, "
-                  f"barrier by {barrier}: {us / len(tiles):.2f} us a barrier", flush=True)
+                  f"barrier by {barrier}: {us / len(tiles):.2f} us a barrier"
+                  + (f" ({timeouts} BARRIER TIME-OUTS)" if timeouts else ""), flush=True)
             for prefetch in (False, True):
                 def launch(i, programs=programs, prefetch=prefetch, args=args, flags=flags):
                     persistent_step(pool, *args, programs, BLOCK, UNROLL, prefetch, flags)
