@@ -98,6 +98,15 @@ def _grids(nbytes: int, sms: int) -> list[tuple[int, int]]:
     return found
 
 
+def _timed_persistent(launch, cnt: torch.Tensor) -> tuple[float, int]:
+    """(``time_op``'s us a launch, barrier time-outs over its launches) of a persistent launch
+    whose counters are ``cnt``."""
+    cnt.zero_()
+    us = time_op(launch, 1, False)
+    torch.cuda.synchronize()
+    return us, int(cnt[1])
+
+
 def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: int, sms: int,
                        bw: float) -> list[dict]:
     """The step as one persistent kernel (lib/persistent_stream.py): a phase per layer linear
@@ -107,10 +116,10 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
     empty (what a barrier costs alone)."""
     from .persistent_stream import UNROLL, persistent_step
 
+    phase_bytes = [streams[k] for _ in range(LAYERS) for k in PERSISTENT_LAYER] + [head_bytes]
+    dev = pool.device
     rows = []
     for programs in (sms, 2 * sms):
-        phase_bytes = [streams[k] for _ in range(LAYERS) for k in PERSISTENT_LAYER]
-        phase_bytes.append(head_bytes)
         tiles = [max(1, round(b / 4 / BLOCK / programs)) for b in phase_bytes]
         bases, at = [], 0
         for t in tiles:
@@ -118,9 +127,7 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
             at = 0 if at + words > pool.numel() else at
             bases.append(at)
             at += words
-        real = sum(programs * t * BLOCK * 4 for t in tiles)
-        floor_us = real / bw * 1e6
-        dev = pool.device
+        floor_us = sum(programs * t * BLOCK * 4 for t in tiles) / bw * 1e6
         args = (torch.tensor(bases, dtype=torch.int64, device=dev),
                 torch.tensor(tiles, dtype=torch.int32, device=dev),
                 torch.zeros(2 * programs, dtype=torch.int32, device=dev),
@@ -133,10 +140,7 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
             def barriers_only(i, programs=programs, empty=empty, args=args, flags=flags):
                 persistent_step(pool, args[0], empty, *args[2:], programs, BLOCK, UNROLL,
                                 False, flags)
-            args[3].zero_()
-            us = time_op(barriers_only, 1, False)
-            torch.cuda.synchronize()
-            timeouts = int(args[3][1])
+            us, timeouts = _timed_persistent(barriers_only, args[3])
             rows.append(dict(programs=programs, flags=flags, barrier_us=us / len(tiles),
                              barrier_timeouts=timeouts))
             print(f"persistent kernel of {len(tiles)} empty phases, {programs} programs, "
@@ -145,10 +149,7 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
             for prefetch in (False, True):
                 def launch(i, programs=programs, prefetch=prefetch, args=args, flags=flags):
                     persistent_step(pool, *args, programs, BLOCK, UNROLL, prefetch, flags)
-                args[3].zero_()
-                us = time_op(launch, 1, False)
-                torch.cuda.synchronize()
-                timeouts = int(args[3][1])
+                us, timeouts = _timed_persistent(launch, args[3])
                 rows.append(dict(programs=programs, flags=flags, prefetch=prefetch, us=us,
                                  floor_us=floor_us, fraction=floor_us / us,
                                  barriers=len(tiles), barrier_timeouts=timeouts))
