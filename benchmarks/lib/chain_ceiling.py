@@ -111,9 +111,9 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
                        bw: float) -> list[dict]:
     """The step as one persistent kernel (lib/persistent_stream.py): a phase per layer linear
     and attention's K / V, each ending at a grid barrier, then the lm_head; one or two
-    programs a multiprocessor, the barrier by one counter or by per-program flags, the next
-    phase's first chunk read before the barrier or after; and each launch with every phase
-    empty (what a barrier costs alone)."""
+    programs a multiprocessor, the barrier by one counter, the next phase's first chunk read
+    before the barrier or after; and each launch with every phase empty (what a barrier costs
+    alone)."""
     from .persistent_stream import UNROLL, persistent_step
 
     phase_bytes = [streams[k] for _ in range(LAYERS) for k in PERSISTENT_LAYER] + [head_bytes]
@@ -131,34 +131,31 @@ def persistent_ceiling(pool: torch.Tensor, streams: dict[str, int], head_bytes: 
         args = (torch.tensor(bases, dtype=torch.int64, device=dev),
                 torch.tensor(tiles, dtype=torch.int32, device=dev),
                 torch.zeros(2 * programs, dtype=torch.int32, device=dev),
-                torch.zeros(2 + programs, dtype=torch.int32, device=dev),
+                torch.zeros(2, dtype=torch.int32, device=dev),
                 torch.zeros(programs, dtype=torch.int32, device=dev))
         empty = torch.zeros_like(args[1])
-        for flags in (False, True):
-            barrier = "per-program flags" if flags else "one counter"
 
-            def barriers_only(i, programs=programs, empty=empty, args=args, flags=flags):
-                persistent_step(pool, args[0], empty, *args[2:], programs, BLOCK, UNROLL,
-                                False, flags)
-            us, timeouts = _timed_persistent(barriers_only, args[3])
-            rows.append(dict(programs=programs, flags=flags, barrier_us=us / len(tiles),
+        def barriers_only(i, programs=programs, empty=empty, args=args):
+            persistent_step(pool, args[0], empty, *args[2:], programs, BLOCK, UNROLL, False)
+        us, timeouts = _timed_persistent(barriers_only, args[3])
+        rows.append(dict(programs=programs, barrier_us=us / len(tiles),
+                         barrier_timeouts=timeouts))
+        print(f"persistent kernel of {len(tiles)} empty phases, {programs} programs: "
+              f"{us / len(tiles):.2f} us a barrier"
+              + (f" ({timeouts} BARRIER TIME-OUTS)" if timeouts else ""), flush=True)
+        for prefetch in (False, True):
+            def launch(i, programs=programs, prefetch=prefetch, args=args):
+                persistent_step(pool, *args, programs, BLOCK, UNROLL, prefetch)
+            us, timeouts = _timed_persistent(launch, args[3])
+            rows.append(dict(programs=programs, prefetch=prefetch, us=us, floor_us=floor_us,
+                             fraction=floor_us / us, barriers=len(tiles),
                              barrier_timeouts=timeouts))
-            print(f"persistent kernel of {len(tiles)} empty phases, {programs} programs, "
-                  f"barrier by {barrier}: {us / len(tiles):.2f} us a barrier"
-                  + (f" ({timeouts} BARRIER TIME-OUTS)" if timeouts else ""), flush=True)
-            for prefetch in (False, True):
-                def launch(i, programs=programs, prefetch=prefetch, args=args, flags=flags):
-                    persistent_step(pool, *args, programs, BLOCK, UNROLL, prefetch, flags)
-                us, timeouts = _timed_persistent(launch, args[3])
-                rows.append(dict(programs=programs, flags=flags, prefetch=prefetch, us=us,
-                                 floor_us=floor_us, fraction=floor_us / us,
-                                 barriers=len(tiles), barrier_timeouts=timeouts))
-                print(f"persistent step, {programs} programs, barrier by {barrier}, next "
-                      f"chunk {'before' if prefetch else 'after'} it: {us:.0f} us for a floor "
-                      f"of {floor_us:.0f} us: {floor_us / us:.3f} of the floor, "
-                      f"{len(tiles)} barriers"
-                      + (f" ({timeouts} BARRIER TIME-OUTS: not all programs resident)"
-                         if timeouts else ""), flush=True)
+            print(f"persistent step, {programs} programs, next chunk "
+                  f"{'before' if prefetch else 'after'} the barrier: {us:.0f} us for a floor "
+                  f"of {floor_us:.0f} us: {floor_us / us:.3f} of the floor, "
+                  f"{len(tiles)} barriers"
+                  + (f" ({timeouts} BARRIER TIME-OUTS: not all programs resident)"
+                     if timeouts else ""), flush=True)
     return rows
 
 

@@ -15,15 +15,14 @@ waits at the barrier: weights do not depend on activations, so a persistent kern
 the weight stream going across the barrier. Without it the chunk loads after the barrier,
 as a kernel boundary does without PDL.
 
-The barrier, two ways: every program adds one to a counter (release, gpu scope) and spins on
-a volatile load until the counter reaches ``programs * (ph + 1)``, then an acquire read of it;
-or (``FLAGS``) every program sets its own flag to ``ph + 1`` (release) and spins until the
-least of all flags, read at once across its threads, reaches it, then an acquire read of its
-own flag: no address takes more than one program's atomics. Counter and flags are zeroed
-before each launch, and every program must be resident at once (``programs`` at most
-one or two a multiprocessor): a program waiting for one that never starts gives up after
-``SPIN_LIMIT`` reads and counts itself in ``cnt[1]`` (``barrier_timeouts``), so a grid that
-does not fit shows as an error instead of a hang.
+The barrier: every program adds one to a counter (release, gpu scope) and spins on a volatile
+load until the counter reaches ``programs * (ph + 1)``, then an acquire read of it. (A barrier
+by per-program flags, each program releasing its own flag and spinning on the least of all,
+measured no faster: BENCHMARKS.md, "Decode"; deleted.) The counter is zeroed before each
+launch, and every program must be resident at once (``programs`` at most one or two a
+multiprocessor): a program waiting for one that never starts gives up after ``SPIN_LIMIT``
+reads and counts itself in ``cnt[1]``, so a grid that does not fit shows as an error instead
+of a hang.
 Under ``TRITON_INTERPRET=1`` programs run one after another, so only one program can be checked
 there (``smoke``).
 """
@@ -34,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-# volatile reads of the counter (or flags) before a waiting program gives up (milliseconds)
+# volatile reads of the counter before a waiting program gives up (milliseconds)
 SPIN_LIMIT = tl.constexpr(1 << 20)
 UNROLL = 8  # tiles a program loads at once (8 x 4 KB in flight with BLOCK 1024)
 
@@ -42,8 +41,7 @@ UNROLL = 8  # tiles a program loads at once (8 x 4 KB in flight with BLOCK 1024)
 @triton.jit
 def _persistent_stream_kernel(src, bases, tiles_of, act, cnt, out, phases, programs,
                               BLOCK: tl.constexpr, UNROLL: tl.constexpr,
-                              PREFETCH: tl.constexpr, FLAGS: tl.constexpr,
-                              PROGRAMS_PAD: tl.constexpr):
+                              PREFETCH: tl.constexpr):
     """Program p: for each phase, sum words [bases[ph] + p * tiles * BLOCK, + tiles * BLOCK),
     in chunks of UNROLL tiles loaded at once, into out[p] (int32, wrapping)."""
     pid = tl.program_id(0)
@@ -69,23 +67,14 @@ def _persistent_stream_kernel(src, bases, tiles_of, act, cnt, out, phases, progr
         tl.store(act + (((ph + 1) & 1) * programs + pid), tl.sum(tl.sum(acc, 1), 0))
         tl.debug_barrier()  # every thread of this program has issued its stores
         spins = 0
-        if FLAGS:  # each program its own flag: no two atomics on one address
-            tl.atomic_xchg(cnt + 2 + pid, ph + 1, sem="release", scope="gpu")
-            lanes = tl.arange(0, PROGRAMS_PAD)
-            flag_ptrs = cnt + 2 + tl.minimum(lanes, programs - 1)
-            low = tl.min(tl.load(flag_ptrs, volatile=True), 0)
-            while (low < ph + 1) & (spins < SPIN_LIMIT):
-                low = tl.min(tl.load(flag_ptrs, volatile=True), 0)
-                spins += 1
-            tl.atomic_add(cnt + 2 + pid, 0, sem="acquire", scope="gpu")
-        else:  # one counter: every program's two atomics on it run one after another
-            tl.atomic_add(cnt, 1, sem="release", scope="gpu")
-            target = programs * (ph + 1)
+        # one counter: every program's two atomics on it run one after another
+        tl.atomic_add(cnt, 1, sem="release", scope="gpu")
+        target = programs * (ph + 1)
+        seen = tl.load(cnt, volatile=True)
+        while (seen < target) & (spins < SPIN_LIMIT):
             seen = tl.load(cnt, volatile=True)
-            while (seen < target) & (spins < SPIN_LIMIT):
-                seen = tl.load(cnt, volatile=True)
-                spins += 1
-            tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
+            spins += 1
+        tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
         if spins >= SPIN_LIMIT:  # a program never arrived: count it, do not hang
             tl.atomic_add(cnt + 1, 1, sem="relaxed", scope="gpu")
         if not PREFETCH:
@@ -95,20 +84,15 @@ def _persistent_stream_kernel(src, bases, tiles_of, act, cnt, out, phases, progr
 
 def persistent_step(src: torch.Tensor, bases: torch.Tensor, tiles: torch.Tensor,
                     act: torch.Tensor, cnt: torch.Tensor, out: torch.Tensor, programs: int,
-                    block: int, unroll: int, prefetch: bool, flags: bool = False,
-                    num_warps: int = 8) -> None:
+                    block: int, unroll: int, prefetch: bool, num_warps: int = 8) -> None:
     """One launch over ``bases.numel()`` phases (int64 word offsets into ``src``, multiples of
-    4, and int32 tiles a program); ``act`` holds 2 * programs int32, ``cnt`` 2 + programs
-    int32 (the counter, the barrier time-outs, the programs' flags), ``out`` programs int32.
-    ``flags``: the barrier by per-program flags, else by the one counter. Zeroes the counter
-    and the flags first (a second small kernel on the device); the time-outs add up."""
+    4, and int32 tiles a program); ``act`` holds 2 * programs int32, ``cnt`` 2 int32 (the
+    counter, the barrier time-outs), ``out`` programs int32. Zeroes the counter first (a
+    second small kernel on the device); the time-outs add up."""
     cnt[0].zero_()
-    cnt[2:].zero_()
     _persistent_stream_kernel[(programs,)](src, bases, tiles, act, cnt, out, bases.numel(),
                                            programs, BLOCK=block, UNROLL=unroll,
-                                           PREFETCH=prefetch, FLAGS=flags,
-                                           PROGRAMS_PAD=triton.next_power_of_2(programs),
-                                           num_warps=num_warps)
+                                           PREFETCH=prefetch, num_warps=num_warps)
 
 
 def smoke(block: int) -> None:
@@ -126,18 +110,17 @@ def smoke(block: int) -> None:
     running = 0
     for b, t in zip(bases, phase_tiles, strict=True):
         running = 2 * running + int(words[b:b + t * block].sum())
-    for prefetch, flags in ((False, False), (True, False), (True, True)):
+    for prefetch in (False, True):
         for unroll in (1, 2, 4):
             act = torch.zeros(2, dtype=torch.int32)
-            cnt = torch.zeros(3, dtype=torch.int32)
+            cnt = torch.zeros(2, dtype=torch.int32)
             out = torch.zeros(1, dtype=torch.int32)
             persistent_step(words, torch.tensor(bases, dtype=torch.int64),
                             torch.tensor(phase_tiles, dtype=torch.int32), act, cnt, out, 1,
-                            block, unroll, prefetch, flags, num_warps=4)
+                            block, unroll, prefetch, num_warps=4)
             got = int(out[0])
             assert got == _wrap(running), (prefetch, unroll, got, running)
-            arrived = int(cnt[2]) if flags else int(cnt[0])
-            assert arrived == len(phase_tiles) and int(cnt[1]) == 0, cnt.tolist()
+            assert int(cnt[0]) == len(phase_tiles) and int(cnt[1]) == 0, cnt.tolist()
 
 
 def _wrap(v: int) -> int:
