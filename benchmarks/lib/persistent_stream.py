@@ -18,7 +18,7 @@ as a kernel boundary does without PDL.
 The barrier: every program adds one to a counter (release, gpu scope) and spins on a volatile
 load until the counter reaches ``programs * (ph + 1)``, then an acquire read of it. (A barrier
 by per-program flags, each program releasing its own flag and spinning on the least of all,
-measured no faster: BENCHMARKS.md, "Decode"; deleted.) The counter is zeroed before each
+gave no faster step: BENCHMARKS.md, "Decode"; deleted.) The counter is zeroed before each
 launch, and every program must be resident at once (``programs`` at most one or two a
 multiprocessor): a program waiting for one that never starts gives up after ``SPIN_LIMIT``
 reads and counts itself in ``cnt[1]``, so a grid that does not fit shows as an error instead
