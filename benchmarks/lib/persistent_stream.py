@@ -97,8 +97,8 @@ def persistent_step(src: torch.Tensor, bases: torch.Tensor, tiles: torch.Tensor,
 
 def smoke(block: int) -> None:
     """One program under the interpreter: every phase's words summed, with and without the
-    prefetch, with either barrier; the activation words enter the sum as the kernel defines
-    them, and the program passes every barrier once."""
+    prefetch; the activation words enter the sum as the kernel defines them, and the program
+    passes every barrier once."""
     phase_tiles = [3, 1, 0, 5, 2]
     bases, at = [], 0
     for t in phase_tiles:
